@@ -1,0 +1,326 @@
+//! The configuration of one member: group size, memory sizes, timing.
+//!
+//! Everything the core allocates is sized from here, once, at
+//! construction; everything it waits for is a duration from here. Time is
+//! in nanoseconds of a monotonic clock that the host reads and passes in.
+
+use crate::fabric::{MemberId, MAX_MEMBERS};
+use core::fmt;
+
+/// Largest entry payload the core can handle. The configuration picks the
+/// actual limit (`entry_payload_bytes_max`) at or below it; the apply path
+/// copies payloads out of peer-written memory into a buffer of this size.
+pub const ENTRY_PAYLOAD_BYTES_CAP: u32 = 64 * 1024;
+
+/// Deliberately broken protocol rules (simulator mutation tests only).
+#[cfg(feature = "mutation-testing")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mutation {
+    /// The correct protocol.
+    None,
+    /// Commit once a minority (instead of a majority) holds the entry.
+    CommitOnMinority,
+    /// Grant votes without checking that the candidate's log is up to date.
+    VoteWithoutLogCheck,
+    /// Serve reads without confirming the term with a majority.
+    ReadWithoutTermCheck,
+    /// Grant a vote twice in the same term.
+    VoteTwicePerTerm,
+}
+
+/// Configuration of one member. Construct with [`Config::new`], adjust
+/// fields, then hand it to [`crate::Node::new`], which validates it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Number of members in the group (P), 1 to [`MAX_MEMBERS`].
+    pub member_count: u8,
+    /// This member's id, below `member_count`.
+    pub self_id: MemberId,
+    /// Bytes of the log ring (DARE §3.1.1), a multiple of 64, at least
+    /// four maximal entries, at most 1 GiB (one WRITE carries at most
+    /// 4 GiB).
+    pub log_ring_bytes: u64,
+    /// Largest entry payload accepted, at most [`ENTRY_PAYLOAD_BYTES_CAP`].
+    pub entry_payload_bytes_max: u32,
+    /// Client sessions remembered for exactly-once writes.
+    pub session_slot_count: u32,
+    /// Shared-memory client slots (host fast path); 0 disables them.
+    pub client_slot_count: u32,
+    /// Bytes of one client slot, a multiple of 64.
+    pub client_slot_bytes: u32,
+    /// Leader heartbeat period (DARE §4.2.2).
+    pub heartbeat_period_ns: u64,
+    /// Initial failure-detector check period Δ (DARE §4.2.2); must exceed
+    /// the heartbeat period.
+    pub fd_check_period_ns: u64,
+    /// Upper bound for the adaptive Δ.
+    pub fd_check_period_max_ns: u64,
+    /// How much Δ grows each time an outdated heartbeat is found.
+    pub fd_check_period_step_ns: u64,
+    /// Randomized election timeout range (DARE §3.2.2, Raft §5.2).
+    pub election_timeout_min_ns: u64,
+    /// Upper end of the election timeout range.
+    pub election_timeout_max_ns: u64,
+    /// A leader that has not heard from a majority for this long steps down
+    /// (so clients of a partitioned leader fail over).
+    pub leader_quorum_timeout_ns: u64,
+    /// How often a member republishes its apply pointer (for pruning).
+    pub apply_publish_period_ns: u64,
+    /// How often the leader tries to prune the log (DARE §3.3.2).
+    pub prune_period_ns: u64,
+    /// A member whose row has not changed for this long is left out of the
+    /// pruning minimum (it will need recovery if it falls behind the head).
+    pub prune_grace_ns: u64,
+    /// Wait before re-establishing a channel that failed.
+    pub reconnect_backoff_ns: u64,
+    /// Entries applied per call at most (bounds the work of one call).
+    pub apply_batch_max: u32,
+    /// Seed of the PRNG that randomizes timeouts.
+    pub seed: u64,
+    /// A deliberately broken rule, for mutation tests.
+    #[cfg(feature = "mutation-testing")]
+    pub mutation: Mutation,
+}
+
+impl Config {
+    /// Defaults tuned for a shared-memory fabric on one host: heartbeats
+    /// every 50 µs, elections after 300–600 µs of silence.
+    pub fn new(member_count: u8, self_id: MemberId) -> Config {
+        Config {
+            member_count,
+            self_id,
+            log_ring_bytes: 1 << 20,
+            entry_payload_bytes_max: 8 * 1024,
+            session_slot_count: 1024,
+            client_slot_count: 64,
+            client_slot_bytes: 8 * 1024 + 256,
+            heartbeat_period_ns: 50_000,
+            fd_check_period_ns: 200_000,
+            fd_check_period_max_ns: 5_000_000,
+            fd_check_period_step_ns: 50_000,
+            election_timeout_min_ns: 300_000,
+            election_timeout_max_ns: 600_000,
+            leader_quorum_timeout_ns: 2_000_000,
+            apply_publish_period_ns: 200_000,
+            prune_period_ns: 1_000_000,
+            prune_grace_ns: 50_000_000,
+            reconnect_backoff_ns: 1_000_000,
+            apply_batch_max: 256,
+            seed: 0x5EED,
+            #[cfg(feature = "mutation-testing")]
+            mutation: Mutation::None,
+        }
+    }
+
+    /// The quorum size q = ⌈(P+1)/2⌉ (DARE §3).
+    #[inline]
+    pub fn quorum(&self) -> usize {
+        usize::from(self.member_count) / 2 + 1
+    }
+
+    /// Checks every field; the error names the field and what to change.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        use ConfigError::*;
+        if self.member_count == 0 || usize::from(self.member_count) > MAX_MEMBERS {
+            return Err(OutOfRange {
+                field: "member_count",
+                value: u64::from(self.member_count),
+                min: 1,
+                max: MAX_MEMBERS as u64,
+            });
+        }
+        if self.self_id.0 >= self.member_count {
+            return Err(OutOfRange {
+                field: "self_id",
+                value: u64::from(self.self_id.0),
+                min: 0,
+                max: u64::from(self.member_count) - 1,
+            });
+        }
+        if self.entry_payload_bytes_max == 0
+            || self.entry_payload_bytes_max > ENTRY_PAYLOAD_BYTES_CAP
+        {
+            return Err(OutOfRange {
+                field: "entry_payload_bytes_max",
+                value: u64::from(self.entry_payload_bytes_max),
+                min: 1,
+                max: u64::from(ENTRY_PAYLOAD_BYTES_CAP),
+            });
+        }
+        let entry_max = crate::log::entry_bytes(self.entry_payload_bytes_max);
+        if !self.log_ring_bytes.is_multiple_of(64) {
+            return Err(Inconsistent {
+                field: "log_ring_bytes",
+                reason: "must be a multiple of 64 bytes",
+            });
+        }
+        if self.log_ring_bytes < 4 * entry_max || self.log_ring_bytes > (1 << 30) {
+            return Err(OutOfRange {
+                field: "log_ring_bytes",
+                value: self.log_ring_bytes,
+                min: 4 * entry_max,
+                max: 1 << 30,
+            });
+        }
+        if self.session_slot_count < 8 || self.session_slot_count > (1 << 24) {
+            return Err(OutOfRange {
+                field: "session_slot_count",
+                value: u64::from(self.session_slot_count),
+                min: 8,
+                max: 1 << 24,
+            });
+        }
+        if self.client_slot_count > (1 << 16) {
+            return Err(OutOfRange {
+                field: "client_slot_count",
+                value: u64::from(self.client_slot_count),
+                min: 0,
+                max: 1 << 16,
+            });
+        }
+        if !self.client_slot_bytes.is_multiple_of(64) || self.client_slot_bytes < 64 {
+            return Err(Inconsistent {
+                field: "client_slot_bytes",
+                reason: "must be a non-zero multiple of 64 bytes",
+            });
+        }
+        for (field, v) in [
+            ("heartbeat_period_ns", self.heartbeat_period_ns),
+            ("fd_check_period_ns", self.fd_check_period_ns),
+            ("election_timeout_min_ns", self.election_timeout_min_ns),
+            ("leader_quorum_timeout_ns", self.leader_quorum_timeout_ns),
+            ("apply_publish_period_ns", self.apply_publish_period_ns),
+            ("prune_period_ns", self.prune_period_ns),
+            ("prune_grace_ns", self.prune_grace_ns),
+            ("reconnect_backoff_ns", self.reconnect_backoff_ns),
+        ] {
+            if v == 0 || v > 3_600_000_000_000 {
+                return Err(OutOfRange {
+                    field,
+                    value: v,
+                    min: 1,
+                    max: 3_600_000_000_000,
+                });
+            }
+        }
+        if self.fd_check_period_ns <= self.heartbeat_period_ns {
+            return Err(Inconsistent {
+                field: "fd_check_period_ns",
+                reason: "must be longer than heartbeat_period_ns, or a live leader is suspected",
+            });
+        }
+        if self.fd_check_period_max_ns < self.fd_check_period_ns {
+            return Err(Inconsistent {
+                field: "fd_check_period_max_ns",
+                reason: "must be at least fd_check_period_ns",
+            });
+        }
+        if self.election_timeout_max_ns < self.election_timeout_min_ns {
+            return Err(Inconsistent {
+                field: "election_timeout_max_ns",
+                reason: "must be at least election_timeout_min_ns",
+            });
+        }
+        if self.leader_quorum_timeout_ns < self.fd_check_period_ns {
+            return Err(Inconsistent {
+                field: "leader_quorum_timeout_ns",
+                reason: "must be at least fd_check_period_ns",
+            });
+        }
+        if self.apply_batch_max == 0 || self.apply_batch_max > 1 << 16 {
+            return Err(OutOfRange {
+                field: "apply_batch_max",
+                value: u64::from(self.apply_batch_max),
+                min: 1,
+                max: 1 << 16,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Why a configuration was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigError {
+    /// A value outside its allowed range.
+    OutOfRange {
+        /// The field.
+        field: &'static str,
+        /// What it was.
+        value: u64,
+        /// Smallest allowed.
+        min: u64,
+        /// Largest allowed.
+        max: u64,
+    },
+    /// A value that contradicts another.
+    Inconsistent {
+        /// The field to change.
+        field: &'static str,
+        /// What is wrong.
+        reason: &'static str,
+    },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::OutOfRange {
+                field,
+                value,
+                min,
+                max,
+            } => write!(f, "`{field}` is {value}; set it between {min} and {max}"),
+            ConfigError::Inconsistent { field, reason } => write!(f, "`{field}` {reason}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate_and_errors_name_the_field() {
+        let c = Config::new(3, MemberId(1));
+        assert_eq!(c.validate(), Ok(()));
+        assert_eq!(c.quorum(), 2);
+        assert_eq!(Config::new(5, MemberId(0)).quorum(), 3);
+        assert_eq!(Config::new(4, MemberId(0)).quorum(), 3);
+
+        let mut bad = c.clone();
+        bad.self_id = MemberId(3);
+        let e = bad.validate().unwrap_err();
+        assert!(matches!(
+            e,
+            ConfigError::OutOfRange {
+                field: "self_id",
+                ..
+            }
+        ));
+
+        let mut bad = c.clone();
+        bad.fd_check_period_ns = bad.heartbeat_period_ns;
+        assert!(matches!(
+            bad.validate(),
+            Err(ConfigError::Inconsistent {
+                field: "fd_check_period_ns",
+                ..
+            })
+        ));
+
+        let mut bad = c.clone();
+        bad.log_ring_bytes = 1000;
+        assert!(matches!(
+            bad.validate(),
+            Err(ConfigError::Inconsistent {
+                field: "log_ring_bytes",
+                ..
+            })
+        ));
+
+        let mut bad = c;
+        bad.member_count = 9;
+        assert!(bad.validate().is_err());
+    }
+}

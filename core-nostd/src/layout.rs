@@ -1,0 +1,340 @@
+//! The registered memory layout: one typed description of every region,
+//! with explicit offsets and integer widths, derived from the
+//! configuration. Peers compare [`Layout::hash`] when they connect, so two
+//! members with different layouts never write into each other's memory.
+//!
+//! All multi-byte integers in registered memory are little-endian `u64`
+//! at 8-aligned offsets. Fields written by different parties are kept on
+//! different 64-byte cache lines.
+//!
+//! ```text
+//! Control  | row 0 | row 1 | ... | row P-1 |          each ROW_BYTES (192)
+//! Log      | log control (64) | adjust header (64) | adjust list (cap×16) | ring |
+//! Scratch  | staging rows (8×192) | row landing (P×192) | adjust landing (P×…) | atomics (P×64) |
+//! Sessions | slot × session_slot_count (64 each) |
+//! Clients  | slot × client_slot_count (client_slot_bytes each) |
+//! ```
+
+use crate::checksum::Checksum;
+use crate::config::{Config, ConfigError};
+use crate::fabric::{Addr, MemberId, RegionId};
+
+/// Bumped whenever the meaning of any byte of the layout changes.
+pub const LAYOUT_VERSION: u64 = 1;
+
+/// 64-bit words in one SST row.
+pub const ROW_WORDS: usize = 24;
+/// Bytes of one SST row (three cache lines).
+pub const ROW_BYTES: u64 = (ROW_WORDS * 8) as u64;
+/// Bytes of a log entry header.
+pub const ENTRY_HEADER_BYTES: u64 = 48;
+/// Bytes of the log control block (commit and tail pointers).
+pub const LOG_CONTROL_BYTES: u64 = 64;
+/// Offset of the commit pointer in the log region (written by the leader).
+pub const LOG_COMMIT_POS_OFFSET: u64 = 0;
+/// Offset of the tail pointer in the log region (written by the leader).
+pub const LOG_TAIL_POS_OFFSET: u64 = 8;
+/// Bytes of the adjustment-list header.
+pub const ADJUST_HEADER_BYTES: u64 = 64;
+/// Bytes of one (index, term) item of the adjustment list.
+pub const ADJUST_ITEM_BYTES: u64 = 16;
+/// Staging copies of our own row for pushes in flight.
+pub const STAGING_SLOTS: usize = 8;
+/// Bytes of one session slot.
+pub const SESSION_BYTES: u64 = 64;
+/// Bytes reserved per member for atomic results.
+pub const ATOMIC_SLOT_BYTES: u64 = 64;
+
+const fn round_up(x: u64, to: u64) -> u64 {
+    x.div_ceil(to) * to
+}
+
+/// Offsets inside the log region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogLayout {
+    /// Start of the adjustment header.
+    pub adjust_header_offset: u64,
+    /// Start of the adjustment list.
+    pub adjust_list_offset: u64,
+    /// Items the adjustment list can hold (one per entry the ring can hold).
+    pub adjust_capacity: u64,
+    /// Start of the ring.
+    pub ring_offset: u64,
+    /// Bytes of the ring.
+    pub ring_bytes: u64,
+    /// Bytes of the largest entry (header and padded payload).
+    pub entry_bytes_max: u64,
+    /// Bytes of the region.
+    pub region_bytes: u64,
+}
+
+/// Offsets inside the scratch region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScratchLayout {
+    /// Staging rows (immutable sources of pushes in flight).
+    pub staging_offset: u64,
+    /// One row-sized landing zone per member (term reads).
+    pub row_landing_offset: u64,
+    /// One adjustment landing zone per member (header and full list).
+    pub adjust_landing_offset: u64,
+    /// Bytes between two adjustment landing zones.
+    pub adjust_landing_stride: u64,
+    /// One atomic-result slot per member.
+    pub atomic_offset: u64,
+    /// Bytes of the region.
+    pub region_bytes: u64,
+}
+
+/// The full layout of one member's registered memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Group size.
+    pub member_count: u8,
+    /// Bytes of the control region.
+    pub control_bytes: u64,
+    /// The log region.
+    pub log: LogLayout,
+    /// The scratch region.
+    pub scratch: ScratchLayout,
+    /// Session slots.
+    pub session_slot_count: u64,
+    /// Bytes of the sessions region.
+    pub sessions_bytes: u64,
+    /// Client slots.
+    pub client_slot_count: u64,
+    /// Bytes per client slot.
+    pub client_slot_bytes: u64,
+    /// Bytes of the clients region.
+    pub clients_bytes: u64,
+    /// Version and shape hash, compared by peers at connect time.
+    pub hash: u64,
+}
+
+impl Layout {
+    /// Derives the layout from a configuration (validating it).
+    pub fn new(config: &Config) -> Result<Layout, ConfigError> {
+        config.validate()?;
+        let members = u64::from(config.member_count);
+        let entry_bytes_max = crate::log::entry_bytes(config.entry_payload_bytes_max);
+        let ring_bytes = config.log_ring_bytes;
+        let adjust_capacity = ring_bytes / ENTRY_HEADER_BYTES;
+        let adjust_header_offset = LOG_CONTROL_BYTES;
+        let adjust_list_offset = adjust_header_offset + ADJUST_HEADER_BYTES;
+        let ring_offset = round_up(adjust_list_offset + adjust_capacity * ADJUST_ITEM_BYTES, 64);
+        let log = LogLayout {
+            adjust_header_offset,
+            adjust_list_offset,
+            adjust_capacity,
+            ring_offset,
+            ring_bytes,
+            entry_bytes_max,
+            region_bytes: ring_offset + ring_bytes,
+        };
+
+        let staging_offset = 0;
+        let row_landing_offset = staging_offset + STAGING_SLOTS as u64 * ROW_BYTES;
+        let adjust_landing_offset = row_landing_offset + members * ROW_BYTES;
+        let adjust_landing_stride = round_up(
+            ADJUST_HEADER_BYTES + adjust_capacity * ADJUST_ITEM_BYTES,
+            64,
+        );
+        let atomic_offset = adjust_landing_offset + members * adjust_landing_stride;
+        let scratch = ScratchLayout {
+            staging_offset,
+            row_landing_offset,
+            adjust_landing_offset,
+            adjust_landing_stride,
+            atomic_offset,
+            region_bytes: atomic_offset + members * ATOMIC_SLOT_BYTES,
+        };
+
+        let session_slot_count = u64::from(config.session_slot_count);
+        let client_slot_count = u64::from(config.client_slot_count);
+        let client_slot_bytes = u64::from(config.client_slot_bytes);
+        let mut layout = Layout {
+            member_count: config.member_count,
+            control_bytes: members * ROW_BYTES,
+            log,
+            scratch,
+            session_slot_count,
+            sessions_bytes: session_slot_count * SESSION_BYTES,
+            client_slot_count,
+            client_slot_bytes,
+            clients_bytes: round_up((client_slot_count * client_slot_bytes).max(64), 64),
+            hash: 0,
+        };
+        layout.hash = layout.compute_hash();
+        Ok(layout)
+    }
+
+    fn compute_hash(&self) -> u64 {
+        let mut c = Checksum::new(0x4C41_594F_5554); // "LAYOUT"
+        for w in [
+            LAYOUT_VERSION,
+            u64::from(self.member_count),
+            ROW_BYTES,
+            ENTRY_HEADER_BYTES,
+            LOG_CONTROL_BYTES,
+            LOG_COMMIT_POS_OFFSET,
+            LOG_TAIL_POS_OFFSET,
+            ADJUST_HEADER_BYTES,
+            ADJUST_ITEM_BYTES,
+            self.control_bytes,
+            self.log.adjust_header_offset,
+            self.log.adjust_list_offset,
+            self.log.adjust_capacity,
+            self.log.ring_offset,
+            self.log.ring_bytes,
+            self.log.entry_bytes_max,
+            self.log.region_bytes,
+            self.sessions_bytes,
+            SESSION_BYTES,
+            self.client_slot_count,
+            self.client_slot_bytes,
+            self.clients_bytes,
+        ] {
+            c.word(w);
+        }
+        c.finish()
+    }
+
+    /// Bytes of a region.
+    pub fn region_bytes(&self, region: RegionId) -> u64 {
+        match region {
+            RegionId::Control => self.control_bytes,
+            RegionId::Log => self.log.region_bytes,
+            RegionId::Scratch => self.scratch.region_bytes,
+            RegionId::Sessions => self.sessions_bytes,
+            RegionId::Clients => self.clients_bytes,
+        }
+    }
+
+    /// True when `[at, at+len)` lies inside its region.
+    pub fn contains(&self, at: Addr, len: u64) -> bool {
+        at.offset
+            .checked_add(len)
+            .is_some_and(|end| end <= self.region_bytes(at.region))
+    }
+
+    /// The row of `member` in a control region.
+    pub fn row(&self, member: MemberId) -> Addr {
+        assert!(member.0 < self.member_count, "row of a non-member");
+        Addr::new(RegionId::Control, u64::from(member.0) * ROW_BYTES)
+    }
+
+    /// The leader-written commit pointer.
+    pub fn log_commit(&self) -> Addr {
+        Addr::new(RegionId::Log, LOG_COMMIT_POS_OFFSET)
+    }
+
+    /// The leader-written tail pointer.
+    pub fn log_tail(&self) -> Addr {
+        Addr::new(RegionId::Log, LOG_TAIL_POS_OFFSET)
+    }
+
+    /// The adjustment header.
+    pub fn adjust_header(&self) -> Addr {
+        Addr::new(RegionId::Log, self.log.adjust_header_offset)
+    }
+
+    /// Staging slot `slot` for row pushes.
+    pub fn staging(&self, slot: usize) -> Addr {
+        assert!(slot < STAGING_SLOTS);
+        Addr::new(
+            RegionId::Scratch,
+            self.scratch.staging_offset + slot as u64 * ROW_BYTES,
+        )
+    }
+
+    /// Landing zone for a READ of `member`'s row.
+    pub fn row_landing(&self, member: MemberId) -> Addr {
+        assert!(member.0 < self.member_count);
+        Addr::new(
+            RegionId::Scratch,
+            self.scratch.row_landing_offset + u64::from(member.0) * ROW_BYTES,
+        )
+    }
+
+    /// Landing zone for a READ of `member`'s adjustment header and list.
+    pub fn adjust_landing(&self, member: MemberId) -> Addr {
+        assert!(member.0 < self.member_count);
+        Addr::new(
+            RegionId::Scratch,
+            self.scratch.adjust_landing_offset
+                + u64::from(member.0) * self.scratch.adjust_landing_stride,
+        )
+    }
+
+    /// Landing word for the result of an atomic on `member`.
+    pub fn atomic_landing(&self, member: MemberId) -> Addr {
+        assert!(member.0 < self.member_count);
+        Addr::new(
+            RegionId::Scratch,
+            self.scratch.atomic_offset + u64::from(member.0) * ATOMIC_SLOT_BYTES,
+        )
+    }
+
+    /// Session slot `slot`.
+    pub fn session(&self, slot: u64) -> Addr {
+        assert!(slot < self.session_slot_count);
+        Addr::new(RegionId::Sessions, slot * SESSION_BYTES)
+    }
+
+    /// Client slot `slot`.
+    pub fn client_slot(&self, slot: u64) -> Addr {
+        assert!(slot < self.client_slot_count);
+        Addr::new(RegionId::Clients, slot * self.client_slot_bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_do_not_overlap_and_are_aligned() {
+        let cfg = Config::new(5, MemberId(2));
+        let l = Layout::new(&cfg).unwrap();
+        assert_eq!(l.control_bytes, 5 * ROW_BYTES);
+        assert!(l.log.adjust_list_offset >= l.log.adjust_header_offset + ADJUST_HEADER_BYTES);
+        assert!(l.log.ring_offset >= l.log.adjust_list_offset + l.log.adjust_capacity * 16);
+        assert_eq!(l.log.ring_offset % 64, 0);
+        assert_eq!(l.log.region_bytes, l.log.ring_offset + l.log.ring_bytes);
+        let s = l.scratch;
+        assert!(s.row_landing_offset >= STAGING_SLOTS as u64 * ROW_BYTES);
+        assert!(s.adjust_landing_offset >= s.row_landing_offset + 5 * ROW_BYTES);
+        assert!(s.atomic_offset >= s.adjust_landing_offset + 5 * s.adjust_landing_stride);
+        assert_eq!(
+            l.adjust_landing(MemberId(4)).offset + s.adjust_landing_stride,
+            s.atomic_offset
+        );
+        for r in RegionId::ALL {
+            assert_eq!(l.region_bytes(r) % 8, 0, "{}", r.name());
+        }
+        assert!(l.contains(Addr::new(RegionId::Log, 0), l.log.region_bytes));
+        assert!(!l.contains(Addr::new(RegionId::Log, 1), l.log.region_bytes));
+        assert!(!l.contains(Addr::new(RegionId::Log, u64::MAX), 2));
+    }
+
+    #[test]
+    fn hash_changes_with_every_size() {
+        let base = Config::new(3, MemberId(0));
+        let h = Layout::new(&base).unwrap().hash;
+        // The member's own id is not part of the layout: peers must agree.
+        let mut other = base.clone();
+        other.self_id = MemberId(2);
+        assert_eq!(Layout::new(&other).unwrap().hash, h);
+        let mut c = base.clone();
+        c.log_ring_bytes *= 2;
+        assert_ne!(Layout::new(&c).unwrap().hash, h);
+        let mut c = base.clone();
+        c.member_count = 5;
+        assert_ne!(Layout::new(&c).unwrap().hash, h);
+        let mut c = base.clone();
+        c.entry_payload_bytes_max += 64;
+        assert_ne!(Layout::new(&c).unwrap().hash, h);
+        let mut c = base;
+        c.client_slot_count += 1;
+        assert_ne!(Layout::new(&c).unwrap().hash, h);
+    }
+}

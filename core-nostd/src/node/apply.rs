@@ -1,0 +1,214 @@
+//! Walking and applying the log (DARE §3.1.1, §3.3.2), and preparing the
+//! adjustment list before granting log access (§3.3.1).
+
+use super::*;
+use crate::log::{AdjustHeader, EntryKind};
+use crate::sessions::SessionCheck;
+
+/// What a walk of our own log from the apply pointer to the tail found.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Walk {
+    /// Index of the entry at the commit position.
+    pub commit_index: u64,
+    /// End of the last valid entry (the tail).
+    pub tail_pos: u64,
+    /// Index after the last valid entry.
+    pub tail_index: u64,
+    /// Term of the last valid entry (0 for an empty log).
+    pub last_term: u64,
+    /// Not-committed entries written as (index, term) items.
+    pub items: u64,
+}
+
+impl<M: Memory, S: StateMachine> Node<M, S> {
+    /// Follower: learn the commit point the leader wrote into our log.
+    pub(super) fn follower_observe_log(&mut self) {
+        let commit = self.mem.load_u64(self.layout.log_commit());
+        let tail = self.mem.load_u64(self.layout.log_tail());
+        // Both words are written by the leader; entries below them landed
+        // first (same channel). Apply validates every entry anyway.
+        let c = commit.min(tail);
+        if c > self.commit_pos {
+            self.commit_pos = c;
+        }
+    }
+
+    /// Applies committed entries in order, a bounded number per call.
+    pub(super) fn apply_committed(&mut self) {
+        let mut applied = 0u32;
+        let max_payload = self.cfg.entry_payload_bytes_max;
+        while self.apply_pos < self.commit_pos
+            && applied < self.cfg.apply_batch_max
+            && !self.corrupt
+            && EVENT_QUEUE_CAP - self.events.len() >= 2
+        {
+            let result =
+                self.ring
+                    .read_entry(&self.mem, self.apply_pos, max_payload, &mut self.payload);
+            let (h, _start, end) = match result {
+                Ok((h, s, e)) if h.index == self.apply_index && e <= self.commit_pos => (h, s, e),
+                _ => {
+                    // Below the commit pointer every entry has landed and
+                    // was validated by the leader: a bad one means our
+                    // memory or the leader is broken. Stop; never apply it.
+                    self.counters.entries_rejected += 1;
+                    self.corrupt = true;
+                    self.push_event(Event::LogCorrupt {
+                        pos: self.apply_pos,
+                    });
+                    break;
+                }
+            };
+            let is_leader = self.role == Role::Leader;
+            match h.kind {
+                EntryKind::Operation => {
+                    let check =
+                        self.sessions
+                            .check(&self.mem, &self.layout, h.client_id, h.request_id);
+                    let (reply, stale) = match check {
+                        SessionCheck::New => {
+                            let payload = &self.payload[..h.payload_len as usize];
+                            let reply = self.sm.apply(&h, payload);
+                            self.sessions.record(
+                                &self.mem,
+                                &self.layout,
+                                h.client_id,
+                                h.request_id,
+                                h.index,
+                                reply,
+                            );
+                            self.counters.operations_applied += 1;
+                            (reply, false)
+                        }
+                        SessionCheck::Duplicate(reply) => {
+                            self.counters.duplicates += 1;
+                            (reply, false)
+                        }
+                        SessionCheck::Stale => (Reply::default(), true),
+                    };
+                    if is_leader {
+                        self.push_event(Event::Reply {
+                            client_id: h.client_id,
+                            request_id: h.request_id,
+                            index: h.index,
+                            reply,
+                            stale,
+                        });
+                    }
+                }
+                EntryKind::Head => {
+                    // Followers move their head only on a committed HEAD
+                    // entry (DARE §3.3.2).
+                    if h.payload_len == 8 {
+                        let new_head = u64::from_le_bytes(self.payload[..8].try_into().unwrap());
+                        self.head_pos = self.head_pos.max(new_head.min(end));
+                    }
+                }
+                EntryKind::Noop | EntryKind::Config => {}
+            }
+            self.apply_pos = end;
+            self.apply_index += 1;
+            self.last_applied_term = h.term;
+            self.counters.entries_applied += 1;
+            applied += 1;
+        }
+        self.row.apply_pos = self.apply_pos;
+        self.row.apply_index = self.apply_index;
+        if self.role != Role::Leader && self.apply_pos == self.commit_pos {
+            self.commit_index = self.apply_index;
+            self.row.commit_index = self.apply_index;
+        }
+    }
+
+    /// Walks our log from the apply pointer to the tail, validating every
+    /// entry and writing the (index, term) of the not-committed ones into
+    /// the adjustment list. Needs exclusive access (revokes executed).
+    /// Bounded: the ring holds at most `adjust_capacity` entries.
+    pub(super) fn walk_log(&mut self) -> Option<Walk> {
+        let commit = self.commit_pos;
+        let tail_word = self.mem.load_u64(self.layout.log_tail());
+        let limit = tail_word.max(commit);
+        let items_at = self
+            .layout
+            .adjust_header()
+            .add(crate::layout::ADJUST_HEADER_BYTES);
+        let max_payload = self.cfg.entry_payload_bytes_max;
+        let mut pos = self.apply_pos;
+        let mut index = self.apply_index;
+        let mut last_term = self.last_applied_term;
+        let mut commit_index = None;
+        let mut items = 0u64;
+        for _ in 0..=self.layout.log.adjust_capacity {
+            if pos == commit {
+                commit_index = Some(index);
+            }
+            if pos >= limit {
+                break;
+            }
+            match self.ring.verify_entry(&self.mem, pos, max_payload) {
+                Ok((h, _, end)) if h.index == index && end <= limit => {
+                    if pos >= commit {
+                        let at = items_at.add(items * crate::layout::ADJUST_ITEM_BYTES);
+                        self.mem.store_u64(at, h.index);
+                        self.mem.store_u64(at.add(8), h.term);
+                        items += 1;
+                    }
+                    last_term = h.term;
+                    index += 1;
+                    pos = end;
+                }
+                _ if pos < commit => {
+                    self.counters.entries_rejected += 1;
+                    self.corrupt = true;
+                    self.push_event(Event::LogCorrupt { pos });
+                    return None;
+                }
+                _ => break, // garbage after the committed prefix: not ours
+            }
+        }
+        let Some(commit_index) = commit_index else {
+            // The commit pointer is not on an entry boundary.
+            self.corrupt = true;
+            self.push_event(Event::LogCorrupt { pos: commit });
+            return None;
+        };
+        if pos != tail_word {
+            // Make memory agree with what is valid (we have exclusive access).
+            self.mem.store_u64(self.layout.log_tail(), pos);
+        }
+        self.tail_index = index;
+        Some(Walk {
+            commit_index,
+            tail_pos: pos,
+            tail_index: index,
+            last_term,
+            items,
+        })
+    }
+
+    /// Writes the adjustment header for `leader` in `term` (the items were
+    /// written by the walk).
+    pub(super) fn write_adjust_list(&mut self, w: &Walk, term: u64, leader: MemberId) {
+        let mut header = AdjustHeader {
+            grant_term: term,
+            grant_leader: leader,
+            commit_pos: self.commit_pos,
+            commit_index: w.commit_index,
+            tail_pos: w.tail_pos,
+            count: w.items,
+            checksum: 0,
+        };
+        let items_at = self
+            .layout
+            .adjust_header()
+            .add(crate::layout::ADJUST_HEADER_BYTES);
+        let mut c = header.checksum_start();
+        for k in 0..w.items {
+            let (index, term) = crate::log::adjust_item(&self.mem, items_at, k);
+            c.word(index);
+            c.word(term);
+        }
+        header.checksum = c.finish();
+        header.store(&self.mem, self.layout.adjust_header());
+    }
+}

@@ -1,0 +1,345 @@
+//! Failure detection, candidates, voters and log-access grants
+//! (DARE §3.2 and §4.2.2).
+
+use super::*;
+use crate::sst::{Ballot, RoleCode, VoteRequest};
+
+impl<M: Memory, S: StateMachine> Node<M, S> {
+    /// Accepts every peer row that changed and validates (Derecho §3.2:
+    /// a reader never acts on a torn row; it keeps the last good copy).
+    pub(super) fn observe_rows(&mut self) {
+        for p in self.others() {
+            let at = self.layout.row(p);
+            let head = self.mem.load_u64(at);
+            let peer = &mut self.peers[p.index()];
+            if head == peer.version {
+                continue;
+            }
+            match Row::read(&self.mem, at) {
+                Ok((row, version)) if version > peer.version => {
+                    peer.row = row;
+                    peer.version = version;
+                    peer.row_changed_ns = self.now;
+                }
+                Ok(_) | Err(crate::sst::RowError::Empty) => {}
+                Err(_) => self.counters.rows_rejected += 1,
+            }
+        }
+    }
+
+    /// Term changes, vote requests and heartbeats seen in peer rows.
+    pub(super) fn react_to_rows(&mut self) {
+        // An outdated leader or candidate steps down (DARE §3, §4.2.2).
+        if self.role != Role::Follower {
+            let max_term = self
+                .others()
+                .filter(|p| self.peers[p.index()].version > 0)
+                .map(|p| self.peers[p.index()].row.term)
+                .max()
+                .unwrap_or(0);
+            if max_term > self.term {
+                self.advance_term(max_term);
+            }
+        }
+        self.react_to_vote_requests();
+        self.react_to_heartbeats();
+    }
+
+    fn react_to_vote_requests(&mut self) {
+        let mut best: Option<(MemberId, u64)> = None;
+        for c in self.others() {
+            let peer = &self.peers[c.index()];
+            if peer.version == 0 {
+                continue;
+            }
+            let req = peer.row.vote_request;
+            // A request is live while its candidate is still in that term.
+            if req.term == 0 || peer.row.term != req.term || req.term < self.term {
+                continue;
+            }
+            #[cfg(feature = "mutation-testing")]
+            let vote_once = self.cfg.mutation != crate::config::Mutation::VoteTwicePerTerm;
+            #[cfg(not(feature = "mutation-testing"))]
+            let vote_once = true;
+            // One vote per term (DARE §3.2): our private vote records it.
+            if vote_once && req.term <= self.row.private_vote.term {
+                continue;
+            }
+            // Never vote against a leader we already follow in this term.
+            if req.term == self.term && (self.leader.is_some() || self.role != Role::Follower) {
+                continue;
+            }
+            match self.duty {
+                Duty::VoteCheck { term, .. } | Duty::VoteReplicate { term, .. }
+                    if term >= req.term =>
+                {
+                    continue
+                }
+                _ => {}
+            }
+            if best.is_none_or(|(_, t)| req.term > t) {
+                best = Some((c, req.term));
+            }
+        }
+        if let Some((candidate, term)) = best {
+            if term > self.term {
+                self.advance_term(term);
+            }
+            // The log check needs exclusive access: it runs once the host
+            // has executed our revokes (DARE §3.2.3, Figure 4).
+            self.duty = Duty::VoteCheck { candidate, term };
+        }
+    }
+
+    fn react_to_heartbeats(&mut self) {
+        for l in self.others() {
+            let peer = &self.peers[l.index()];
+            let hb = peer.row.heartbeat;
+            if peer.version == 0
+                || peer.row.role != RoleCode::Leader
+                || hb.term == 0
+                || hb.term != peer.row.term
+            {
+                continue;
+            }
+            if hb.term > self.term {
+                self.advance_term(hb.term);
+                self.adopt_leader(l);
+            } else if hb.term == self.term && self.leader.is_none() && self.role != Role::Leader {
+                // Another member won this term: a candidate returns to idle.
+                self.adopt_leader(l);
+            } else if hb.term < self.term && peer.stale_hb_version != peer.version {
+                // An outdated leader: grow Δ so that a slow but correct
+                // leader is eventually not suspected (eventual strong
+                // accuracy, DARE §4.2.2). It learns it is outdated from our
+                // row's term.
+                self.peers[l.index()].stale_hb_version = self.peers[l.index()].version;
+                self.fd_period_ns = (self.fd_period_ns + self.cfg.fd_check_period_step_ns)
+                    .min(self.cfg.fd_check_period_max_ns);
+            }
+        }
+    }
+
+    fn adopt_leader(&mut self, l: MemberId) {
+        self.set_role(Role::Follower, Some(l));
+        self.peers[l.index()].hb_counter_seen = self.peers[l.index()].row.heartbeat.counter;
+        self.set_timer(Timer::FdCheck, Some(self.now + self.fd_period_ns));
+        self.set_timer(Timer::Election, None);
+        let already = self.row.grant == Ballot::new(self.term, l) && self.granted_to == Some(l);
+        self.duty = if already {
+            Duty::None
+        } else {
+            Duty::Grant {
+                leader: l,
+                term: self.term,
+            }
+        };
+    }
+
+    /// Moves to a higher term as a follower without a leader, revoking
+    /// every peer's access to our log first.
+    pub(super) fn advance_term(&mut self, term: u64) {
+        assert!(term > self.term, "terms only grow");
+        if self.role == Role::Leader {
+            self.leader_cleanup();
+            self.counters.step_downs += 1;
+        }
+        self.term = term;
+        self.row.term = term;
+        self.revoke_all();
+        self.duty = Duty::None;
+        self.set_role(Role::Follower, None);
+        let t = self.random_election_timeout();
+        self.set_timer(Timer::Election, Some(self.now + t));
+        self.set_timer(Timer::FdCheck, None);
+        self.set_timer(Timer::Heartbeat, None);
+        self.set_timer(Timer::Prune, None);
+    }
+
+    /// The leader is suspected (heartbeat stalled, or its process exited):
+    /// start an election soon, after a small random delay so that the
+    /// followers that noticed together do not all split the vote.
+    pub(super) fn suspect_leader(&mut self) {
+        self.set_role(Role::Follower, None);
+        self.set_timer(Timer::FdCheck, None);
+        let delay = self
+            .rng
+            .range_inclusive(0, self.cfg.election_timeout_min_ns / 2);
+        self.set_timer(Timer::Election, Some(self.now + delay));
+    }
+
+    fn start_election(&mut self) {
+        if self.role == Role::Leader {
+            self.leader_cleanup();
+        }
+        self.term += 1;
+        self.row.term = self.term;
+        self.revoke_all();
+        self.set_role(Role::Candidate, None);
+        self.duty = Duty::Campaign { term: self.term };
+        let t = self.random_election_timeout();
+        self.set_timer(Timer::Election, Some(self.now + t));
+        self.set_timer(Timer::FdCheck, None);
+        self.counters.elections_started += 1;
+    }
+
+    /// Runs the local procedure that waits for exclusive log access.
+    pub(super) fn run_duty(&mut self) {
+        if self.revoke_pending || self.corrupt {
+            if self.corrupt {
+                self.duty = Duty::None;
+            }
+            return;
+        }
+        match self.duty {
+            Duty::None => {}
+            Duty::Campaign { term } => {
+                self.duty = Duty::None;
+                if term != self.term || self.role != Role::Candidate {
+                    return;
+                }
+                let Some(w) = self.walk_log() else { return };
+                self.tail_pos = w.tail_pos;
+                self.tail_index = w.tail_index;
+                self.last_term = w.last_term;
+                self.commit_index = w.commit_index;
+                self.row.vote_request = VoteRequest {
+                    term,
+                    last_index: w.tail_index - 1,
+                    last_term: w.last_term,
+                };
+                self.row.last_index = w.tail_index - 1;
+                // The candidate votes for itself; like every vote it is made
+                // reliable before it counts (count_votes).
+                self.row.private_vote = Ballot::new(term, self.me);
+                self.row_dirty = true;
+            }
+            Duty::VoteCheck { candidate, term } => {
+                self.duty = Duty::None;
+                let req = self.peers[candidate.index()].row.vote_request;
+                if term != self.term || req.term != term {
+                    return;
+                }
+                let Some(w) = self.walk_log() else { return };
+                let my_last_index = w.tail_index - 1;
+                // Up to date: a higher last term, or the same term and at
+                // least as long (DARE §3.2.3, Raft §5.4.1).
+                #[allow(unused_mut)]
+                let mut up_to_date = req.last_term > w.last_term
+                    || (req.last_term == w.last_term && req.last_index >= my_last_index);
+                #[cfg(feature = "mutation-testing")]
+                if self.cfg.mutation == crate::config::Mutation::VoteWithoutLogCheck {
+                    up_to_date = true;
+                }
+                self.row_dirty = true; // publish our new term either way
+                if up_to_date {
+                    self.write_adjust_list(&w, term, candidate);
+                    self.row.private_vote = Ballot::new(term, candidate);
+                    self.duty = Duty::VoteReplicate { candidate, term };
+                }
+            }
+            Duty::VoteReplicate { candidate, term } => {
+                if term != self.term {
+                    self.duty = Duty::None;
+                    return;
+                }
+                if self.private_vote_reliable() {
+                    // Grant log access, then answer: the candidate only
+                    // reads our list once it sees the vote/grant in our row,
+                    // which is pushed after the grant is executed.
+                    self.grant_log(candidate);
+                    self.row.vote = Ballot::new(term, candidate);
+                    self.row.grant = Ballot::new(term, candidate);
+                    self.row_dirty = true;
+                    self.counters.votes_granted += 1;
+                    // Give the candidate time before suspecting anyone
+                    // (DARE §4.2.2, last paragraph).
+                    let t = self.random_election_timeout();
+                    self.set_timer(Timer::Election, Some(self.now + t));
+                    self.duty = Duty::None;
+                }
+            }
+            Duty::Grant { leader, term } => {
+                self.duty = Duty::None;
+                if term != self.term || self.leader != Some(leader) {
+                    return;
+                }
+                let Some(w) = self.walk_log() else { return };
+                self.write_adjust_list(&w, term, leader);
+                self.grant_log(leader);
+                self.row.grant = Ballot::new(term, leader);
+                self.row_dirty = true;
+            }
+        }
+    }
+
+    pub(super) fn fire_timers(&mut self) {
+        if self.timer_due(Timer::Election) {
+            self.set_timer(Timer::Election, None);
+            match self.role {
+                Role::Follower if self.leader.is_none() => self.start_election(),
+                Role::Candidate => self.start_election(),
+                _ => {}
+            }
+        }
+        if self.timer_due(Timer::FdCheck) {
+            self.set_timer(Timer::FdCheck, None);
+            if let (Role::Follower, Some(l)) = (self.role, self.leader) {
+                let counter = self.peers[l.index()].row.heartbeat.counter;
+                if counter == self.peers[l.index()].hb_counter_seen {
+                    self.suspect_leader();
+                } else {
+                    self.peers[l.index()].hb_counter_seen = counter;
+                    self.set_timer(Timer::FdCheck, Some(self.now + self.fd_period_ns));
+                }
+            }
+        }
+        if self.timer_due(Timer::Heartbeat) {
+            self.set_timer(Timer::Heartbeat, None);
+            if self.role == Role::Leader {
+                self.row.heartbeat.counter += 1;
+                self.row_dirty = true;
+                self.set_timer(
+                    Timer::Heartbeat,
+                    Some(self.now + self.cfg.heartbeat_period_ns),
+                );
+                self.check_quorum();
+            }
+        }
+        if self.timer_due(Timer::ApplyPublish) {
+            if self.row.apply_index != self.published_apply_index {
+                self.row_dirty = true;
+            }
+            self.set_timer(
+                Timer::ApplyPublish,
+                Some(self.now + self.cfg.apply_publish_period_ns),
+            );
+        }
+        if self.timer_due(Timer::Prune) {
+            self.set_timer(Timer::Prune, None);
+            if self.role == Role::Leader {
+                self.prune();
+                self.set_timer(Timer::Prune, Some(self.now + self.cfg.prune_period_ns));
+            }
+        }
+    }
+
+    /// A candidate becomes leader with votes from a majority, itself
+    /// included (DARE §3.2.2).
+    pub(super) fn count_votes(&mut self) {
+        if matches!(self.duty, Duty::Campaign { .. }) || self.row.vote_request.term != self.term {
+            return;
+        }
+        let me = Ballot::new(self.term, self.me);
+        let mut votes = self
+            .others()
+            .filter(|p| self.peers[p.index()].row.vote == me)
+            .count();
+        if self.row.private_vote == me && self.private_vote_reliable() {
+            votes += 1;
+        }
+        if votes >= self.quorum {
+            self.become_leader();
+        }
+    }
+}

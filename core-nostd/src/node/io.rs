@@ -1,0 +1,225 @@
+//! Work requests, completions, row pushes and channel maintenance.
+
+use super::*;
+use crate::fabric::{Access, Op, RegionId, WcStatus, WorkRequest, WrId};
+use crate::layout::ROW_BYTES;
+use crate::sst::write_row_words;
+
+/// Actions kept free for revokes and reconnects, which must never wait.
+const ACTION_RESERVE: usize = 2 * MAX_MEMBERS + 8;
+
+impl<M: Memory, S: StateMachine> Node<M, S> {
+    /// True when `n` more work requests can be posted in this call.
+    pub(super) fn can_post(&self, n: usize) -> bool {
+        self.free_slots.len() >= n && ACTION_QUEUE_CAP - self.actions.len() >= n + ACTION_RESERVE
+    }
+
+    pub(super) fn emit(&mut self, a: Action) {
+        if self.actions.push_back(a).is_err() {
+            panic!("action queue overflow: the host must drain actions after every call");
+        }
+    }
+
+    /// Posts a work request (the caller checked [`Node::can_post`]).
+    pub(super) fn post(&mut self, peer: MemberId, op: Op, purpose: Purpose) {
+        let idx = self.free_slots.pop().expect("caller checked can_post");
+        let slot = &mut self.slots[usize::from(idx)];
+        assert!(!slot.busy, "free list holds a busy slot");
+        slot.generation = slot.generation.wrapping_add(1);
+        slot.busy = true;
+        slot.peer = peer;
+        slot.channel = op.channel();
+        slot.purpose = purpose;
+        let wr_id = WrId((u64::from(slot.generation) << 32) | u64::from(idx));
+        self.peers[peer.index()].channels[op.channel().index()].inflight += 1;
+        self.emit(Action::Post(WorkRequest { wr_id, peer, op }));
+    }
+
+    /// True when work requests may be posted on `channel` to `peer`.
+    pub(super) fn channel_ok(&self, peer: MemberId, channel: Channel) -> bool {
+        !self.peers[peer.index()].channels[channel.index()].broken
+    }
+
+    /// Revokes every peer's access to our log (DARE §3.2.1). Steps that
+    /// need exclusive access wait until the host has executed these.
+    pub(super) fn revoke_all(&mut self) {
+        for p in self.others() {
+            self.emit(Action::SetAccess {
+                peer: p,
+                region: RegionId::Log,
+                access: Access::Revoked,
+            });
+        }
+        self.granted_to = None;
+        self.revoke_pending = true;
+    }
+
+    pub(super) fn grant_log(&mut self, leader: MemberId) {
+        self.emit(Action::SetAccess {
+            peer: leader,
+            region: RegionId::Log,
+            access: Access::Granted,
+        });
+        self.granted_to = Some(leader);
+    }
+
+    pub(super) fn on_completion(&mut self, c: Completion) {
+        let idx = (c.wr_id.0 & 0xFFFF_FFFF) as usize;
+        let generation = (c.wr_id.0 >> 32) as u32;
+        let valid = idx < INFLIGHT_CAP
+            && self.slots[idx].busy
+            && self.slots[idx].generation == generation
+            && self.slots[idx].peer == c.peer;
+        if !valid {
+            // A duplicate, stale or forged completion: never trusted.
+            self.counters.completions_unknown += 1;
+            return;
+        }
+        let slot = self.slots[idx];
+        self.slots[idx].busy = false;
+        self.free_slots
+            .push(idx as u16)
+            .expect("a slot was just freed");
+        let now = self.now;
+        let backoff = self.cfg.reconnect_backoff_ns;
+        let peer = &mut self.peers[slot.peer.index()];
+        let ch = &mut peer.channels[slot.channel.index()];
+        ch.inflight -= 1;
+        let mut event = None;
+        if c.status.is_ok() {
+            peer.last_ok_ns = now;
+            if !peer.reachable {
+                peer.reachable = true;
+                event = Some(Event::PeerReachable { peer: slot.peer });
+            }
+        } else {
+            if !ch.broken {
+                ch.broken = true;
+                ch.retry_at_ns = now + backoff;
+            }
+            if c.status == WcStatus::Unreachable && peer.reachable {
+                peer.reachable = false;
+                event = Some(Event::PeerUnreachable { peer: slot.peer });
+            }
+        }
+        if !c.status.is_ok() {
+            self.counters.completion_errors += 1;
+        }
+        if let Some(e) = event {
+            self.push_event(e);
+        }
+        let ok = c.status.is_ok();
+        match slot.purpose {
+            Purpose::RowPush { staging, version } => {
+                self.staging_refs[usize::from(staging)] -= 1;
+                if ok {
+                    let p = &mut self.peers[slot.peer.index()];
+                    p.acked_push = p.acked_push.max(version);
+                }
+            }
+            Purpose::ReadRow { round } => self.on_read_row(slot.peer, round, ok),
+            Purpose::ReadAdjustHeader { term } => self.on_adjust_header(slot.peer, term, ok),
+            Purpose::ReadAdjustList { term } => self.on_adjust_list(slot.peer, term, ok),
+            Purpose::WriteAdjustTail { term, pos } => self.on_adjust_tail(slot.peer, term, pos, ok),
+            Purpose::WriteEntries { term } => {
+                if !ok {
+                    self.on_log_error(slot.peer, term, c.status);
+                }
+            }
+            Purpose::WriteTail { term, pos } => self.on_tail_ack(slot.peer, term, pos, c.status),
+            Purpose::WriteCommit { term } => {
+                if term == self.term {
+                    self.peers[slot.peer.index()].repl.commit_inflight = false;
+                }
+                if !ok {
+                    self.on_log_error(slot.peer, term, c.status);
+                }
+            }
+        }
+    }
+
+    /// Re-establishes broken channels once drained and after the backoff.
+    pub(super) fn maintain_channels(&mut self) {
+        for p in self.others() {
+            for channel in Channel::ALL {
+                let ch = self.peers[p.index()].channels[channel.index()];
+                if ch.broken && ch.inflight == 0 && ch.retry_at_ns <= self.now {
+                    self.emit(Action::Reconnect { peer: p, channel });
+                    self.peers[p.index()].channels[channel.index()].broken = false;
+                    match channel {
+                        // It missed pushes: send the current row again.
+                        Channel::Control => self.row_dirty = true,
+                        Channel::Log => self.on_log_reconnected(p),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Pushes our row to every peer if it changed (Derecho §3.2: update the
+    /// local copy, then one WRITE per peer). The pushed bytes come from an
+    /// immutable staging copy, so a push in flight is never torn by a later
+    /// update of the row.
+    pub(super) fn flush_row(&mut self) {
+        if !self.row_dirty {
+            return;
+        }
+        let Some(slot) = self.staging_refs.iter().position(|&r| r == 0) else {
+            return; // all staging copies in flight: retry on the next call
+        };
+        let targets = self
+            .others()
+            .filter(|&p| self.channel_ok(p, Channel::Control))
+            .count();
+        if !self.can_post(targets) {
+            return;
+        }
+        self.row_version += 1;
+        self.row.term = self.term;
+        let words = self.row.encode(self.row_version);
+        write_row_words(&self.mem, self.layout.row(self.me), &words);
+        let staging = self.layout.staging(slot);
+        write_row_words(&self.mem, staging, &words);
+        let remote = self.layout.row(self.me);
+        for p in self.others() {
+            if self.channel_ok(p, Channel::Control) {
+                self.post(
+                    p,
+                    Op::Write {
+                        local: staging,
+                        remote,
+                        len: ROW_BYTES as u32,
+                    },
+                    Purpose::RowPush {
+                        staging: slot as u8,
+                        version: self.row_version,
+                    },
+                );
+                self.staging_refs[slot] += 1;
+            }
+        }
+        if self.row.private_vote != self.last_pushed_private {
+            self.private_push = self.row_version;
+            self.last_pushed_private = self.row.private_vote;
+        }
+        self.published_apply_index = self.row.apply_index;
+        self.row_dirty = false;
+        self.counters.row_pushes += 1;
+    }
+
+    /// True once our current private vote is stored at a majority (us
+    /// included): DARE §3.2.3, raw replication of the vote.
+    pub(super) fn private_vote_reliable(&self) -> bool {
+        if self.row_dirty && self.row.private_vote != self.last_pushed_private {
+            return false;
+        }
+        if self.private_push == 0 {
+            return false;
+        }
+        let acks = self
+            .others()
+            .filter(|p| self.peers[p.index()].acked_push >= self.private_push)
+            .count();
+        acks + 1 >= self.quorum
+    }
+}

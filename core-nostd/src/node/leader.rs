@@ -1,0 +1,690 @@
+//! The leader: log adjustment and direct log update (DARE §3.3.1), commit,
+//! pruning (§3.3.2), reads (§3.3) and client writes.
+
+use super::*;
+use crate::fabric::{Op, WcStatus};
+use crate::layout::{ADJUST_HEADER_BYTES, ADJUST_ITEM_BYTES, ROW_BYTES};
+use crate::log::{adjust_item, entry_bytes, verify_adjust_list, EntryHeader, EntryKind};
+use crate::sessions::SessionCheck;
+use crate::sst::{Ballot, Heartbeat};
+
+impl<M: Memory, S: StateMachine> Node<M, S> {
+    pub(super) fn become_leader(&mut self) {
+        self.counters.elections_won += 1;
+        self.set_role(Role::Leader, Some(self.me));
+        for p in self.others() {
+            let peer = &mut self.peers[p.index()];
+            peer.repl = Repl {
+                state: ReplState::AwaitGrant,
+                ..Repl::IDLE
+            };
+            peer.last_ok_ns = self.now;
+        }
+        self.row.heartbeat = Heartbeat {
+            term: self.term,
+            counter: self.row.heartbeat.counter + 1,
+        };
+        self.row_dirty = true;
+        self.read_round = None;
+        self.log_full_reported = false;
+        // A new leader appends an entry of its own term so that every
+        // earlier entry commits with it, and so that it learns its commit
+        // point before serving reads (DARE §3.3).
+        self.noop_end_pos = u64::MAX;
+        self.try_append_noop();
+        self.set_timer(
+            Timer::Heartbeat,
+            Some(self.now + self.cfg.heartbeat_period_ns),
+        );
+        self.set_timer(Timer::Prune, Some(self.now + self.cfg.prune_period_ns));
+        self.set_timer(Timer::Election, None);
+        self.set_timer(Timer::FdCheck, None);
+    }
+
+    fn try_append_noop(&mut self) {
+        if self.noop_end_pos != u64::MAX {
+            return;
+        }
+        if let Ok((_, end)) = self.append_entry(EntryKind::Noop, 0, 0, &[], true) {
+            self.noop_end_pos = end;
+        }
+    }
+
+    /// Leaves the leader role's state behind (reads, replication).
+    pub(super) fn leader_cleanup(&mut self) {
+        while let Some(r) = self.reads.pop_front() {
+            self.push_event(Event::ReadAborted { token: r.token });
+        }
+        self.read_round = None;
+        for p in self.others() {
+            self.peers[p.index()].repl = Repl::IDLE;
+        }
+        self.noop_end_pos = 0;
+    }
+
+    fn step_down_same_term(&mut self) {
+        self.leader_cleanup();
+        self.counters.step_downs += 1;
+        self.set_role(Role::Follower, None);
+        self.set_timer(Timer::Heartbeat, None);
+        self.set_timer(Timer::Prune, None);
+        let t = self.random_election_timeout();
+        self.set_timer(Timer::Election, Some(self.now + t));
+    }
+
+    /// A leader that has not heard from a majority for a while steps down,
+    /// so that its clients look for the leader of the majority side.
+    pub(super) fn check_quorum(&mut self) {
+        let window = self.cfg.leader_quorum_timeout_ns;
+        let now = self.now;
+        let live = self
+            .others()
+            .filter(|p| now.saturating_sub(self.peers[p.index()].last_ok_ns) <= window)
+            .count()
+            + 1;
+        if live < self.quorum {
+            self.step_down_same_term();
+        }
+    }
+
+    /// Appends an entry to our own log. Operations keep one maximal entry
+    /// of room free so that internal entries (no-op, HEAD) always fit.
+    pub(super) fn append_entry(
+        &mut self,
+        kind: EntryKind,
+        client_id: u64,
+        request_id: u64,
+        payload: &[u8],
+        internal: bool,
+    ) -> Result<(u64, u64), SubmitError> {
+        assert_eq!(self.role, Role::Leader);
+        let start = self.ring.place(self.tail_pos);
+        let end = start + entry_bytes(payload.len() as u32);
+        let reserve = if internal {
+            0
+        } else {
+            self.layout.log.entry_bytes_max
+        };
+        // Never overwrite an entry that a live member has not applied:
+        // positions below head are applied everywhere that matters.
+        if end > self.head_pos + self.ring.ring_bytes() - reserve {
+            return Err(SubmitError::LogFull);
+        }
+        let header = EntryHeader {
+            index: self.tail_index,
+            term: self.term,
+            kind,
+            payload_len: payload.len() as u32,
+            client_id,
+            request_id,
+        };
+        let (s, e) = self
+            .ring
+            .write_entry(&self.mem, self.tail_pos, &header, payload);
+        debug_assert_eq!((s, e), (start, end));
+        self.tail_pos = end;
+        self.tail_index += 1;
+        self.last_term = self.term;
+        self.row.last_index = self.tail_index - 1;
+        self.mem.store_u64(self.layout.log_tail(), self.tail_pos);
+        self.counters.entries_appended += 1;
+        Ok((start, end))
+    }
+
+    pub(super) fn leader_submit_write(
+        &mut self,
+        client_id: u64,
+        request_id: u64,
+        payload: &[u8],
+    ) -> Result<Submitted, SubmitError> {
+        if self.role != Role::Leader {
+            return Err(SubmitError::NotLeader {
+                leader: self.leader,
+            });
+        }
+        if payload.len() > self.cfg.entry_payload_bytes_max as usize {
+            return Err(SubmitError::TooLarge);
+        }
+        match self
+            .sessions
+            .check(&self.mem, &self.layout, client_id, request_id)
+        {
+            SessionCheck::Duplicate(reply) => {
+                self.counters.duplicates += 1;
+                return Ok(Submitted::Duplicate(reply));
+            }
+            SessionCheck::Stale => return Err(SubmitError::Stale),
+            SessionCheck::New => {}
+        }
+        let index = self.tail_index;
+        match self.append_entry(EntryKind::Operation, client_id, request_id, payload, false) {
+            Ok(_) => {
+                self.log_full_reported = false;
+                Ok(Submitted::Appended { index })
+            }
+            Err(e) => {
+                self.counters.log_full += 1;
+                if !self.log_full_reported {
+                    self.log_full_reported = true;
+                    self.push_event(Event::LogFull);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    pub(super) fn leader_submit_read(&mut self, token: u64) -> Result<(), SubmitError> {
+        if self.role != Role::Leader {
+            return Err(SubmitError::NotLeader {
+                leader: self.leader,
+            });
+        }
+        self.reads
+            .push_back(PendingRead {
+                token,
+                round: self.next_read_round,
+                read_index: None,
+            })
+            .map_err(|_| SubmitError::ReadQueueFull)
+    }
+
+    pub(super) fn leader_tick(&mut self) {
+        self.try_append_noop();
+        let me = Ballot::new(self.term, self.me);
+        for p in self.others() {
+            match self.peers[p.index()].repl.state {
+                ReplState::AwaitGrant
+                    if self.peers[p.index()].row.grant == me
+                        && self.channel_ok(p, Channel::Log)
+                        && self.can_post(1) =>
+                {
+                    {
+                        // (a) in Figure 6: read the not-committed list.
+                        let first = self.layout.log.adjust_capacity.min(ADJUST_ITEMS_FIRST_READ);
+                        let len = ADJUST_HEADER_BYTES + first * ADJUST_ITEM_BYTES;
+                        self.post(
+                            p,
+                            Op::Read {
+                                remote: self.layout.adjust_header(),
+                                local: self.layout.adjust_landing(p),
+                                len: len as u32,
+                            },
+                            Purpose::ReadAdjustHeader { term: self.term },
+                        );
+                        self.peers[p.index()].repl.state = ReplState::ReadHeader;
+                    }
+                }
+                ReplState::Replicating => self.send_entries(p),
+                _ => {}
+            }
+        }
+        self.compute_commit();
+        self.send_commits();
+        self.start_read_round();
+    }
+
+    fn repl_current(&self, p: MemberId, term: u64, state: ReplState) -> bool {
+        self.role == Role::Leader && term == self.term && self.peers[p.index()].repl.state == state
+    }
+
+    pub(super) fn on_adjust_header(&mut self, p: MemberId, term: u64, ok: bool) {
+        if !self.repl_current(p, term, ReplState::ReadHeader) {
+            return;
+        }
+        if !ok {
+            self.on_log_error(p, term, WcStatus::Flushed);
+            return;
+        }
+        let landing = self.layout.adjust_landing(p);
+        let header = match crate::log::AdjustHeader::load(&self.mem, landing) {
+            Some(h)
+                if h.grant_term == self.term
+                    && h.grant_leader == self.me
+                    && h.count <= self.layout.log.adjust_capacity =>
+            {
+                h
+            }
+            _ => {
+                // Not (yet) a list for us: read it again later.
+                self.counters.entries_rejected += 1;
+                self.peers[p.index()].repl.state = ReplState::AwaitGrant;
+                return;
+            }
+        };
+        let first = self.layout.log.adjust_capacity.min(ADJUST_ITEMS_FIRST_READ);
+        if header.count > first {
+            if !self.can_post(1) {
+                self.peers[p.index()].repl.state = ReplState::AwaitGrant;
+                return;
+            }
+            let offset = ADJUST_HEADER_BYTES + first * ADJUST_ITEM_BYTES;
+            let len = (header.count - first) * ADJUST_ITEM_BYTES;
+            self.post(
+                p,
+                Op::Read {
+                    remote: self.layout.adjust_header().add(offset),
+                    local: landing.add(offset),
+                    len: len as u32,
+                },
+                Purpose::ReadAdjustList { term },
+            );
+            let r = &mut self.peers[p.index()].repl;
+            r.header = Some(header);
+            r.state = ReplState::ReadList;
+        } else {
+            self.process_adjust(p, header);
+        }
+    }
+
+    pub(super) fn on_adjust_list(&mut self, p: MemberId, term: u64, ok: bool) {
+        if !self.repl_current(p, term, ReplState::ReadList) {
+            return;
+        }
+        if !ok {
+            self.on_log_error(p, term, WcStatus::Flushed);
+            return;
+        }
+        match self.peers[p.index()].repl.header {
+            Some(h) => self.process_adjust(p, h),
+            None => self.peers[p.index()].repl.state = ReplState::AwaitGrant,
+        }
+    }
+
+    fn needs_recovery(&mut self, p: MemberId) {
+        self.peers[p.index()].repl.state = ReplState::NeedsRecovery;
+        self.push_event(Event::PeerNeedsRecovery { peer: p });
+    }
+
+    /// Log adjustment (DARE §3.3.1): the remote tail goes to the first
+    /// entry that does not match ours, never below the remote commit.
+    fn process_adjust(&mut self, p: MemberId, h: crate::log::AdjustHeader) {
+        let items = self.layout.adjust_landing(p).add(ADJUST_HEADER_BYTES);
+        if !verify_adjust_list(&self.mem, &h, items) {
+            self.counters.entries_rejected += 1;
+            self.peers[p.index()].repl.state = ReplState::AwaitGrant;
+            return;
+        }
+        // Its committed prefix must still be in our ring and agree with it.
+        if h.commit_pos < self.head_pos || h.commit_pos > self.tail_pos || h.tail_pos < h.commit_pos
+        {
+            self.needs_recovery(p);
+            return;
+        }
+        let mut pos = h.commit_pos;
+        let own_index_at_commit = if pos == self.tail_pos {
+            Some(self.tail_index)
+        } else {
+            self.ring
+                .header_at(&self.mem, pos)
+                .ok()
+                .map(|(oh, _, _)| oh.index)
+        };
+        if own_index_at_commit != Some(h.commit_index) {
+            self.needs_recovery(p);
+            return;
+        }
+        for k in 0..h.count {
+            if pos >= self.tail_pos {
+                break;
+            }
+            let Ok((own, _, end)) = self.ring.header_at(&self.mem, pos) else {
+                break;
+            };
+            let (index, term) = adjust_item(&self.mem, items, k);
+            if index != own.index || term != own.term {
+                break;
+            }
+            pos = end;
+        }
+        if !self.can_post(1) {
+            self.peers[p.index()].repl.state = ReplState::AwaitGrant;
+            return;
+        }
+        // (b) in Figure 6.
+        self.post(
+            p,
+            Op::write_u64(self.layout.log_tail(), pos),
+            Purpose::WriteAdjustTail {
+                term: self.term,
+                pos,
+            },
+        );
+        let r = &mut self.peers[p.index()].repl;
+        r.state = ReplState::Adjusting;
+        r.adjusted_pos = pos;
+        self.counters.adjustments += 1;
+    }
+
+    pub(super) fn on_adjust_tail(&mut self, p: MemberId, term: u64, pos: u64, ok: bool) {
+        if !self.repl_current(p, term, ReplState::Adjusting) {
+            return;
+        }
+        if !ok {
+            self.on_log_error(p, term, WcStatus::Flushed);
+            return;
+        }
+        let r = &mut self.peers[p.index()].repl;
+        r.state = ReplState::Replicating;
+        r.sent_pos = pos;
+        r.acked_pos = pos;
+        r.commit_sent_pos = 0;
+        r.commit_inflight = false;
+    }
+
+    pub(super) fn on_tail_ack(&mut self, p: MemberId, term: u64, pos: u64, status: WcStatus) {
+        if term != self.term || self.role != Role::Leader {
+            return;
+        }
+        let r = &mut self.peers[p.index()].repl;
+        r.batches_inflight = r.batches_inflight.saturating_sub(1);
+        if status.is_ok() {
+            if matches!(r.state, ReplState::Replicating | ReplState::Broken) {
+                r.acked_pos = r.acked_pos.max(pos);
+            }
+        } else {
+            self.on_log_error(p, term, status);
+        }
+    }
+
+    pub(super) fn on_log_error(&mut self, p: MemberId, term: u64, status: WcStatus) {
+        if term != self.term || self.role != Role::Leader {
+            return;
+        }
+        let r = &mut self.peers[p.index()].repl;
+        if r.state != ReplState::Broken && r.state != ReplState::NeedsRecovery {
+            // After an error we resume from what we know landed, never
+            // re-adjust a log we already wrote to: its list is stale and
+            // re-adjusting could remove entries counted as committed.
+            r.was_replicating =
+                r.state == ReplState::Replicating && status != WcStatus::AccessDenied;
+            r.state = ReplState::Broken;
+        }
+    }
+
+    pub(super) fn on_log_reconnected(&mut self, p: MemberId) {
+        if self.role != Role::Leader {
+            return;
+        }
+        let granted = self.peers[p.index()].row.grant == Ballot::new(self.term, self.me);
+        let r = &mut self.peers[p.index()].repl;
+        if r.state != ReplState::Broken {
+            return;
+        }
+        if r.was_replicating && granted {
+            r.state = ReplState::Replicating;
+            r.sent_pos = r.acked_pos;
+            r.batches_inflight = 0;
+            r.commit_sent_pos = 0;
+            r.commit_inflight = false;
+        } else {
+            r.state = ReplState::AwaitGrant;
+        }
+    }
+
+    /// Direct log update (DARE §3.3.1, (c) and (d) of Figure 6): write
+    /// every entry between the remote and the local tail, then the tail.
+    fn send_entries(&mut self, p: MemberId) {
+        let r = self.peers[p.index()].repl;
+        if r.sent_pos >= self.tail_pos
+            || r.batches_inflight >= LOG_BATCHES_INFLIGHT_MAX
+            || !self.channel_ok(p, Channel::Log)
+        {
+            return;
+        }
+        let end = self.tail_pos;
+        // Never overwrite entries the follower has not applied yet (its
+        // apply pointer as last published): it is lagging, wait.
+        if self.peers[p.index()].row.apply_pos + self.ring.ring_bytes() < end {
+            return;
+        }
+        let spans = self.ring.spans(r.sent_pos, end);
+        let needed = 1 + spans.iter().filter(|s| s.1 > 0).count() + 1;
+        if !self.can_post(needed) {
+            return;
+        }
+        for (addr, len) in spans {
+            if len > 0 {
+                self.post(
+                    p,
+                    Op::Write {
+                        local: addr,
+                        remote: addr,
+                        len: len as u32,
+                    },
+                    Purpose::WriteEntries { term: self.term },
+                );
+            }
+        }
+        self.post(
+            p,
+            Op::write_u64(self.layout.log_tail(), end),
+            Purpose::WriteTail {
+                term: self.term,
+                pos: end,
+            },
+        );
+        let r = &mut self.peers[p.index()].repl;
+        r.sent_pos = end;
+        r.batches_inflight += 1;
+        self.send_commit(p);
+    }
+
+    /// (e) of Figure 6: the remote commit pointer, lazily (nobody waits).
+    fn send_commit(&mut self, p: MemberId) {
+        let r = self.peers[p.index()].repl;
+        let target = self.commit_pos.min(r.sent_pos);
+        if r.state != ReplState::Replicating
+            || target <= r.commit_sent_pos
+            || r.commit_inflight
+            || !self.channel_ok(p, Channel::Log)
+            || !self.can_post(1)
+        {
+            return;
+        }
+        self.post(
+            p,
+            Op::write_u64(self.layout.log_commit(), target),
+            Purpose::WriteCommit { term: self.term },
+        );
+        let r = &mut self.peers[p.index()].repl;
+        r.commit_sent_pos = target;
+        r.commit_inflight = true;
+    }
+
+    fn send_commits(&mut self) {
+        for p in self.others() {
+            self.send_commit(p);
+        }
+    }
+
+    /// Commit = the minimum tail among a majority, us included (DARE
+    /// §3.3.1), and never before the no-op of our own term.
+    fn compute_commit(&mut self) {
+        let mut acked: heapless::Vec<u64, MAX_MEMBERS> = heapless::Vec::new();
+        acked.push(self.tail_pos).expect("MAX_MEMBERS >= 1");
+        for p in self.others() {
+            let r = &self.peers[p.index()].repl;
+            if r.state == ReplState::Replicating
+                || (r.state == ReplState::Broken && r.was_replicating)
+            {
+                acked
+                    .push(r.acked_pos)
+                    .expect("at most MAX_MEMBERS members");
+            }
+        }
+        #[allow(unused_mut)]
+        let mut needed = self.quorum;
+        #[cfg(feature = "mutation-testing")]
+        if self.cfg.mutation == crate::config::Mutation::CommitOnMinority {
+            needed = (self.quorum - 1).max(1);
+        }
+        if acked.len() < needed {
+            return;
+        }
+        acked.sort_unstable_by(|a, b| b.cmp(a));
+        let candidate = acked[needed - 1];
+        if candidate <= self.commit_pos || candidate < self.noop_end_pos {
+            return;
+        }
+        let mut pos = self.commit_pos;
+        let mut index = self.commit_index;
+        while pos < candidate {
+            let (h, _, end) = self
+                .ring
+                .header_at(&self.mem, pos)
+                .expect("the leader's own log below its tail is valid");
+            assert_eq!(h.index, index, "leader log indices are consecutive");
+            index += 1;
+            pos = end;
+        }
+        assert_eq!(pos, candidate, "commit lands on an entry boundary");
+        self.commit_pos = candidate;
+        self.commit_index = index;
+        self.row.commit_index = index;
+        self.mem.store_u64(self.layout.log_commit(), candidate);
+    }
+
+    /// Log pruning (DARE §3.3.2): the head moves to the smallest apply
+    /// pointer among members heard from recently, announced by a HEAD
+    /// entry so that later leaders know it.
+    pub(super) fn prune(&mut self) {
+        let mut min = self.apply_pos;
+        for p in self.others() {
+            let peer = &self.peers[p.index()];
+            if peer.version == 0
+                || self.now.saturating_sub(peer.row_changed_ns) > self.cfg.prune_grace_ns
+            {
+                continue;
+            }
+            min = min.min(peer.row.apply_pos);
+        }
+        if min <= self.head_pos {
+            return;
+        }
+        let ring = self.ring.ring_bytes();
+        if min - self.head_pos < ring / 8 && self.tail_pos - self.head_pos < ring / 2 {
+            return; // not worth an entry yet
+        }
+        if self
+            .append_entry(EntryKind::Head, 0, 0, &min.to_le_bytes(), true)
+            .is_ok()
+        {
+            self.head_pos = min;
+            self.counters.prunes += 1;
+        }
+    }
+
+    fn start_read_round(&mut self) {
+        if self.read_round.is_some()
+            || self.commit_pos < self.noop_end_pos
+            || !self.reads.iter().any(|r| r.read_index.is_none())
+        {
+            return;
+        }
+        let id = self.next_read_round;
+        #[cfg(feature = "mutation-testing")]
+        if self.cfg.mutation == crate::config::Mutation::ReadWithoutTermCheck {
+            self.next_read_round += 1;
+            self.confirm_round(ReadRound {
+                id,
+                commit_index: self.commit_index,
+                oks: 0,
+                outstanding: 0,
+            });
+            return;
+        }
+        let targets = self
+            .others()
+            .filter(|&p| self.channel_ok(p, Channel::Control))
+            .count();
+        if !self.can_post(targets) {
+            return;
+        }
+        self.next_read_round += 1;
+        // Read the term of the other members (DARE §3.3 "read requests"):
+        // if none is higher than ours, no newer leader existed when the
+        // reads began.
+        for p in self.others() {
+            if self.channel_ok(p, Channel::Control) {
+                self.post(
+                    p,
+                    Op::Read {
+                        remote: self.layout.row(p),
+                        local: self.layout.row_landing(p),
+                        len: ROW_BYTES as u32,
+                    },
+                    Purpose::ReadRow { round: id },
+                );
+            }
+        }
+        let round = ReadRound {
+            id,
+            commit_index: self.commit_index,
+            oks: 0,
+            outstanding: targets as u32,
+        };
+        if self.quorum == 1 {
+            self.confirm_round(round);
+        } else {
+            self.read_round = Some(round);
+        }
+    }
+
+    fn confirm_round(&mut self, round: ReadRound) {
+        for r in self.reads.iter_mut() {
+            if r.read_index.is_none() && r.round <= round.id {
+                r.read_index = Some(round.commit_index);
+            }
+        }
+        self.read_round = None;
+        self.counters.read_rounds += 1;
+    }
+
+    pub(super) fn on_read_row(&mut self, p: MemberId, round: u64, ok: bool) {
+        let Some(mut rr) = self.read_round else {
+            return;
+        };
+        if rr.id != round || self.role != Role::Leader {
+            return;
+        }
+        rr.outstanding -= 1;
+        if ok {
+            match Row::read(&self.mem, self.layout.row_landing(p)) {
+                Ok((row, _)) if row.term > self.term => {
+                    self.advance_term(row.term);
+                    return;
+                }
+                Ok(_) => rr.oks |= 1 << p.0,
+                Err(_) => self.counters.rows_rejected += 1,
+            }
+        }
+        if rr.oks.count_ones() as usize + 1 >= self.quorum {
+            self.confirm_round(rr);
+        } else if rr.outstanding == 0 {
+            // Not enough confirmations: those reads need a new round.
+            let next = self.next_read_round;
+            for r in self.reads.iter_mut() {
+                if r.read_index.is_none() && r.round <= rr.id {
+                    r.round = next;
+                }
+            }
+            self.read_round = None;
+        } else {
+            self.read_round = Some(rr);
+        }
+    }
+
+    /// Emits the reads whose round is confirmed and whose index is applied.
+    pub(super) fn serve_reads(&mut self) {
+        while let Some(front) = self.reads.front() {
+            let ready = front.read_index.is_some_and(|ri| self.apply_index >= ri);
+            if !ready || self.events.len() >= EVENT_QUEUE_CAP {
+                break;
+            }
+            let token = front.token;
+            self.reads.pop_front();
+            self.counters.reads_served += 1;
+            self.push_event(Event::ReadReady { token });
+        }
+    }
+}

@@ -1,0 +1,916 @@
+//! One member of a DARE group, sans-IO.
+//!
+//! See the crate documentation for the driving contract. This module holds
+//! the state and the public API; the protocol roles live in submodules:
+//! `io` (work requests, pushes, channels), `election` (failure detection,
+//! candidates, voters, grants), `leader` (log adjustment, direct update,
+//! commit, pruning, reads) and `apply` (walking and applying the log).
+
+mod apply;
+mod election;
+mod io;
+mod leader;
+#[cfg(test)]
+mod tests;
+
+use crate::config::{Config, ConfigError, ENTRY_PAYLOAD_BYTES_CAP};
+use crate::fabric::{Action, Channel, Completion, MemberId, MAX_MEMBERS};
+use crate::layout::{Layout, STAGING_SLOTS};
+use crate::log::{AdjustHeader, Ring};
+use crate::mem::Memory;
+use crate::rng::SplitMix64;
+use crate::sessions::Sessions;
+use crate::sm::{Reply, StateMachine};
+use crate::sst::Row;
+use heapless::Deque;
+
+/// Actions queued between two drains by the host, at most.
+pub const ACTION_QUEUE_CAP: usize = 512;
+/// Events queued between two drains by the host, at most.
+pub const EVENT_QUEUE_CAP: usize = READ_QUEUE_CAP + 1024;
+/// Work requests in flight, at most (the `wr_id` space).
+pub const INFLIGHT_CAP: usize = 1024;
+/// Reads waiting for term confirmation or apply, at most.
+pub const READ_QUEUE_CAP: usize = 1024;
+/// Log batches (entries + tail write) in flight per follower, at most.
+pub const LOG_BATCHES_INFLIGHT_MAX: u32 = 8;
+/// Adjustment items fetched by the first READ (most lists are short).
+pub const ADJUST_ITEMS_FIRST_READ: u64 = 64;
+
+/// The role of a member (DARE Figure 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Idle: follows a leader, or waits for one.
+    Follower,
+    /// Asks for votes.
+    Candidate,
+    /// Leads its term.
+    Leader,
+}
+
+/// Something the host should know or do; drained with [`Node::poll_event`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A write was applied (or recognised as a duplicate): answer the
+    /// client. Only the leader emits replies.
+    Reply {
+        /// The client.
+        client_id: u64,
+        /// Its request.
+        request_id: u64,
+        /// Log index of the applied entry.
+        index: u64,
+        /// The state machine's reply (the first one, for duplicates).
+        reply: Reply,
+        /// True when the request had been superseded by a newer one of the
+        /// same client, so no reply is remembered for it.
+        stale: bool,
+    },
+    /// A read is linearizable now: the host may run it against the state
+    /// machine ([`Node::state_machine`]) and answer.
+    ReadReady {
+        /// The host's token from [`Node::submit_read`].
+        token: u64,
+    },
+    /// A read cannot be served here any more (leadership lost).
+    ReadAborted {
+        /// The token.
+        token: u64,
+    },
+    /// Role, term or leader changed.
+    RoleChanged {
+        /// New role.
+        role: Role,
+        /// Current term.
+        term: u64,
+        /// Known leader.
+        leader: Option<MemberId>,
+    },
+    /// The log is full; writes are refused until the group applies and
+    /// the leader prunes (DARE §3.3.2).
+    LogFull,
+    /// A peer stopped answering (retries exhausted, or the host said so).
+    PeerUnreachable {
+        /// The peer.
+        peer: MemberId,
+    },
+    /// A peer answers again.
+    PeerReachable {
+        /// The peer.
+        peer: MemberId,
+    },
+    /// A follower is too far behind: the entries it needs were pruned, or
+    /// its log disagrees with ours in a way adjustment cannot repair. It
+    /// needs state transfer (DARE §3.4 "Recovery").
+    PeerNeedsRecovery {
+        /// The peer.
+        peer: MemberId,
+    },
+    /// Our own log holds an entry that fails validation below the commit
+    /// pointer: this member stops applying and does not vote.
+    LogCorrupt {
+        /// Position of the bad entry.
+        pos: u64,
+    },
+}
+
+/// Accepted submissions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Submitted {
+    /// Appended at this index; a [`Event::Reply`] follows once applied.
+    Appended {
+        /// Log index.
+        index: u64,
+    },
+    /// Already applied earlier: here is its reply; nothing was appended.
+    Duplicate(Reply),
+}
+
+/// Refused submissions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SubmitError {
+    /// Not the leader; try the hinted member.
+    NotLeader {
+        /// The leader we follow, if any.
+        leader: Option<MemberId>,
+    },
+    /// The log is full (DARE §3.3.2).
+    LogFull,
+    /// The payload exceeds `entry_payload_bytes_max`.
+    TooLarge,
+    /// Too many reads are waiting.
+    ReadQueueFull,
+    /// Older than the client's latest applied request.
+    Stale,
+    /// The leader cannot serve yet (its no-op is not committed).
+    NotReady,
+}
+
+/// Counters, for status endpoints and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Entries appended by this member as leader (all kinds).
+    pub entries_appended: u64,
+    /// Entries applied.
+    pub entries_applied: u64,
+    /// Client operations applied to the state machine.
+    pub operations_applied: u64,
+    /// Retried writes recognised by the session table.
+    pub duplicates: u64,
+    /// Reads served.
+    pub reads_served: u64,
+    /// Term-confirmation rounds completed.
+    pub read_rounds: u64,
+    /// Elections started.
+    pub elections_started: u64,
+    /// Elections won.
+    pub elections_won: u64,
+    /// Votes granted.
+    pub votes_granted: u64,
+    /// Times a leader stepped down.
+    pub step_downs: u64,
+    /// Row copies refused as torn or corrupt.
+    pub rows_rejected: u64,
+    /// Log entries refused by validation.
+    pub entries_rejected: u64,
+    /// Error completions.
+    pub completion_errors: u64,
+    /// Completions with an unknown or stale id.
+    pub completions_unknown: u64,
+    /// Writes refused because the log was full.
+    pub log_full: u64,
+    /// Row pushes posted.
+    pub row_pushes: u64,
+    /// Log adjustments done (DARE §3.3.1).
+    pub adjustments: u64,
+    /// HEAD entries appended (pruning).
+    pub prunes: u64,
+}
+
+/// Replication state of a follower, seen from the leader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplState {
+    /// We are not the leader.
+    Idle,
+    /// Waiting for the follower to grant us log access.
+    AwaitGrant,
+    /// Reading its adjustment header.
+    ReadHeader,
+    /// Reading the rest of its adjustment list.
+    ReadList,
+    /// Writing its tail to the first non-matching entry.
+    Adjusting,
+    /// Direct log update (DARE §3.3.1).
+    Replicating,
+    /// It needs state transfer.
+    NeedsRecovery,
+    /// The log channel failed; waiting to reconnect.
+    Broken,
+}
+
+/// A peer as seen by this member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerStatus {
+    /// The peer.
+    pub id: MemberId,
+    /// Its last valid row.
+    pub row: Row,
+    /// Version of that row (0: none seen).
+    pub row_version: u64,
+    /// When the row last changed (our clock).
+    pub row_changed_ns: u64,
+    /// False after retries were exhausted, until it answers again.
+    pub reachable: bool,
+    /// Control and log channel broken?
+    pub channel_broken: [bool; 2],
+    /// Replication state (leader's view).
+    pub repl: ReplState,
+    /// Log position acknowledged by it (leader's view).
+    pub acked_pos: u64,
+    /// Log position sent to it (leader's view).
+    pub sent_pos: u64,
+}
+
+/// A snapshot of a member's state (for status endpoints and consoles).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeStatus {
+    /// This member.
+    pub id: MemberId,
+    /// Group size.
+    pub member_count: u8,
+    /// Role.
+    pub role: Role,
+    /// Term.
+    pub term: u64,
+    /// Known leader.
+    pub leader: Option<MemberId>,
+    /// The member whose writes our log accepts.
+    pub log_granted_to: Option<MemberId>,
+    /// Head position and the index of the entry there.
+    pub head_pos: u64,
+    /// Apply position.
+    pub apply_pos: u64,
+    /// First index not applied.
+    pub apply_index: u64,
+    /// Commit position.
+    pub commit_pos: u64,
+    /// First index not known committed (exact on the leader).
+    pub commit_index: u64,
+    /// Tail position.
+    pub tail_pos: u64,
+    /// Index after the last entry (exact on the leader).
+    pub tail_index: u64,
+    /// Current failure-detector period Δ.
+    pub fd_check_period_ns: u64,
+    /// Per-peer state (the first `member_count` entries are valid).
+    pub peers: [PeerStatus; MAX_MEMBERS],
+    /// Counters.
+    pub counters: Counters,
+    /// Layout hash.
+    pub layout_hash: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Timer {
+    Election = 0,
+    FdCheck = 1,
+    Heartbeat = 2,
+    ApplyPublish = 3,
+    Prune = 4,
+}
+const TIMER_COUNT: usize = 5;
+
+/// Why a work request is in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Purpose {
+    RowPush { staging: u8, version: u64 },
+    ReadRow { round: u64 },
+    ReadAdjustHeader { term: u64 },
+    ReadAdjustList { term: u64 },
+    WriteAdjustTail { term: u64, pos: u64 },
+    WriteEntries { term: u64 },
+    WriteTail { term: u64, pos: u64 },
+    WriteCommit { term: u64 },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    generation: u32,
+    busy: bool,
+    peer: MemberId,
+    channel: Channel,
+    purpose: Purpose,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct ChannelState {
+    broken: bool,
+    inflight: u32,
+    retry_at_ns: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Repl {
+    state: ReplState,
+    sent_pos: u64,
+    acked_pos: u64,
+    commit_sent_pos: u64,
+    commit_inflight: bool,
+    batches_inflight: u32,
+    header: Option<AdjustHeader>,
+    adjusted_pos: u64,
+    /// Replicating before the channel broke (resume without re-adjusting).
+    was_replicating: bool,
+}
+
+impl Repl {
+    const IDLE: Repl = Repl {
+        state: ReplState::Idle,
+        sent_pos: 0,
+        acked_pos: 0,
+        commit_sent_pos: 0,
+        commit_inflight: false,
+        batches_inflight: 0,
+        header: None,
+        adjusted_pos: 0,
+        was_replicating: false,
+    };
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Peer {
+    row: Row,
+    version: u64,
+    row_changed_ns: u64,
+    acked_push: u64,
+    channels: [ChannelState; 2],
+    reachable: bool,
+    hb_counter_seen: u64,
+    stale_hb_version: u64,
+    last_ok_ns: u64,
+    repl: Repl,
+}
+
+impl Peer {
+    const NEW: Peer = Peer {
+        row: Row {
+            term: 0,
+            vote_request: crate::sst::VoteRequest {
+                term: 0,
+                last_index: 0,
+                last_term: 0,
+            },
+            private_vote: crate::sst::Ballot {
+                term: 0,
+                member: None,
+            },
+            vote: crate::sst::Ballot {
+                term: 0,
+                member: None,
+            },
+            heartbeat: crate::sst::Heartbeat {
+                term: 0,
+                counter: 0,
+            },
+            grant: crate::sst::Ballot {
+                term: 0,
+                member: None,
+            },
+            apply_pos: 0,
+            apply_index: 0,
+            commit_index: 0,
+            last_index: 0,
+            role: crate::sst::RoleCode::Follower,
+            leader: None,
+        },
+        version: 0,
+        row_changed_ns: 0,
+        acked_push: 0,
+        channels: [ChannelState {
+            broken: false,
+            inflight: 0,
+            retry_at_ns: 0,
+        }; 2],
+        reachable: true,
+        hb_counter_seen: 0,
+        stale_hb_version: 0,
+        last_ok_ns: 0,
+        repl: Repl::IDLE,
+    };
+}
+
+/// Multi-step local procedures that need exclusive access to our own log
+/// (after revokes have been executed by the host).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Duty {
+    None,
+    /// Candidate: find our last entry, then publish the vote request.
+    Campaign {
+        term: u64,
+    },
+    /// Voter: check the candidate's log, then replicate our vote.
+    VoteCheck {
+        candidate: MemberId,
+        term: u64,
+    },
+    /// Voter: our vote is being made reliable (DARE §3.2.3).
+    VoteReplicate {
+        candidate: MemberId,
+        term: u64,
+    },
+    /// Follower: prepare the adjustment list and grant log access.
+    Grant {
+        leader: MemberId,
+        term: u64,
+    },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct PendingRead {
+    token: u64,
+    round: u64,
+    /// Set once the round is confirmed: serve when applied up to here.
+    read_index: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct ReadRound {
+    id: u64,
+    commit_index: u64,
+    oks: u32,
+    outstanding: u32,
+}
+
+/// One member of the group. `M` is its registered memory, `S` its state
+/// machine. See the crate documentation for the driving contract.
+pub struct Node<M: Memory, S: StateMachine> {
+    cfg: Config,
+    layout: Layout,
+    ring: Ring,
+    mem: M,
+    sm: S,
+    sessions: Sessions,
+    rng: SplitMix64,
+    me: MemberId,
+    member_count: usize,
+    quorum: usize,
+    now: u64,
+
+    role: Role,
+    term: u64,
+    leader: Option<MemberId>,
+    granted_to: Option<MemberId>,
+    duty: Duty,
+    /// Revokes were emitted and the host has not drained them yet.
+    revoke_pending: bool,
+
+    row: Row,
+    row_version: u64,
+    row_dirty: bool,
+    /// Version of the first push that carried `row.private_vote`.
+    private_push: u64,
+    last_pushed_private: crate::sst::Ballot,
+    published_apply_index: u64,
+
+    head_pos: u64,
+    apply_pos: u64,
+    apply_index: u64,
+    commit_pos: u64,
+    commit_index: u64,
+    /// Leader only: our own tail.
+    tail_pos: u64,
+    tail_index: u64,
+    last_term: u64,
+    /// Term of the entry before the apply pointer.
+    last_applied_term: u64,
+    /// Leader only: end of the no-op of our term; commits must reach it.
+    noop_end_pos: u64,
+    corrupt: bool,
+
+    peers: [Peer; MAX_MEMBERS],
+    slots: [Slot; INFLIGHT_CAP],
+    free_slots: heapless::Vec<u16, INFLIGHT_CAP>,
+    staging_refs: [u32; STAGING_SLOTS],
+
+    timers: [Option<u64>; TIMER_COUNT],
+    fd_period_ns: u64,
+
+    reads: Deque<PendingRead, READ_QUEUE_CAP>,
+    next_read_round: u64,
+    read_round: Option<ReadRound>,
+
+    actions: Deque<Action, ACTION_QUEUE_CAP>,
+    events: Deque<Event, EVENT_QUEUE_CAP>,
+    log_full_reported: bool,
+    counters: Counters,
+    payload: [u8; ENTRY_PAYLOAD_BYTES_CAP as usize],
+}
+
+impl<M: Memory, S: StateMachine> Node<M, S> {
+    /// Creates a member over zeroed registered memory laid out by
+    /// [`Layout::new`]`(&config)`. Validates the configuration.
+    ///
+    /// The node is large (it holds a payload buffer of
+    /// [`ENTRY_PAYLOAD_BYTES_CAP`] bytes); hosts usually box it.
+    pub fn new(
+        config: Config,
+        memory: M,
+        state_machine: S,
+        now_ns: u64,
+    ) -> Result<Self, ConfigError> {
+        let layout = Layout::new(&config)?;
+        let me = config.self_id;
+        let member_count = usize::from(config.member_count);
+        let mut free_slots = heapless::Vec::new();
+        for i in (0..INFLIGHT_CAP as u16).rev() {
+            free_slots.push(i).expect("capacity is INFLIGHT_CAP");
+        }
+        let mut rng = SplitMix64::new(config.seed ^ (u64::from(me.0) << 56) ^ 0xA5A5_0000);
+        let election_at = now_ns
+            + rng.range_inclusive(
+                config.election_timeout_min_ns,
+                config.election_timeout_max_ns,
+            );
+        let mut timers = [None; TIMER_COUNT];
+        timers[Timer::Election as usize] = Some(election_at);
+        timers[Timer::ApplyPublish as usize] = Some(now_ns + config.apply_publish_period_ns);
+        let mut row = Row {
+            apply_index: 1,
+            commit_index: 1,
+            ..Row::default()
+        };
+        row.role = crate::sst::RoleCode::Follower;
+        let node = Node {
+            ring: Ring::new(&layout.log),
+            sessions: Sessions::new(&layout),
+            fd_period_ns: config.fd_check_period_ns,
+            quorum: config.quorum(),
+            me,
+            member_count,
+            layout,
+            mem: memory,
+            sm: state_machine,
+            rng,
+            now: now_ns,
+            role: Role::Follower,
+            term: 0,
+            leader: None,
+            granted_to: None,
+            duty: Duty::None,
+            revoke_pending: false,
+            row,
+            row_version: 0,
+            // Publish an initial row so peers see us (and our apply point).
+            row_dirty: true,
+            private_push: 0,
+            last_pushed_private: crate::sst::Ballot::default(),
+            published_apply_index: 0,
+            head_pos: 0,
+            apply_pos: 0,
+            apply_index: 1,
+            commit_pos: 0,
+            commit_index: 1,
+            tail_pos: 0,
+            tail_index: 1,
+            last_term: 0,
+            last_applied_term: 0,
+            noop_end_pos: 0,
+            corrupt: false,
+            peers: [Peer::NEW; MAX_MEMBERS],
+            slots: [Slot {
+                generation: 0,
+                busy: false,
+                peer: MemberId(0),
+                channel: Channel::Control,
+                purpose: Purpose::WriteCommit { term: 0 },
+            }; INFLIGHT_CAP],
+            free_slots,
+            staging_refs: [0; STAGING_SLOTS],
+            timers,
+            reads: Deque::new(),
+            next_read_round: 1,
+            read_round: None,
+            actions: Deque::new(),
+            events: Deque::new(),
+            log_full_reported: false,
+            counters: Counters::default(),
+            payload: [0; ENTRY_PAYLOAD_BYTES_CAP as usize],
+            cfg: config,
+        };
+        Ok(node)
+    }
+
+    // ----- getters -------------------------------------------------------
+
+    /// This member's id.
+    pub fn id(&self) -> MemberId {
+        self.me
+    }
+
+    /// The current role.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// The current term.
+    pub fn term(&self) -> u64 {
+        self.term
+    }
+
+    /// The leader this member follows (itself when leading).
+    pub fn leader(&self) -> Option<MemberId> {
+        self.leader
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The memory layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The registered memory.
+    pub fn memory(&self) -> &M {
+        &self.mem
+    }
+
+    /// The state machine (for reads, once [`Event::ReadReady`] arrives).
+    pub fn state_machine(&self) -> &S {
+        &self.sm
+    }
+
+    /// Counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// First log index not applied yet.
+    pub fn apply_index(&self) -> u64 {
+        self.apply_index
+    }
+
+    /// A status snapshot.
+    pub fn status(&self) -> NodeStatus {
+        let mut peers = [PeerStatus {
+            id: MemberId(0),
+            row: Row::default(),
+            row_version: 0,
+            row_changed_ns: 0,
+            reachable: false,
+            channel_broken: [false; 2],
+            repl: ReplState::Idle,
+            acked_pos: 0,
+            sent_pos: 0,
+        }; MAX_MEMBERS];
+        for (i, p) in self.peers.iter().enumerate().take(self.member_count) {
+            peers[i] = PeerStatus {
+                id: MemberId(i as u8),
+                row: if i == self.me.index() {
+                    self.row
+                } else {
+                    p.row
+                },
+                row_version: if i == self.me.index() {
+                    self.row_version
+                } else {
+                    p.version
+                },
+                row_changed_ns: p.row_changed_ns,
+                reachable: i == self.me.index() || p.reachable,
+                channel_broken: [p.channels[0].broken, p.channels[1].broken],
+                repl: p.repl.state,
+                acked_pos: p.repl.acked_pos,
+                sent_pos: p.repl.sent_pos,
+            };
+        }
+        let (tail_pos, tail_index) = if self.role == Role::Leader {
+            (self.tail_pos, self.tail_index)
+        } else {
+            (self.mem.load_u64(self.layout.log_tail()), self.tail_index)
+        };
+        NodeStatus {
+            id: self.me,
+            member_count: self.cfg.member_count,
+            role: self.role,
+            term: self.term,
+            leader: self.leader,
+            log_granted_to: self.granted_to,
+            head_pos: self.head_pos,
+            apply_pos: self.apply_pos,
+            apply_index: self.apply_index,
+            commit_pos: self.commit_pos,
+            commit_index: self.commit_index,
+            tail_pos,
+            tail_index,
+            fd_check_period_ns: self.fd_period_ns,
+            peers,
+            counters: self.counters,
+            layout_hash: self.layout.hash,
+        }
+    }
+
+    // ----- outputs -------------------------------------------------------
+
+    /// The next action for the host, in order. Drain them all after every
+    /// `handle_*` and `submit_*` call, before calling the node again.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// The next event for the host.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When [`Node::handle_timeout`] must be called at the latest (our
+    /// clock). Peers' writes are only noticed when the node is called, so a
+    /// host that parks must also wake on its fabric's doorbell.
+    pub fn next_deadline(&self) -> u64 {
+        let mut at = self
+            .timers
+            .iter()
+            .flatten()
+            .copied()
+            .min()
+            .unwrap_or(u64::MAX);
+        if self.revoke_pending || self.row_dirty || self.duty != Duty::None {
+            at = at.min(self.now);
+        }
+        for p in self.peers.iter().take(self.member_count) {
+            for ch in &p.channels {
+                if ch.broken && ch.inflight == 0 {
+                    at = at.min(ch.retry_at_ns);
+                }
+            }
+        }
+        at
+    }
+
+    // ----- inputs --------------------------------------------------------
+
+    /// A completion reaped from the fabric.
+    pub fn handle_completion(&mut self, now: u64, completion: Completion) {
+        self.tick_clock(now);
+        self.on_completion(completion);
+        self.invariants();
+    }
+
+    /// The host learned that a peer is gone (its process exited: a pidfd,
+    /// uKharon-style notification). Faster than the heartbeat detector.
+    pub fn handle_peer_down(&mut self, now: u64, peer: MemberId) {
+        self.tick_clock(now);
+        if peer == self.me || peer.index() >= self.member_count {
+            return;
+        }
+        if self.peers[peer.index()].reachable {
+            self.peers[peer.index()].reachable = false;
+            self.push_event(Event::PeerUnreachable { peer });
+        }
+        if self.role == Role::Follower && self.leader == Some(peer) {
+            self.suspect_leader();
+        }
+        self.invariants();
+    }
+
+    /// Observes memory written by peers (rows, log pointers) and fires due
+    /// timers. Call it on every loop iteration when busy-polling, and at
+    /// the latest at [`Node::next_deadline`]; early calls are harmless.
+    pub fn handle_timeout(&mut self, now: u64) {
+        self.tick_clock(now);
+        if self.actions.is_empty() {
+            // Every action emitted before, revokes included, has been
+            // executed by the host: exclusive log access is in effect.
+            self.revoke_pending = false;
+        }
+        self.observe_rows();
+        self.react_to_rows();
+        self.run_duty();
+        self.fire_timers();
+        match self.role {
+            Role::Candidate => self.count_votes(),
+            Role::Leader => self.leader_tick(),
+            Role::Follower => self.follower_observe_log(),
+        }
+        self.apply_committed();
+        if self.role == Role::Leader {
+            self.serve_reads();
+        }
+        self.maintain_channels();
+        self.flush_row();
+        self.invariants();
+    }
+
+    /// Submits a client write. On the leader, the operation is appended to
+    /// the log and replicated by the next [`Node::handle_timeout`] (which
+    /// batches every write submitted since the previous one, DARE §3.3).
+    pub fn submit_write(
+        &mut self,
+        now: u64,
+        client_id: u64,
+        request_id: u64,
+        payload: &[u8],
+    ) -> Result<Submitted, SubmitError> {
+        self.tick_clock(now);
+        let r = self.leader_submit_write(client_id, request_id, payload);
+        self.invariants();
+        r
+    }
+
+    /// Submits a read (DARE §3.3): once the leader has confirmed its term
+    /// with a majority and applied every entry committed before, it emits
+    /// [`Event::ReadReady`] with `token`.
+    pub fn submit_read(&mut self, now: u64, token: u64) -> Result<(), SubmitError> {
+        self.tick_clock(now);
+        let r = self.leader_submit_read(token);
+        self.invariants();
+        r
+    }
+
+    // ----- internals shared by the submodules -----------------------------
+
+    fn tick_clock(&mut self, now: u64) {
+        // A host clock that goes backwards is ignored, never trusted.
+        self.now = self.now.max(now);
+    }
+
+    fn push_event(&mut self, e: Event) {
+        // The queue is sized so that one call cannot overflow it when the
+        // host drains after every call; apply checks space before going on.
+        if self.events.push_back(e).is_err() {
+            panic!("event queue overflow: the host must drain events after every call");
+        }
+    }
+
+    fn set_timer(&mut self, t: Timer, at: Option<u64>) {
+        self.timers[t as usize] = at;
+    }
+
+    fn timer_due(&self, t: Timer) -> bool {
+        self.timers[t as usize].is_some_and(|at| at <= self.now)
+    }
+
+    fn random_election_timeout(&mut self) -> u64 {
+        self.rng.range_inclusive(
+            self.cfg.election_timeout_min_ns,
+            self.cfg.election_timeout_max_ns,
+        )
+    }
+
+    fn others(&self) -> impl Iterator<Item = MemberId> {
+        let me = self.me;
+        (0..self.member_count as u8)
+            .map(MemberId)
+            .filter(move |&m| m != me)
+    }
+
+    fn set_role(&mut self, role: Role, leader: Option<MemberId>) {
+        let changed = self.role != role || self.leader != leader;
+        self.role = role;
+        self.leader = leader;
+        self.row.role = match role {
+            Role::Follower => crate::sst::RoleCode::Follower,
+            Role::Candidate => crate::sst::RoleCode::Candidate,
+            Role::Leader => crate::sst::RoleCode::Leader,
+        };
+        self.row.leader = leader;
+        self.row_dirty = true;
+        if changed {
+            self.push_event(Event::RoleChanged {
+                role,
+                term: self.term,
+                leader,
+            });
+        }
+    }
+
+    /// Checked at the end of every entry point (TigerBeetle style); these
+    /// stay on in release builds.
+    fn invariants(&self) {
+        assert!(self.head_pos <= self.apply_pos, "head after apply");
+        assert!(self.apply_pos <= self.commit_pos, "apply after commit");
+        assert!(
+            self.apply_index >= 1 && self.commit_index >= self.apply_index
+                || self.role != Role::Leader
+        );
+        match self.role {
+            Role::Leader => {
+                assert_eq!(self.leader, Some(self.me));
+                assert!(self.commit_pos <= self.tail_pos, "leader commit after tail");
+                assert!(
+                    self.tail_pos - self.head_pos <= self.ring.ring_bytes(),
+                    "ring overrun"
+                );
+                assert!(
+                    self.commit_pos >= self.noop_end_pos || self.commit_index < self.tail_index
+                );
+            }
+            Role::Candidate => assert_eq!(self.leader, None),
+            Role::Follower => assert_ne!(self.leader, Some(self.me)),
+        }
+        assert!(self.row.term == self.term);
+        assert!(self.free_slots.len() <= INFLIGHT_CAP);
+    }
+}
