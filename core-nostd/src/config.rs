@@ -24,8 +24,6 @@ pub enum Mutation {
     VoteWithoutLogCheck,
     /// Serve reads without confirming the term with a majority.
     ReadWithoutTermCheck,
-    /// Grant a vote twice in the same term.
-    VoteTwicePerTerm,
 }
 
 /// Configuration of one member. Construct with [`Config::new`], adjust

@@ -1,1 +1,11 @@
-//! placeholder
+//! Deterministic simulator for verbatim-core.
+
+pub mod check;
+pub mod cluster;
+pub mod history;
+pub mod kvsm;
+pub mod loggp;
+pub mod memory;
+pub mod model;
+pub mod net;
+pub mod swarm;

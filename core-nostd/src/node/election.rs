@@ -57,12 +57,8 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             if req.term == 0 || peer.row.term != req.term || req.term < self.term {
                 continue;
             }
-            #[cfg(feature = "mutation-testing")]
-            let vote_once = self.cfg.mutation != crate::config::Mutation::VoteTwicePerTerm;
-            #[cfg(not(feature = "mutation-testing"))]
-            let vote_once = true;
             // One vote per term (DARE §3.2): our private vote records it.
-            if vote_once && req.term <= self.row.private_vote.term {
+            if req.term <= self.row.private_vote.term {
                 continue;
             }
             // Never vote against a leader we already follow in this term.
@@ -105,8 +101,14 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             if hb.term > self.term {
                 self.advance_term(hb.term);
                 self.adopt_leader(l);
-            } else if hb.term == self.term && self.leader.is_none() && self.role != Role::Leader {
+            } else if hb.term == self.term
+                && self.leader.is_none()
+                && self.role != Role::Leader
+                && hb.counter != peer.hb_counter_seen
+            {
                 // Another member won this term: a candidate returns to idle.
+                // A leader we suspected is only trusted again once its
+                // heartbeat moves: its last heartbeat is still in our table.
                 self.adopt_leader(l);
             } else if hb.term < self.term && peer.stale_hb_version != peer.version {
                 // An outdated leader: grow Δ so that a slow but correct
@@ -307,7 +309,13 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             }
         }
         if self.timer_due(Timer::ApplyPublish) {
-            if self.row.apply_index != self.published_apply_index {
+            // Publish apply progress (for pruning), and a keep-alive well
+            // within the prune grace so an idle but live member is never
+            // mistaken for a dead one.
+            let keep_alive_ns = self.cfg.prune_grace_ns / 4;
+            if self.row.apply_index != self.published_apply_index
+                || self.now.saturating_sub(self.last_push_ns) >= keep_alive_ns
+            {
                 self.row_dirty = true;
             }
             self.set_timer(

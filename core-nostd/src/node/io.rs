@@ -203,6 +203,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             self.last_pushed_private = self.row.private_vote;
         }
         self.published_apply_index = self.row.apply_index;
+        self.last_push_ns = self.now;
         self.row_dirty = false;
         self.counters.row_pushes += 1;
     }

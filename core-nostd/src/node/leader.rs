@@ -11,6 +11,16 @@ use crate::sst::{Ballot, Heartbeat};
 impl<M: Memory, S: StateMachine> Node<M, S> {
     pub(super) fn become_leader(&mut self) {
         self.counters.elections_won += 1;
+        // Our head only moves on committed HEAD entries, which we may not
+        // have applied yet; but the previous leader only overwrote ring
+        // slots of positions we had applied (it checks our apply pointer),
+        // so everything below `tail - ring` is applied here.
+        let floor = self.tail_pos.saturating_sub(self.ring.ring_bytes());
+        assert!(
+            floor <= self.apply_pos,
+            "ring holds unapplied entries beyond one lap"
+        );
+        self.head_pos = self.head_pos.max(floor);
         self.set_role(Role::Leader, Some(self.me));
         for p in self.others() {
             let peer = &mut self.peers[p.index()];
@@ -100,10 +110,12 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         assert_eq!(self.role, Role::Leader);
         let start = self.ring.place(self.tail_pos);
         let end = start + entry_bytes(payload.len() as u32);
+        // Placement may skip up to one maximal entry at the ring's end, so
+        // the room kept for internal entries is two maximal entries.
         let reserve = if internal {
             0
         } else {
-            self.layout.log.entry_bytes_max
+            2 * self.layout.log.entry_bytes_max
         };
         // Never overwrite an entry that a live member has not applied:
         // positions below head are applied everywhere that matters.
@@ -565,13 +577,12 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         if min - self.head_pos < ring / 8 && self.tail_pos - self.head_pos < ring / 2 {
             return; // not worth an entry yet
         }
-        if self
-            .append_entry(EntryKind::Head, 0, 0, &min.to_le_bytes(), true)
-            .is_ok()
-        {
-            self.head_pos = min;
-            self.counters.prunes += 1;
-        }
+        // Advance our own head first, then announce it (DARE §3.3.2): a
+        // full ring must be able to make room for the HEAD entry itself.
+        self.head_pos = min;
+        self.counters.prunes += 1;
+        // If even that fails, followers learn the head from a later one.
+        let _ = self.append_entry(EntryKind::Head, 0, 0, &min.to_le_bytes(), true);
     }
 
     fn start_read_round(&mut self) {
@@ -597,7 +608,9 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             .others()
             .filter(|&p| self.channel_ok(p, Channel::Control))
             .count();
-        if !self.can_post(targets) {
+        // A round that cannot reach a majority would wait for completions
+        // that never come: wait for channels to be re-established instead.
+        if targets + 1 < self.quorum || !self.can_post(targets) {
             return;
         }
         self.next_read_round += 1;

@@ -471,6 +471,8 @@ pub struct Node<M: Memory, S: StateMachine> {
     private_push: u64,
     last_pushed_private: crate::sst::Ballot,
     published_apply_index: u64,
+    /// When our row was last pushed (keep-alive for pruning).
+    last_push_ns: u64,
 
     head_pos: u64,
     apply_pos: u64,
@@ -565,6 +567,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             private_push: 0,
             last_pushed_private: crate::sst::Ballot::default(),
             published_apply_index: 0,
+            last_push_ns: now_ns,
             head_pos: 0,
             apply_pos: 0,
             apply_index: 1,

@@ -1,0 +1,1316 @@
+//! A simulated group: members running `verbatim-core` nodes over the
+//! simulated network, clients running a key-value workload, faults on a
+//! schedule, and the invariant checkers watching. Everything runs in
+//! virtual time from one seed, so a seed reproduces a run exactly.
+
+use crate::check::committed::CommittedLog;
+use crate::check::completeness::check_leader_completeness;
+use crate::check::election::ElectionSafety;
+use crate::check::linearizability::{check_history, Verdict};
+use crate::check::log_matching::check_log_matching;
+use crate::check::state_machine::StateMachineSafety;
+use crate::check::{EntryId, Violation};
+use crate::history::{KvInput, KvOutput, Operation};
+use crate::kvsm::RecordingKv;
+use crate::loggp::NetParams;
+use crate::memory::SimMemory;
+use crate::net::{LinkWindow, Net, NetEvent, Schedule};
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use verbatim_core::checksum::Checksum;
+use verbatim_core::config::Mutation;
+use verbatim_core::kv::{KvError, KvLimits, KvOp, KvReply};
+use verbatim_core::log::Ring;
+use verbatim_core::node::{Event, Role, SubmitError, Submitted};
+use verbatim_core::rng::SplitMix64;
+use verbatim_core::{Action, Config, Layout, MemberId, Node, StateMachine};
+
+/// A scheduled fault.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The member's process and memory are gone; requests to it time out.
+    Crash {
+        /// Member.
+        node: u8,
+        /// When.
+        at_ns: u64,
+    },
+    /// DARE §5 "zombie": the CPU stops for good, memory and NIC still
+    /// answer (the leader may keep using its log).
+    Zombie {
+        /// Member.
+        node: u8,
+        /// When.
+        at_ns: u64,
+    },
+    /// The CPU stops for a while (a GC pause, SIGSTOP), then resumes.
+    Pause {
+        /// Member.
+        node: u8,
+        /// From.
+        from_ns: u64,
+        /// Until.
+        to_ns: u64,
+    },
+    /// `side` cannot reach the others (symmetric), or only its outgoing
+    /// links are cut (asymmetric: it still receives).
+    Partition {
+        /// Members on one side.
+        side: Vec<u8>,
+        /// From.
+        from_ns: u64,
+        /// Until.
+        to_ns: u64,
+        /// Both directions?
+        symmetric: bool,
+    },
+    /// Extra latency on one directed link.
+    Delay {
+        /// Source.
+        from: u8,
+        /// Target.
+        to: u8,
+        /// From.
+        from_ns: u64,
+        /// Until.
+        to_ns: u64,
+        /// Added latency.
+        extra_ns: u64,
+    },
+}
+
+impl Fault {
+    /// True for faults that last forever (count against f).
+    pub fn permanent(&self) -> bool {
+        matches!(self, Fault::Crash { .. } | Fault::Zombie { .. })
+    }
+}
+
+/// Everything a run depends on.
+#[derive(Clone, Debug)]
+pub struct ClusterOptions {
+    /// The seed: same options, same run.
+    pub seed: u64,
+    /// Group size.
+    pub members: u8,
+    /// Concurrent clients (each has one operation outstanding).
+    pub clients: usize,
+    /// Distinct keys of each kind (values and counters).
+    pub keys: usize,
+    /// Per mille of operations that are GETs.
+    pub read_permille: u64,
+    /// Per mille that are INCRs.
+    pub incr_permille: u64,
+    /// Per mille that are CASes.
+    pub cas_permille: u64,
+    /// Per mille that are DELs (the rest are SETs).
+    pub del_permille: u64,
+    /// Largest value written.
+    pub value_bytes_max: usize,
+    /// Smallest value written (model runs fix the size).
+    pub value_bytes_min: usize,
+    /// Client think time between operations, at most.
+    pub think_ns_max: u64,
+    /// A client retries on another member after this long.
+    pub client_timeout_ns: u64,
+    /// Network model.
+    pub net: NetParams,
+    /// Torn placement of large writes.
+    pub tearing: bool,
+    /// Clock drift of each member (parts per million).
+    pub drift_ppm: Vec<i64>,
+    /// Faults.
+    pub faults: Vec<Fault>,
+    /// Faults happen before this; temporary ones are healed here.
+    pub safety_ns: u64,
+    /// After healing, a leader must commit a write within this.
+    pub liveness_ns: u64,
+    /// Configuration of every member (its `self_id` is set per member).
+    pub config: Config,
+    /// Log-matching snapshots every this often.
+    pub snapshot_every_ns: u64,
+    /// Record a human-readable trace.
+    pub trace: bool,
+    /// Stop the client workload at the end of the safety phase (model runs
+    /// use a fixed number of operations instead).
+    pub ops_limit: Option<u64>,
+}
+
+impl ClusterOptions {
+    /// A fault-free run with sensible defaults.
+    pub fn new(seed: u64, members: u8) -> ClusterOptions {
+        let mut config = Config::new(members, MemberId(0));
+        config.log_ring_bytes = 64 * 1024;
+        config.entry_payload_bytes_max = 1024;
+        config.session_slot_count = 64;
+        config.client_slot_count = 0;
+        config.client_slot_bytes = 64;
+        config.prune_grace_ns = 20_000_000;
+        config.reconnect_backoff_ns = 200_000;
+        config.seed = seed;
+        ClusterOptions {
+            seed,
+            members,
+            clients: 3,
+            keys: 4,
+            read_permille: 300,
+            incr_permille: 150,
+            cas_permille: 100,
+            del_permille: 50,
+            value_bytes_max: 64,
+            value_bytes_min: 0,
+            think_ns_max: 20_000,
+            client_timeout_ns: 1_000_000,
+            net: NetParams::DARE,
+            tearing: false,
+            drift_ppm: vec![0; usize::from(members)],
+            faults: Vec::new(),
+            safety_ns: 20_000_000,
+            liveness_ns: 40_000_000,
+            config,
+            snapshot_every_ns: 1_000_000,
+            trace: false,
+            ops_limit: None,
+        }
+    }
+
+    /// Sets the mutation of every member.
+    pub fn with_mutation(mut self, m: Mutation) -> Self {
+        self.config.mutation = m;
+        self
+    }
+}
+
+/// What a run produced.
+#[derive(Debug, Default)]
+pub struct RunReport {
+    /// Broken invariants.
+    pub violations: Vec<Violation>,
+    /// Operations answered.
+    pub ops_ok: u64,
+    /// Operations invoked.
+    pub ops_total: u64,
+    /// Terms that had a leader.
+    pub terms_with_leader: usize,
+    /// Committed entries observed.
+    pub committed: usize,
+    /// Members that needed recovery at some point.
+    pub needs_recovery: u64,
+    /// True when the linearizability search gave up (budget).
+    pub linearizability_unknown: bool,
+    /// When the run ended (virtual ns).
+    pub end_ns: u64,
+    /// When, after healing, the first write was acknowledged.
+    pub first_ack_after_heal_ns: Option<u64>,
+    /// Digest of every event processed: equal for equal seeds.
+    pub digest: u64,
+    /// Human-readable trace (when asked for).
+    pub trace: Vec<String>,
+    /// The client history.
+    pub history: Vec<Operation>,
+}
+
+#[derive(Debug)]
+enum ClientAnswer {
+    Done(KvOutput),
+    Redirect(Option<MemberId>),
+    Busy,
+}
+
+#[derive(Debug)]
+struct ClientRequest {
+    client: usize,
+    request_id: u64,
+    write: bool,
+    payload: Vec<u8>,
+}
+
+#[derive(Debug)]
+enum Ev {
+    Net(NetEvent),
+    Wake {
+        node: usize,
+        generation: u64,
+    },
+    ClientSend {
+        client: usize,
+    },
+    ClientArrive {
+        node: usize,
+        req: ClientRequest,
+    },
+    ClientReply {
+        client: usize,
+        request_id: u64,
+        answer: ClientAnswer,
+    },
+    ClientTimeout {
+        client: usize,
+        attempt: u32,
+    },
+    FaultStart(usize),
+    FaultEnd(usize),
+    Snapshot,
+    Heal,
+}
+
+impl Ev {
+    fn code(&self) -> u64 {
+        match self {
+            Ev::Net(NetEvent::Land { .. }) => 1,
+            Ev::Net(NetEvent::LandWord { .. }) => 2,
+            Ev::Net(NetEvent::Complete { .. }) => 3,
+            Ev::Wake { node, .. } => 10 + *node as u64,
+            Ev::ClientSend { client } => 100 + *client as u64,
+            Ev::ClientArrive { node, .. } => 200 + *node as u64,
+            Ev::ClientReply { client, .. } => 300 + *client as u64,
+            Ev::ClientTimeout { client, .. } => 400 + *client as u64,
+            Ev::FaultStart(i) => 500 + *i as u64,
+            Ev::FaultEnd(i) => 600 + *i as u64,
+            Ev::Snapshot => 700,
+            Ev::Heal => 701,
+        }
+    }
+}
+
+struct Item {
+    time: u64,
+    seq: u64,
+    ev: Ev,
+}
+
+impl PartialEq for Item {
+    fn eq(&self, o: &Self) -> bool {
+        (self.time, self.seq) == (o.time, o.seq)
+    }
+}
+impl Eq for Item {}
+impl PartialOrd for Item {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Item {
+    fn cmp(&self, o: &Self) -> Ordering {
+        // Min-heap on (time, seq): the earliest event first, FIFO on ties.
+        (o.time, o.seq).cmp(&(self.time, self.seq))
+    }
+}
+
+#[derive(Default)]
+struct Queue {
+    heap: BinaryHeap<Item>,
+    seq: u64,
+}
+
+impl Queue {
+    fn push(&mut self, time: u64, ev: Ev) {
+        self.seq += 1;
+        self.heap.push(Item {
+            time,
+            seq: self.seq,
+            ev,
+        });
+    }
+}
+
+impl Schedule for Queue {
+    fn at(&mut self, at_ns: u64, ev: NetEvent) {
+        self.push(at_ns, Ev::Net(ev));
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NodeState {
+    Running,
+    Paused,
+    Zombie,
+    Crashed,
+}
+
+struct SimNode {
+    node: Box<Node<SimMemory, RecordingKv>>,
+    state: NodeState,
+    busy_until: u64,
+    next_wake: u64,
+    wake_generation: u64,
+    inbox: VecDeque<ClientRequest>,
+    pending_reads: BTreeMap<u64, (usize, u64, Vec<u8>)>,
+    drift_ppm: i64,
+    commit_cursor: Option<(u64, u64)>,
+}
+
+struct Outstanding {
+    op: usize,
+    request_id: u64,
+    write: bool,
+    payload: Vec<u8>,
+    attempt: u32,
+}
+
+struct Client {
+    rng: SplitMix64,
+    next_request: u64,
+    target: usize,
+    outstanding: Option<Outstanding>,
+    last_seen: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+}
+
+/// A running simulation.
+pub struct Cluster {
+    opts: ClusterOptions,
+    queue: Queue,
+    net: Net,
+    nodes: Vec<SimNode>,
+    clients: Vec<Client>,
+    ring: Ring,
+    limits: KvLimits,
+    history: Vec<Operation>,
+    now: u64,
+    end_ns: u64,
+    healed: bool,
+    first_ack_after_heal: Option<u64>,
+    next_token: u64,
+    ops_issued: u64,
+    election: ElectionSafety,
+    committed: CommittedLog,
+    sm_safety: StateMachineSafety,
+    violations: Vec<Violation>,
+    needs_recovery: u64,
+    trace: Vec<String>,
+    digest: Checksum,
+    payload_buf: Vec<u8>,
+}
+
+impl Cluster {
+    /// Builds the group, the clients and the fault schedule.
+    pub fn new(opts: ClusterOptions) -> Cluster {
+        let n = usize::from(opts.members);
+        let layout = Layout::new(&opts.config).expect("simulator configuration is valid");
+        let limits = KvLimits {
+            key_bytes_max: 32,
+            value_bytes_max: (opts.value_bytes_max as u32).max(16),
+        };
+        let mut memories = Vec::new();
+        let mut nodes = Vec::new();
+        for i in 0..n {
+            let mem = SimMemory::new(&layout);
+            memories.push(mem.clone());
+            let mut cfg = opts.config.clone();
+            cfg.self_id = MemberId(i as u8);
+            let node = Node::new(cfg, mem, RecordingKv::new(limits), 0).expect("valid config");
+            nodes.push(SimNode {
+                node: Box::new(node),
+                state: NodeState::Running,
+                busy_until: 0,
+                next_wake: u64::MAX,
+                wake_generation: 0,
+                inbox: VecDeque::new(),
+                pending_reads: BTreeMap::new(),
+                drift_ppm: opts.drift_ppm.get(i).copied().unwrap_or(0),
+                commit_cursor: None,
+            });
+        }
+        let mut net = Net::new(opts.net, memories, opts.seed);
+        net.tearing = opts.tearing;
+        let all: Vec<u8> = (0..opts.members).collect();
+        for f in &opts.faults {
+            match f {
+                Fault::Partition {
+                    side,
+                    from_ns,
+                    to_ns,
+                    symmetric,
+                } => {
+                    for &a in side {
+                        for &b in all.iter().filter(|b| !side.contains(b)) {
+                            net.cuts.push(LinkWindow {
+                                from: a,
+                                to: b,
+                                start_ns: *from_ns,
+                                end_ns: *to_ns,
+                                extra_ns: 0,
+                            });
+                            if *symmetric {
+                                net.cuts.push(LinkWindow {
+                                    from: b,
+                                    to: a,
+                                    start_ns: *from_ns,
+                                    end_ns: *to_ns,
+                                    extra_ns: 0,
+                                });
+                            }
+                        }
+                    }
+                }
+                Fault::Delay {
+                    from,
+                    to,
+                    from_ns,
+                    to_ns,
+                    extra_ns,
+                } => net.delays.push(LinkWindow {
+                    from: *from,
+                    to: *to,
+                    start_ns: *from_ns,
+                    end_ns: *to_ns,
+                    extra_ns: *extra_ns,
+                }),
+                _ => {}
+            }
+        }
+        let mut seeder = SplitMix64::new(opts.seed ^ 0xC11E_17);
+        let clients = (0..opts.clients)
+            .map(|_| Client {
+                rng: SplitMix64::new(seeder.next_u64()),
+                next_request: 1,
+                target: seeder.range_inclusive(0, n as u64 - 1) as usize,
+                outstanding: None,
+                last_seen: BTreeMap::new(),
+            })
+            .collect();
+        let end_ns = opts.safety_ns + opts.liveness_ns;
+        Cluster {
+            ring: Ring::new(&layout.log),
+            payload_buf: vec![0u8; opts.config.entry_payload_bytes_max as usize],
+            opts,
+            queue: Queue::default(),
+            net,
+            nodes,
+            clients,
+            limits,
+            history: Vec::new(),
+            now: 0,
+            end_ns,
+            healed: false,
+            first_ack_after_heal: None,
+            next_token: 1,
+            ops_issued: 0,
+            election: ElectionSafety::default(),
+            committed: CommittedLog::default(),
+            sm_safety: StateMachineSafety::default(),
+            violations: Vec::new(),
+            needs_recovery: 0,
+            trace: Vec::new(),
+            digest: Checksum::new(0x5349_4D),
+        }
+    }
+
+    fn log(&mut self, line: impl FnOnce() -> String) {
+        if self.opts.trace {
+            let l = line();
+            self.trace
+                .push(format!("[{:>10.3} µs] {l}", self.now as f64 / 1e3));
+        }
+    }
+
+    fn violation(&mut self, v: Violation) {
+        self.log(|| format!("VIOLATION {v}"));
+        self.violations.push(v);
+    }
+
+    fn local(&self, i: usize, t: u64) -> u64 {
+        let ppm = i128::from(self.nodes[i].drift_ppm);
+        (i128::from(t) + i128::from(t) * ppm / 1_000_000).max(0) as u64
+    }
+
+    fn global(&self, i: usize, local: u64) -> u64 {
+        if local == u64::MAX {
+            return u64::MAX;
+        }
+        let ppm = i128::from(self.nodes[i].drift_ppm);
+        let g = (i128::from(local) * 1_000_000).div_euclid(1_000_000 + ppm) + 1;
+        g.clamp(0, i128::from(u64::MAX)) as u64
+    }
+
+    fn wake(&mut self, i: usize, at: u64) {
+        if at == u64::MAX {
+            return;
+        }
+        let at = at.max(self.now);
+        let n = &mut self.nodes[i];
+        if at < n.next_wake {
+            n.next_wake = at;
+            n.wake_generation += 1;
+            let generation = n.wake_generation;
+            self.queue.push(
+                at,
+                Ev::Wake {
+                    node: i,
+                    generation,
+                },
+            );
+        }
+    }
+
+    /// Runs to the end and checks everything.
+    pub fn run(mut self) -> RunReport {
+        let n = self.nodes.len();
+        for i in 0..n {
+            self.wake(i, 0);
+        }
+        for c in 0..self.clients.len() {
+            let t = self.clients[c].rng.range_inclusive(0, 100_000);
+            self.queue.push(t, Ev::ClientSend { client: c });
+        }
+        for (k, f) in self.opts.faults.clone().iter().enumerate() {
+            let (start, end) = match f {
+                Fault::Crash { at_ns, .. } | Fault::Zombie { at_ns, .. } => (*at_ns, None),
+                Fault::Pause { from_ns, to_ns, .. }
+                | Fault::Partition { from_ns, to_ns, .. }
+                | Fault::Delay { from_ns, to_ns, .. } => (*from_ns, Some(*to_ns)),
+            };
+            self.queue.push(start, Ev::FaultStart(k));
+            if let Some(e) = end {
+                self.queue.push(e, Ev::FaultEnd(k));
+            }
+        }
+        self.queue.push(self.opts.snapshot_every_ns, Ev::Snapshot);
+        self.queue.push(self.opts.safety_ns, Ev::Heal);
+
+        while let Some(item) = self.queue.heap.pop() {
+            if item.time > self.end_ns {
+                break;
+            }
+            self.now = item.time;
+            self.digest.word(item.time);
+            self.digest.word(item.ev.code());
+            self.dispatch(item.ev);
+            if let Some(t) = self.first_ack_after_heal {
+                // Liveness shown; let the group settle a little, then stop.
+                self.end_ns = self.end_ns.min(t + 2_000_000);
+            }
+        }
+        self.finish()
+    }
+
+    fn dispatch(&mut self, ev: Ev) {
+        match ev {
+            Ev::Net(ne) => {
+                if let Some(m) = self.net.handle(&mut self.queue, self.now, ne) {
+                    self.wake(m, self.now);
+                }
+            }
+            Ev::Wake { node, generation } => {
+                if self.nodes[node].wake_generation == generation {
+                    self.nodes[node].next_wake = u64::MAX;
+                    self.step(node);
+                }
+            }
+            Ev::ClientSend { client } => self.client_new_op(client),
+            Ev::ClientArrive { node, req } => {
+                if self.nodes[node].state != NodeState::Crashed {
+                    self.nodes[node].inbox.push_back(req);
+                    self.wake(node, self.now);
+                }
+            }
+            Ev::ClientReply {
+                client,
+                request_id,
+                answer,
+            } => self.client_reply(client, request_id, answer),
+            Ev::ClientTimeout { client, attempt } => {
+                let matches = self.clients[client]
+                    .outstanding
+                    .as_ref()
+                    .is_some_and(|o| o.attempt == attempt);
+                if matches {
+                    let n = self.nodes.len();
+                    let c = &mut self.clients[client];
+                    c.target = (c.target + 1) % n;
+                    c.outstanding.as_mut().unwrap().attempt += 1;
+                    self.client_send(client);
+                }
+            }
+            Ev::FaultStart(k) => self.fault_start(k),
+            Ev::FaultEnd(k) => self.fault_end(k),
+            Ev::Snapshot => {
+                self.snapshot();
+                self.queue
+                    .push(self.now + self.opts.snapshot_every_ns, Ev::Snapshot);
+            }
+            Ev::Heal => {
+                self.healed = true;
+                self.log(|| "heal: temporary faults are over; liveness phase".to_string());
+            }
+        }
+    }
+
+    fn fault_start(&mut self, k: usize) {
+        let f = self.opts.faults[k].clone();
+        self.log(|| format!("fault: {f:?}"));
+        match f {
+            Fault::Crash { node, .. } => {
+                self.nodes[usize::from(node)].state = NodeState::Crashed;
+                self.net.crash(usize::from(node));
+            }
+            Fault::Zombie { node, .. } => self.nodes[usize::from(node)].state = NodeState::Zombie,
+            Fault::Pause { node, .. } => {
+                let n = &mut self.nodes[usize::from(node)];
+                if n.state == NodeState::Running {
+                    n.state = NodeState::Paused;
+                }
+            }
+            Fault::Partition { .. } | Fault::Delay { .. } => {}
+        }
+    }
+
+    fn fault_end(&mut self, k: usize) {
+        let f = self.opts.faults[k].clone();
+        self.log(|| format!("fault over: {f:?}"));
+        if let Fault::Pause { node, .. } = f {
+            let i = usize::from(node);
+            if self.nodes[i].state == NodeState::Paused {
+                self.nodes[i].state = NodeState::Running;
+                self.wake(i, self.now);
+            }
+        }
+    }
+
+    /// One iteration of a member's host loop (see the core's driving
+    /// contract), charged with DARE's LogGP overheads.
+    fn step(&mut self, i: usize) {
+        if self.nodes[i].state != NodeState::Running {
+            return;
+        }
+        let t = self.now;
+        if t < self.nodes[i].busy_until {
+            let b = self.nodes[i].busy_until;
+            self.wake(i, b);
+            return;
+        }
+        let local = self.local(i, t);
+        while let Some(c) = self.net.nic_mut(i).cq.pop_front() {
+            self.nodes[i].node.handle_completion(local, c);
+        }
+        let mut answers = Vec::new();
+        let inbox = std::mem::take(&mut self.nodes[i].inbox);
+        for req in inbox {
+            self.submit(i, local, req, &mut answers);
+        }
+        self.nodes[i].node.handle_timeout(local);
+        let mut depart = t + self.opts.net.poll_ns as u64;
+        while let Some(a) = self.nodes[i].node.poll_action() {
+            match a {
+                Action::Post(wr) => {
+                    depart += self.net.post_overhead_ns(&wr.op);
+                    self.net.post(&mut self.queue, depart, i, wr);
+                }
+                Action::SetAccess {
+                    peer,
+                    region,
+                    access,
+                } => self.net.set_access(i, peer, region, access),
+                Action::Reconnect { peer, channel } => self.net.reconnect(i, peer, channel),
+            }
+        }
+        self.nodes[i].busy_until = depart;
+        while let Some(e) = self.nodes[i].node.poll_event() {
+            self.on_node_event(i, e, &mut answers);
+        }
+        for (client, request_id, answer, bytes) in answers {
+            let at = depart + self.opts.net.ud_ns(bytes as u64) as u64;
+            self.queue.push(
+                at,
+                Ev::ClientReply {
+                    client,
+                    request_id,
+                    answer,
+                },
+            );
+        }
+        self.observe(i);
+        let deadline = self.nodes[i].node.next_deadline();
+        let g = self.global(i, deadline);
+        self.wake(i, g.max(depart));
+    }
+
+    fn submit(
+        &mut self,
+        i: usize,
+        local: u64,
+        req: ClientRequest,
+        answers: &mut Vec<(usize, u64, ClientAnswer, usize)>,
+    ) {
+        let client_id = req.client as u64 + 1;
+        let sn = &mut self.nodes[i];
+        if req.write {
+            match sn
+                .node
+                .submit_write(local, client_id, req.request_id, &req.payload)
+            {
+                Ok(Submitted::Appended { .. }) => {}
+                Ok(Submitted::Duplicate(r)) => {
+                    let a = self.write_answer(&r);
+                    answers.push((req.client, req.request_id, a, 16));
+                }
+                Err(SubmitError::NotLeader { leader }) => answers.push((
+                    req.client,
+                    req.request_id,
+                    ClientAnswer::Redirect(leader),
+                    16,
+                )),
+                Err(SubmitError::Stale) => {}
+                Err(_) => answers.push((req.client, req.request_id, ClientAnswer::Busy, 16)),
+            }
+        } else {
+            let token = self.next_token;
+            self.next_token += 1;
+            match sn.node.submit_read(local, token) {
+                Ok(()) => {
+                    sn.pending_reads
+                        .insert(token, (req.client, req.request_id, req.payload));
+                }
+                Err(SubmitError::NotLeader { leader }) => answers.push((
+                    req.client,
+                    req.request_id,
+                    ClientAnswer::Redirect(leader),
+                    16,
+                )),
+                Err(_) => answers.push((req.client, req.request_id, ClientAnswer::Busy, 16)),
+            }
+        }
+    }
+
+    fn write_answer(&mut self, r: &verbatim_core::Reply) -> ClientAnswer {
+        match KvReply::from_reply(r) {
+            Some(KvReply::Ok) => ClientAnswer::Done(KvOutput::Ok),
+            Some(KvReply::Int(v)) => ClientAnswer::Done(KvOutput::Int(v)),
+            Some(KvReply::Err(KvError::NotInteger)) => ClientAnswer::Done(KvOutput::NotInteger),
+            Some(KvReply::Err(KvError::Overflow)) => ClientAnswer::Done(KvOutput::Overflow),
+            other => {
+                self.violation(Violation {
+                    invariant: "client replies",
+                    time_ns: self.now,
+                    detail: format!("unexpected write reply {other:?}"),
+                });
+                ClientAnswer::Busy
+            }
+        }
+    }
+
+    fn on_node_event(
+        &mut self,
+        i: usize,
+        e: Event,
+        answers: &mut Vec<(usize, u64, ClientAnswer, usize)>,
+    ) {
+        match e {
+            Event::Reply {
+                client_id,
+                request_id,
+                reply,
+                stale,
+                ..
+            } => {
+                if !stale && client_id >= 1 && ((client_id - 1) as usize) < self.clients.len() {
+                    let a = self.write_answer(&reply);
+                    answers.push(((client_id - 1) as usize, request_id, a, 16));
+                }
+            }
+            Event::ReadReady { token } => {
+                if let Some((client, request_id, query)) =
+                    self.nodes[i].pending_reads.remove(&token)
+                {
+                    let mut out = vec![0u8; self.limits.value_bytes_max as usize + 1];
+                    let answer = match self.nodes[i].node.state_machine().read(&query, &mut out) {
+                        Ok(n) if n >= 1 && out[0] == 1 => KvOutput::Value(Some(out[1..n].to_vec())),
+                        Ok(_) => KvOutput::Value(None),
+                        Err(e) => {
+                            self.violation(Violation {
+                                invariant: "client replies",
+                                time_ns: self.now,
+                                detail: format!("read failed: {e:?}"),
+                            });
+                            return;
+                        }
+                    };
+                    let bytes = match &answer {
+                        KvOutput::Value(Some(v)) => v.len() + 8,
+                        _ => 8,
+                    };
+                    answers.push((client, request_id, ClientAnswer::Done(answer), bytes));
+                }
+            }
+            Event::ReadAborted { token } => {
+                if let Some((client, request_id, _)) = self.nodes[i].pending_reads.remove(&token) {
+                    answers.push((client, request_id, ClientAnswer::Redirect(None), 16));
+                }
+            }
+            Event::RoleChanged { role, term, leader } => {
+                self.log(|| format!("node {i}: {role:?} term {term} leader {leader:?}"));
+                if role == Role::Leader {
+                    if let Some(v) = self.election.observe_leader(self.now, term, i) {
+                        self.violation(v);
+                    }
+                    let st = self.nodes[i].node.status();
+                    let log = self.read_log(i, st.apply_pos, st.apply_index, st.tail_pos);
+                    for v in check_leader_completeness(
+                        self.now,
+                        i,
+                        term,
+                        st.apply_index,
+                        &log,
+                        &self.committed,
+                    ) {
+                        self.violation(v);
+                    }
+                    self.nodes[i].commit_cursor = Some((st.commit_pos, st.commit_index));
+                } else {
+                    self.nodes[i].commit_cursor = None;
+                }
+            }
+            Event::LogCorrupt { pos } => self.violation(Violation {
+                invariant: "log integrity",
+                time_ns: self.now,
+                detail: format!("node {i} found a corrupt committed entry at position {pos}"),
+            }),
+            Event::PeerNeedsRecovery { peer } => {
+                self.needs_recovery += 1;
+                self.log(|| format!("node {i}: peer {} needs recovery", peer.0));
+            }
+            Event::LogFull => self.log(|| format!("node {i}: log full")),
+            Event::PeerUnreachable { peer } => {
+                self.log(|| format!("node {i}: peer {} unreachable", peer.0))
+            }
+            Event::PeerReachable { peer } => {
+                self.log(|| format!("node {i}: peer {} reachable", peer.0))
+            }
+        }
+    }
+
+    /// Reads `[from_pos, to_pos)` of a member's log as entry identities.
+    fn read_log(&mut self, i: usize, from_pos: u64, from_index: u64, to_pos: u64) -> Vec<EntryId> {
+        let mem = self.nodes[i].node.memory().clone();
+        let max = self.opts.config.entry_payload_bytes_max;
+        let mut out = Vec::new();
+        let mut pos = from_pos;
+        let mut index = from_index;
+        while pos < to_pos {
+            match self.ring.read_entry(&mem, pos, max, &mut self.payload_buf) {
+                Ok((h, _, end)) if h.index == index && end <= to_pos => {
+                    out.push(EntryId::of(&h, &self.payload_buf[..h.payload_len as usize]));
+                    pos = end;
+                    index += 1;
+                }
+                _ => break,
+            }
+        }
+        out
+    }
+
+    fn observe(&mut self, i: usize) {
+        let applied = self.nodes[i].node.state_machine().drain_applied();
+        for e in applied {
+            if let Some(v) = self.sm_safety.observe_apply(self.now, i, e) {
+                self.violation(v);
+            }
+            if let Some(c) = self.committed.get(e.index) {
+                if *c != e {
+                    let c = *c;
+                    self.violation(Violation {
+                        invariant: "committed entries never change",
+                        time_ns: self.now,
+                        detail: format!("node {i} applied {e:?} where {c:?} was committed"),
+                    });
+                }
+            }
+        }
+        let st = self.nodes[i].node.status();
+        if let Some(v) = self
+            .committed
+            .observe_commit_index(self.now, i, st.commit_index)
+        {
+            self.violation(v);
+        }
+        if st.role == Role::Leader {
+            if let Some((pos, index)) = self.nodes[i].commit_cursor {
+                if pos < st.commit_pos {
+                    let entries = self.read_log(i, pos, index, st.commit_pos);
+                    let mut new_index = index;
+                    for e in &entries {
+                        if let Some(v) = self.committed.observe_committed(self.now, i, *e) {
+                            self.violation(v);
+                        }
+                        new_index = e.index + 1;
+                    }
+                    if new_index != st.commit_index {
+                        self.violation(Violation {
+                            invariant: "committed entries never change",
+                            time_ns: self.now,
+                            detail: format!(
+                                "leader {i} commit index {} but its log below the commit point ends at {new_index}",
+                                st.commit_index
+                            ),
+                        });
+                    }
+                    self.nodes[i].commit_cursor = Some((st.commit_pos, st.commit_index));
+                }
+            }
+        }
+    }
+
+    fn snapshot(&mut self) {
+        let mut logs = Vec::new();
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].state == NodeState::Crashed {
+                continue;
+            }
+            let st = self.nodes[i].node.status();
+            // Beyond its own commit point a member may hold stale entries
+            // that a later leader will overwrite; below it, every entry
+            // must be the committed one.
+            let known_committed = self.read_log(i, st.apply_pos, st.apply_index, st.commit_pos);
+            for v in self.committed.check_log(self.now, i, &known_committed) {
+                self.violation(v);
+            }
+            let log = self.read_log(i, st.apply_pos, st.apply_index, st.tail_pos);
+            logs.push((i, log));
+        }
+        for v in check_log_matching(self.now, &logs) {
+            self.violation(v);
+        }
+    }
+
+    // ----- clients ---------------------------------------------------------
+
+    fn client_new_op(&mut self, c: usize) {
+        if self.clients[c].outstanding.is_some() {
+            return;
+        }
+        if let Some(limit) = self.opts.ops_limit {
+            if self.ops_issued >= limit {
+                return;
+            }
+        }
+        self.ops_issued += 1;
+        let keys = self.opts.keys.max(1) as u64;
+        let o = &self.opts;
+        let (read_p, incr_p, cas_p, del_p) = (
+            o.read_permille,
+            o.incr_permille,
+            o.cas_permille,
+            o.del_permille,
+        );
+        let vmax = o.value_bytes_max.max(16);
+        let vmin = o.value_bytes_min;
+        let client = &mut self.clients[c];
+        let request_id = client.next_request;
+        client.next_request += 1;
+        let r = client.rng.range_inclusive(0, 999);
+        let value_key = format!("k{}", client.rng.range_inclusive(0, keys - 1)).into_bytes();
+        let counter_key = format!("n{}", client.rng.range_inclusive(0, keys - 1)).into_bytes();
+        let mut fresh = format!("c{c}r{request_id}").into_bytes();
+        let lo = (fresh.len() as u64).max(vmin as u64);
+        let len = client.rng.range_inclusive(lo, (vmax as u64).max(lo)) as usize;
+        fresh.resize(len, b'.');
+        let input = if r < read_p {
+            let key = if client.rng.chance(1, 2) {
+                value_key
+            } else {
+                counter_key
+            };
+            KvInput::Get { key }
+        } else if r < read_p + incr_p {
+            let delta = client.rng.range_inclusive(1, 5) as i64 - 2;
+            KvInput::Incr {
+                key: counter_key,
+                delta,
+            }
+        } else if r < read_p + incr_p + cas_p {
+            let expected = client.last_seen.get(&value_key).cloned().flatten();
+            KvInput::Cas {
+                key: value_key,
+                expected,
+                new: fresh,
+            }
+        } else if r < read_p + incr_p + cas_p + del_p {
+            KvInput::Del { key: value_key }
+        } else {
+            KvInput::Set {
+                key: value_key,
+                value: fresh,
+            }
+        };
+        let op = match &input {
+            KvInput::Get { key } => KvOp::Get { key },
+            KvInput::Set { key, value } => KvOp::Set { key, value },
+            KvInput::Del { key } => KvOp::Del { key },
+            KvInput::Incr { key, delta } => KvOp::Incr { key, delta: *delta },
+            KvInput::Cas { key, expected, new } => KvOp::Cas {
+                key,
+                expected: expected.as_deref(),
+                new,
+            },
+        };
+        let mut payload = vec![0u8; self.limits.encoded_bytes_max() as usize];
+        let n = op
+            .encode(&mut payload)
+            .expect("buffer sized for the largest operation");
+        payload.truncate(n);
+        let write = !matches!(input, KvInput::Get { .. });
+        self.history.push(Operation {
+            client: c as u64,
+            input,
+            call_ns: self.now,
+            return_ns: u64::MAX,
+            output: None,
+        });
+        self.clients[c].outstanding = Some(Outstanding {
+            op: self.history.len() - 1,
+            request_id,
+            write,
+            payload,
+            attempt: 0,
+        });
+        self.client_send(c);
+    }
+
+    fn client_send(&mut self, c: usize) {
+        let client = &self.clients[c];
+        let Some(o) = &client.outstanding else { return };
+        let req = ClientRequest {
+            client: c,
+            request_id: o.request_id,
+            write: o.write,
+            payload: o.payload.clone(),
+        };
+        let at = self.now + self.opts.net.ud_ns(req.payload.len() as u64) as u64;
+        let attempt = o.attempt;
+        let node = client.target;
+        self.queue.push(at, Ev::ClientArrive { node, req });
+        self.queue.push(
+            self.now + self.opts.client_timeout_ns,
+            Ev::ClientTimeout { client: c, attempt },
+        );
+    }
+
+    fn client_reply(&mut self, c: usize, request_id: u64, answer: ClientAnswer) {
+        let matches = self.clients[c]
+            .outstanding
+            .as_ref()
+            .is_some_and(|o| o.request_id == request_id);
+        if !matches {
+            return;
+        }
+        self.log(|| {
+            format!("client {c}: reply to request {request_id} (current: {matches}): {answer:?}")
+        });
+        let n = self.nodes.len();
+        match answer {
+            ClientAnswer::Done(out) => {
+                let o = self.clients[c].outstanding.take().unwrap();
+                let op = &mut self.history[o.op];
+                op.output = Some(out.clone());
+                op.return_ns = self.now;
+                match (&op.input, &out) {
+                    (KvInput::Get { key }, KvOutput::Value(v)) => {
+                        self.clients[c].last_seen.insert(key.clone(), v.clone());
+                    }
+                    (KvInput::Set { key, value }, _) => {
+                        self.clients[c]
+                            .last_seen
+                            .insert(key.clone(), Some(value.clone()));
+                    }
+                    _ => {}
+                }
+                if self.healed
+                    && o.write
+                    && self.history[o.op].call_ns >= self.opts.safety_ns
+                    && self.first_ack_after_heal.is_none()
+                {
+                    self.first_ack_after_heal = Some(self.now);
+                    self.log(|| {
+                        "liveness: a write invoked after healing is acknowledged".to_string()
+                    });
+                }
+                let think = self.clients[c]
+                    .rng
+                    .range_inclusive(0, self.opts.think_ns_max);
+                self.queue
+                    .push(self.now + think, Ev::ClientSend { client: c });
+            }
+            ClientAnswer::Redirect(hint) => {
+                let client = &mut self.clients[c];
+                client.target = match hint {
+                    Some(m) if m.index() < n => m.index(),
+                    _ => (client.target + 1) % n,
+                };
+                client.outstanding.as_mut().unwrap().attempt += 1;
+                self.client_send(c);
+            }
+            ClientAnswer::Busy => {
+                self.clients[c].outstanding.as_mut().unwrap().attempt += 1;
+                // Back off a little before asking the same member again.
+                let o = self.clients[c].outstanding.as_ref().unwrap();
+                let req = ClientRequest {
+                    client: c,
+                    request_id: o.request_id,
+                    write: o.write,
+                    payload: o.payload.clone(),
+                };
+                let attempt = o.attempt;
+                let node = self.clients[c].target;
+                self.queue
+                    .push(self.now + 50_000, Ev::ClientArrive { node, req });
+                self.queue.push(
+                    self.now + self.opts.client_timeout_ns,
+                    Ev::ClientTimeout { client: c, attempt },
+                );
+            }
+        }
+    }
+
+    fn finish(mut self) -> RunReport {
+        self.snapshot();
+        if self.opts.trace {
+            for c in 0..self.clients.len() {
+                if let Some(o) = &self.clients[c].outstanding {
+                    let (op, attempt, target) = (
+                        self.history[o.op].clone(),
+                        o.attempt,
+                        self.clients[c].target,
+                    );
+                    self.log(|| {
+                        format!(
+                            "end client {c}: outstanding attempt {attempt} target {target}: {op:?}"
+                        )
+                    });
+                }
+            }
+            for i in 0..self.nodes.len() {
+                let st = self.nodes[i].node.status();
+                let state = self.nodes[i].state;
+                let peers: Vec<String> = st.peers[..self.nodes.len()]
+                    .iter()
+                    .filter(|p| p.id.index() != i)
+                    .map(|p| {
+                        format!(
+                            "{}:{:?} sent={} acked={} ch={:?} apply_seen={}",
+                            p.id.0,
+                            p.repl,
+                            p.sent_pos,
+                            p.acked_pos,
+                            p.channel_broken,
+                            p.row.apply_pos
+                        )
+                    })
+                    .collect();
+                self.log(|| {
+                    format!(
+                        "end node {i} {state:?} {:?} term {} leader {:?} granted {:?} head {} apply {}@{} commit {}@{} tail {}@{}\n      peers {}\n      {:?}",
+                        st.role,
+                        st.term,
+                        st.leader,
+                        st.log_granted_to,
+                        st.head_pos,
+                        st.apply_index,
+                        st.apply_pos,
+                        st.commit_index,
+                        st.commit_pos,
+                        st.tail_index,
+                        st.tail_pos,
+                        peers.join("; "),
+                        st.counters
+                    )
+                });
+            }
+        }
+        let mut states = Vec::new();
+        for (i, sn) in self.nodes.iter().enumerate() {
+            if sn.state != NodeState::Crashed {
+                states.push((i, sn.node.apply_index(), sn.node.state_machine().digest()));
+            }
+        }
+        for v in self.sm_safety.check_final(self.now, &states) {
+            self.violation(v);
+        }
+        let mut unknown = false;
+        match check_history(&self.history) {
+            Verdict::Linearizable => {}
+            Verdict::Violation { key, operations } => {
+                let ops: Vec<String> = operations
+                    .iter()
+                    .take(40)
+                    .map(|&k| format!("{:?}", self.history[k]))
+                    .collect();
+                self.violation(Violation {
+                    invariant: "linearizability",
+                    time_ns: self.now,
+                    detail: format!(
+                        "key {:?}: no linearization of {} operations:\n    {}",
+                        String::from_utf8_lossy(&key),
+                        operations.len(),
+                        ops.join("\n    ")
+                    ),
+                });
+            }
+            Verdict::Unknown { key } => {
+                unknown = true;
+                self.log(|| format!("linearizability: search budget exhausted on key {key:?}"));
+            }
+        }
+        if self.first_ack_after_heal.is_none() {
+            let live = self
+                .nodes
+                .iter()
+                .filter(|n| n.state == NodeState::Running)
+                .count();
+            self.violation(Violation {
+                invariant: "liveness",
+                time_ns: self.now,
+                detail: format!(
+                    "no write invoked after healing (at {} ms) was acknowledged within {} ms ({live} of {} members running)",
+                    self.opts.safety_ns / 1_000_000,
+                    self.opts.liveness_ns / 1_000_000,
+                    self.nodes.len()
+                ),
+            });
+        }
+        RunReport {
+            ops_ok: self.history.iter().filter(|o| o.output.is_some()).count() as u64,
+            ops_total: self.history.len() as u64,
+            terms_with_leader: self.election.terms(),
+            committed: self.committed.len(),
+            needs_recovery: self.needs_recovery,
+            linearizability_unknown: unknown,
+            end_ns: self.now,
+            first_ack_after_heal_ns: self.first_ack_after_heal,
+            digest: self.digest.finish(),
+            violations: self.violations,
+            trace: self.trace,
+            history: self.history,
+        }
+    }
+}
+
+/// Runs one simulation; a panic inside the core is reported as a violation
+/// (assertions are invariants too).
+pub fn run(opts: ClusterOptions) -> RunReport {
+    let trace = opts.trace;
+    let result =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Cluster::new(opts).run()));
+    match result {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic".into());
+            RunReport {
+                violations: vec![Violation {
+                    invariant: "no panic (core assertion)",
+                    time_ns: 0,
+                    detail: msg,
+                }],
+                trace: if trace {
+                    vec!["(trace lost in panic)".into()]
+                } else {
+                    Vec::new()
+                },
+                ..RunReport::default()
+            }
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! `verbatim-sim`: swarm runs, single traced seeds, and the LogGP model.
+//!
+//! ```text
+//! verbatim-sim --seeds N [--start S] [--threads T] [--mutation NAME]
+//! verbatim-sim --seed S [--trace] [--mutation NAME]
+//! verbatim-sim --model
+//! ```
+//! A swarm run ends with `seeds: N, violations: V` and exits 1 when V > 0.
+
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use verbatim_core::config::Mutation;
+use verbatim_sim::swarm::{describe, run_seed};
+
+fn usage() -> ExitCode {
+    eprintln!(
+        "usage:\n  verbatim-sim --seeds N [--start S] [--threads T] [--mutation NAME]\n  \
+         verbatim-sim --seed S [--trace] [--mutation NAME]\n  verbatim-sim --model\n\
+         mutations: none, commit-on-minority, vote-without-log-check, read-without-term-check"
+    );
+    ExitCode::from(2)
+}
+
+fn parse_mutation(s: &str) -> Option<Mutation> {
+    Some(match s {
+        "none" => Mutation::None,
+        "commit-on-minority" => Mutation::CommitOnMinority,
+        "vote-without-log-check" => Mutation::VoteWithoutLogCheck,
+        "read-without-term-check" => Mutation::ReadWithoutTermCheck,
+        _ => return None,
+    })
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut seeds: Option<u64> = None;
+    let mut seed: Option<u64> = None;
+    let mut start = 0u64;
+    let mut threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut trace = false;
+    let mut model = false;
+    let mut mutation = Mutation::None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut num = |name: &str| -> Option<u64> {
+            let v = it.next()?.parse().ok();
+            if v.is_none() {
+                eprintln!("{name} needs a number");
+            }
+            v
+        };
+        match a.as_str() {
+            "--seeds" => match num("--seeds") {
+                Some(v) => seeds = Some(v),
+                None => return usage(),
+            },
+            "--seed" => match num("--seed") {
+                Some(v) => seed = Some(v),
+                None => return usage(),
+            },
+            "--start" => match num("--start") {
+                Some(v) => start = v,
+                None => return usage(),
+            },
+            "--threads" => match num("--threads") {
+                Some(v) => threads = v.max(1) as usize,
+                None => return usage(),
+            },
+            "--trace" => trace = true,
+            "--model" => model = true,
+            "--mutation" => match it.next().and_then(|m| parse_mutation(m)) {
+                Some(m) => mutation = m,
+                None => return usage(),
+            },
+            "-h" | "--help" => {
+                usage();
+                return ExitCode::SUCCESS;
+            }
+            other => {
+                eprintln!("unknown argument {other}");
+                return usage();
+            }
+        }
+    }
+    if model {
+        print!(
+            "{}",
+            verbatim_sim::model::render(&verbatim_sim::model::run_model())
+        );
+        return ExitCode::SUCCESS;
+    }
+    if let Some(s) = seed {
+        let r = run_seed(s, mutation, trace);
+        for line in &r.report.trace {
+            println!("{line}");
+        }
+        println!("seed {s}: {}", describe(&r.options));
+        println!(
+            "ops {}/{} answered, {} terms with a leader, {} entries committed, end {:.3} ms",
+            r.report.ops_ok,
+            r.report.ops_total,
+            r.report.terms_with_leader,
+            r.report.committed,
+            r.report.end_ns as f64 / 1e6
+        );
+        for v in &r.report.violations {
+            println!("{v}");
+        }
+        println!("seeds: 1, violations: {}", r.report.violations.len());
+        return if r.report.violations.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
+    let Some(n) = seeds else { return usage() };
+    let began = Instant::now();
+    let next = Arc::new(AtomicU64::new(start));
+    let failed = Arc::new(Mutex::new(Vec::new()));
+    let unknown = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            let (next, failed, unknown, done) =
+                (next.clone(), failed.clone(), unknown.clone(), done.clone());
+            std::thread::spawn(move || loop {
+                let s = next.fetch_add(1, Ordering::Relaxed);
+                if s >= start + n {
+                    break;
+                }
+                let r = run_seed(s, mutation, false);
+                if r.report.linearizability_unknown {
+                    unknown.fetch_add(1, Ordering::Relaxed);
+                }
+                if !r.report.violations.is_empty() {
+                    eprintln!("seed {s} FAILED ({}):", describe(&r.options));
+                    for v in &r.report.violations {
+                        eprintln!("  {v}");
+                    }
+                    eprintln!(
+                        "  reproduce: cargo run -p verbatim-sim --release -- --seed {s} --trace"
+                    );
+                    failed.lock().unwrap().push((s, r.report.violations.len()));
+                }
+                let d = done.fetch_add(1, Ordering::Relaxed) + 1;
+                if d % 1000 == 0 {
+                    eprintln!("... {d}/{n} seeds, {:.1} s", began.elapsed().as_secs_f64());
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("worker thread");
+    }
+    let failed = failed.lock().unwrap();
+    let violations: usize = failed.iter().map(|(_, v)| v).sum();
+    println!(
+        "wall time {:.1} s, {} threads, linearizability undecided (budget) on {} seeds",
+        began.elapsed().as_secs_f64(),
+        threads,
+        unknown.load(Ordering::Relaxed)
+    );
+    if !failed.is_empty() {
+        let list: Vec<String> = failed.iter().map(|(s, _)| s.to_string()).collect();
+        println!("failing seeds: {}", list.join(" "));
+    }
+    println!("seeds: {n}, violations: {violations}");
+    if violations > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}

@@ -1,0 +1,567 @@
+//! The simulated one-sided network: reliable connections with per-channel
+//! FIFO, LogGP timing, completions, access control, and faults (dead
+//! NICs, cut links, delay spikes, torn placement of large writes).
+//!
+//! Semantics follow RDMA's RC service (see `verbatim_core::fabric`):
+//! * requests on one (source, target, channel) connection land in post
+//!   order, and complete in post order;
+//! * a request that fails (target dead, link cut, access revoked, bad
+//!   address) completes with an error and breaks the connection: every
+//!   later request on it completes `Flushed` until `reconnect`;
+//! * a cut of the *reverse* link loses the acknowledgement: the write
+//!   lands, but the initiator sees `Unreachable` (the ambiguity real
+//!   networks have);
+//! * with tearing on, a write larger than a word lands word by word, in a
+//!   random order, over a short window, and each word checks the target's
+//!   access at its own landing time.
+
+use crate::loggp::NetParams;
+use crate::memory::SimMemory;
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use verbatim_core::fabric::{
+    Access, Addr, Channel, Completion, MemberId, Op, RegionId, WcStatus, WorkRequest, MAX_MEMBERS,
+};
+use verbatim_core::mem::Memory;
+use verbatim_core::rng::SplitMix64;
+
+/// A directed link fault active in `[start_ns, end_ns)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkWindow {
+    /// Source member.
+    pub from: u8,
+    /// Target member.
+    pub to: u8,
+    /// Start (global time).
+    pub start_ns: u64,
+    /// End (global time).
+    pub end_ns: u64,
+    /// Extra latency for delay windows (ignored for cuts).
+    pub extra_ns: u64,
+}
+
+impl LinkWindow {
+    fn covers(&self, from: usize, to: usize, t: u64) -> bool {
+        usize::from(self.from) == from
+            && usize::from(self.to) == to
+            && self.start_ns <= t
+            && t < self.end_ns
+    }
+}
+
+/// Something the network needs to happen later.
+#[derive(Clone, Debug)]
+pub enum NetEvent {
+    /// A request reaches its target.
+    Land {
+        /// Initiator.
+        src: usize,
+        /// The request.
+        wr: WorkRequest,
+        /// Write payload, read from the source at post time.
+        data: Option<Rc<[u8]>>,
+        /// When it left the initiator.
+        depart_ns: u64,
+        /// Torn placement: spread of word landings.
+        spread_ns: u64,
+    },
+    /// One word of a torn write.
+    LandWord {
+        /// Initiator.
+        src: usize,
+        /// Target.
+        dst: usize,
+        /// Where.
+        at: Addr,
+        /// Bytes of this piece (≤ 8).
+        bytes: [u8; 8],
+        /// Valid bytes.
+        len: u8,
+        /// Set when this piece was refused (access revoked meanwhile).
+        denied: Rc<Cell<bool>>,
+    },
+    /// A completion reaches the initiator.
+    Complete {
+        /// Initiator.
+        src: usize,
+        /// The completion (its status may be overridden by `denied`).
+        completion: Completion,
+        /// Data landing in the initiator's memory (READ, atomics).
+        landing: Option<(Addr, Vec<u8>)>,
+        /// For torn writes: whether a piece was refused.
+        denied: Option<Rc<Cell<bool>>>,
+        /// The channel it travelled on.
+        channel: Channel,
+    },
+}
+
+/// Where the network puts its future events.
+pub trait Schedule {
+    /// Runs `ev` at global time `at_ns`.
+    fn at(&mut self, at_ns: u64, ev: NetEvent);
+}
+
+/// One member's NIC.
+pub struct Nic {
+    /// Its registered memory.
+    pub mem: SimMemory,
+    /// False once crashed: it neither answers nor completes.
+    pub alive: bool,
+    access: [[Access; 5]; MAX_MEMBERS],
+    /// Reaped by the node.
+    pub cq: VecDeque<Completion>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Conn {
+    failed: bool,
+    last_land: u64,
+    last_complete: u64,
+}
+
+/// The simulated network.
+pub struct Net {
+    /// Timing.
+    pub params: NetParams,
+    nics: Vec<Nic>,
+    conns: Vec<Conn>,
+    /// Directed link cuts.
+    pub cuts: Vec<LinkWindow>,
+    /// Directed delay spikes.
+    pub delays: Vec<LinkWindow>,
+    /// Torn placement of large writes.
+    pub tearing: bool,
+    rng: SplitMix64,
+}
+
+impl Net {
+    /// A network joining these memories (index = member id).
+    pub fn new(params: NetParams, memories: Vec<SimMemory>, seed: u64) -> Net {
+        let n = memories.len();
+        let mut nics: Vec<Nic> = memories
+            .into_iter()
+            .map(|mem| Nic {
+                mem,
+                alive: true,
+                access: [[Access::Revoked; 5]; MAX_MEMBERS],
+                cq: VecDeque::new(),
+            })
+            .collect();
+        // Every member may write its row into every control region (the
+        // SST); the log is granted by the protocol; the rest is local.
+        for nic in &mut nics {
+            for peer in nic.access.iter_mut() {
+                peer[RegionId::Control.index()] = Access::Granted;
+            }
+        }
+        Net {
+            params,
+            nics,
+            conns: vec![Conn::default(); n * n * 2],
+            cuts: Vec::new(),
+            delays: Vec::new(),
+            tearing: false,
+            rng: SplitMix64::new(seed ^ 0x4E45_5457),
+        }
+    }
+
+    /// Number of members.
+    pub fn len(&self) -> usize {
+        self.nics.len()
+    }
+
+    /// True with no members.
+    pub fn is_empty(&self) -> bool {
+        self.nics.is_empty()
+    }
+
+    /// A member's NIC.
+    pub fn nic(&self, m: usize) -> &Nic {
+        &self.nics[m]
+    }
+
+    /// A member's NIC, mutably.
+    pub fn nic_mut(&mut self, m: usize) -> &mut Nic {
+        &mut self.nics[m]
+    }
+
+    fn conn(&mut self, src: usize, dst: usize, ch: Channel) -> &mut Conn {
+        let n = self.nics.len();
+        &mut self.conns[(src * n + dst) * 2 + ch.index()]
+    }
+
+    fn cut(&self, from: usize, to: usize, t: u64) -> bool {
+        self.cuts.iter().any(|w| w.covers(from, to, t))
+    }
+
+    fn extra_delay(&self, from: usize, to: usize, t: u64) -> u64 {
+        self.delays
+            .iter()
+            .filter(|w| w.covers(from, to, t))
+            .map(|w| w.extra_ns)
+            .sum()
+    }
+
+    /// Crashes a member's NIC: memory gone, requests to it time out.
+    pub fn crash(&mut self, m: usize) {
+        self.nics[m].alive = false;
+        self.nics[m].cq.clear();
+    }
+
+    /// Changes a peer's access to one of `owner`'s regions, effective now.
+    pub fn set_access(&mut self, owner: usize, peer: MemberId, region: RegionId, access: Access) {
+        if peer.index() < MAX_MEMBERS {
+            self.nics[owner].access[peer.index()][region.index()] = access;
+        }
+    }
+
+    /// Re-establishes a connection (both directions' state is the
+    /// initiator's view here; the target keeps no per-connection state).
+    pub fn reconnect(&mut self, src: usize, peer: MemberId, channel: Channel) {
+        if peer.index() < self.nics.len() {
+            self.conn(src, peer.index(), channel).failed = false;
+        }
+    }
+
+    fn complete_at(
+        &mut self,
+        s: &mut impl Schedule,
+        src: usize,
+        dst: usize,
+        ch: Channel,
+        at: u64,
+        c: Completion,
+        landing: Option<(Addr, Vec<u8>)>,
+        denied: Option<Rc<Cell<bool>>>,
+    ) {
+        let conn = self.conn(src, dst, ch);
+        let t = at.max(conn.last_complete + 1);
+        conn.last_complete = t;
+        s.at(
+            t,
+            NetEvent::Complete {
+                src,
+                completion: c,
+                landing,
+                denied,
+                channel: ch,
+            },
+        );
+    }
+
+    fn wire_ns(&self, op: &Op) -> u64 {
+        let p = &self.params;
+        let ns = match *op {
+            Op::Write { len, .. } if u64::from(len) <= p.inline_bytes_max => {
+                p.rdma_wire_ns(&p.rdma_write_inline, u64::from(len))
+            }
+            Op::Write { len, .. } => p.rdma_wire_ns(&p.rdma_write, u64::from(len)),
+            Op::WriteInline { len, .. } => p.rdma_wire_ns(&p.rdma_write_inline, u64::from(len)),
+            Op::Read { len, .. } => p.rdma_wire_ns(&p.rdma_read, u64::from(len)),
+            Op::CompareSwap { .. } | Op::FetchAdd { .. } => p.rdma_wire_ns(&p.rdma_read, 8),
+        };
+        ns.max(1.0) as u64
+    }
+
+    /// CPU overhead of posting `op` (o, or o for inline writes).
+    pub fn post_overhead_ns(&self, op: &Op) -> u64 {
+        let p = &self.params;
+        let o = match *op {
+            Op::Write { len, .. } if u64::from(len) <= p.inline_bytes_max => {
+                p.rdma_write_inline.o_ns
+            }
+            Op::Write { .. } => p.rdma_write.o_ns,
+            Op::WriteInline { .. } => p.rdma_write_inline.o_ns,
+            _ => p.rdma_read.o_ns,
+        };
+        o as u64
+    }
+
+    /// Posts a work request that leaves `src` at `depart_ns`.
+    pub fn post(&mut self, s: &mut impl Schedule, depart_ns: u64, src: usize, wr: WorkRequest) {
+        let dst = wr.peer.index();
+        let ch = wr.op.channel();
+        let c = |status| Completion {
+            wr_id: wr.wr_id,
+            peer: wr.peer,
+            status,
+        };
+        if dst >= self.nics.len() || dst == src {
+            // No such connection: refuse at once (never lose a request).
+            let t = depart_ns + 1;
+            s.at(
+                t,
+                NetEvent::Complete {
+                    src,
+                    completion: c(WcStatus::InvalidRequest),
+                    landing: None,
+                    denied: None,
+                    channel: ch,
+                },
+            );
+            return;
+        }
+        // Local side checks: the source or destination of the data must
+        // be our own registered memory.
+        let local_ok = match wr.op {
+            Op::Write { local, len, .. } | Op::Read { local, len, .. } => {
+                self.nics[src].mem.contains(local, u64::from(len))
+            }
+            Op::CompareSwap { local, remote, .. } | Op::FetchAdd { local, remote, .. } => {
+                self.nics[src].mem.contains(local, 8)
+                    && local.offset % 8 == 0
+                    && remote.offset % 8 == 0
+            }
+            Op::WriteInline { len, .. } => {
+                usize::from(len) <= verbatim_core::fabric::INLINE_BYTES_MAX
+            }
+        };
+        if !local_ok || self.conn(src, dst, ch).failed {
+            let status = if local_ok {
+                WcStatus::Flushed
+            } else {
+                WcStatus::InvalidRequest
+            };
+            if !local_ok {
+                self.conn(src, dst, ch).failed = true;
+            }
+            self.complete_at(s, src, dst, ch, depart_ns + 1, c(status), None, None);
+            return;
+        }
+        let data: Option<Rc<[u8]>> = match wr.op {
+            Op::Write { local, len, .. } => {
+                let mut buf = vec![0u8; len as usize];
+                self.nics[src].mem.read(local, &mut buf);
+                Some(buf.into())
+            }
+            Op::WriteInline { len, data, .. } => Some(data[..usize::from(len)].to_vec().into()),
+            _ => None,
+        };
+        let half_wire = self.wire_ns(&wr.op) / 2;
+        let extra = self.extra_delay(src, dst, depart_ns);
+        let spread = if self.tearing && data.as_ref().is_some_and(|d| d.len() > 8) {
+            self.rng.range_inclusive(1, 2 * half_wire.max(1))
+        } else {
+            0
+        };
+        let conn = self.conn(src, dst, ch);
+        let land = (depart_ns + half_wire + extra).max(conn.last_land + 1);
+        conn.last_land = land + spread;
+        s.at(
+            land,
+            NetEvent::Land {
+                src,
+                wr,
+                data,
+                depart_ns,
+                spread_ns: spread,
+            },
+        );
+    }
+
+    fn access_ok(&self, dst: usize, src: usize, region: RegionId) -> bool {
+        self.nics[dst].access[src][region.index()] == Access::Granted
+    }
+
+    /// Handles a network event; returns the member to wake, if any.
+    pub fn handle(&mut self, s: &mut impl Schedule, now: u64, ev: NetEvent) -> Option<usize> {
+        match ev {
+            NetEvent::Land {
+                src,
+                wr,
+                data,
+                depart_ns,
+                spread_ns,
+            } => {
+                let wrote = self.land(s, now, src, wr, data, depart_ns, spread_ns);
+                // A busy-polling target notices writes into its memory.
+                wrote.then_some(wr.peer.index())
+            }
+            NetEvent::LandWord {
+                src,
+                dst,
+                at,
+                bytes,
+                len,
+                denied,
+            } => {
+                if self.nics[dst].alive && self.access_ok(dst, src, at.region) {
+                    self.nics[dst].mem.write(at, &bytes[..usize::from(len)]);
+                    Some(dst)
+                } else {
+                    denied.set(true);
+                    None
+                }
+            }
+            NetEvent::Complete {
+                src,
+                mut completion,
+                landing,
+                denied,
+                channel,
+            } => {
+                if !self.nics[src].alive {
+                    return None;
+                }
+                if denied.is_some_and(|d| d.get()) && completion.status.is_ok() {
+                    completion.status = WcStatus::AccessDenied;
+                    self.conn(src, completion.peer.index(), channel).failed = true;
+                }
+                if let (Some((at, bytes)), true) = (landing, completion.status.is_ok()) {
+                    self.nics[src].mem.write(at, &bytes);
+                }
+                self.nics[src].cq.push_back(completion);
+                Some(src)
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn land(
+        &mut self,
+        s: &mut impl Schedule,
+        now: u64,
+        src: usize,
+        wr: WorkRequest,
+        data: Option<Rc<[u8]>>,
+        depart_ns: u64,
+        spread_ns: u64,
+    ) -> bool {
+        let dst = wr.peer.index();
+        let ch = wr.op.channel();
+        let c = |status| Completion {
+            wr_id: wr.wr_id,
+            peer: wr.peer,
+            status,
+        };
+        let timeout_at = depart_ns + self.params.retry_timeout_ns;
+        if self.conn(src, dst, ch).failed {
+            self.complete_at(s, src, dst, ch, now, c(WcStatus::Flushed), None, None);
+            return false;
+        }
+        if !self.nics[dst].alive || self.cut(src, dst, now) {
+            self.conn(src, dst, ch).failed = true;
+            self.complete_at(
+                s,
+                src,
+                dst,
+                ch,
+                timeout_at,
+                c(WcStatus::Unreachable),
+                None,
+                None,
+            );
+            return false;
+        }
+        let remote = wr.op.remote();
+        if !self.nics[dst].mem.contains(remote, wr.op.remote_len()) {
+            self.conn(src, dst, ch).failed = true;
+            self.complete_at(
+                s,
+                src,
+                dst,
+                ch,
+                now + 1,
+                c(WcStatus::InvalidRequest),
+                None,
+                None,
+            );
+            return false;
+        }
+        let ack_ns = self.wire_ns(&wr.op) / 2 + spread_ns;
+        if !self.access_ok(dst, src, remote.region) {
+            self.conn(src, dst, ch).failed = true;
+            self.complete_at(
+                s,
+                src,
+                dst,
+                ch,
+                now + ack_ns,
+                c(WcStatus::AccessDenied),
+                None,
+                None,
+            );
+            return false;
+        }
+        let mem = &self.nics[dst].mem;
+        let mut landing = None;
+        let mut denied = None;
+        match wr.op {
+            Op::Write { .. } | Op::WriteInline { .. } => {
+                let bytes = data.expect("writes carry data");
+                if spread_ns > 0 {
+                    // Torn placement: each word lands at its own time.
+                    let flag = Rc::new(Cell::new(false));
+                    for (k, chunk) in bytes.chunks(8).enumerate() {
+                        let mut b = [0u8; 8];
+                        b[..chunk.len()].copy_from_slice(chunk);
+                        let t = now + self.rng.range_inclusive(0, spread_ns);
+                        s.at(
+                            t,
+                            NetEvent::LandWord {
+                                src,
+                                dst,
+                                at: remote.add(8 * k as u64),
+                                bytes: b,
+                                len: chunk.len() as u8,
+                                denied: flag.clone(),
+                            },
+                        );
+                    }
+                    denied = Some(flag);
+                } else {
+                    mem.write(remote, &bytes);
+                }
+            }
+            Op::Read { local, len, .. } => {
+                let mut buf = vec![0u8; len as usize];
+                mem.read(remote, &mut buf);
+                landing = Some((local, buf));
+            }
+            Op::CompareSwap {
+                local,
+                expect,
+                swap,
+                ..
+            } => {
+                let old = mem.load_u64(remote);
+                if old == expect {
+                    mem.store_u64(remote, swap);
+                }
+                landing = Some((local, old.to_le_bytes().to_vec()));
+            }
+            Op::FetchAdd { local, add, .. } => {
+                let old = mem.load_u64(remote);
+                mem.store_u64(remote, old.wrapping_add(add));
+                landing = Some((local, old.to_le_bytes().to_vec()));
+            }
+        }
+        if self.cut(dst, src, now) {
+            // The effect happened, the acknowledgement is lost.
+            self.conn(src, dst, ch).failed = true;
+            self.complete_at(
+                s,
+                src,
+                dst,
+                ch,
+                timeout_at,
+                c(WcStatus::Unreachable),
+                None,
+                denied,
+            );
+            return wr.op.writes_remote();
+        }
+        self.complete_at(
+            s,
+            src,
+            dst,
+            ch,
+            now + ack_ns,
+            c(WcStatus::Ok),
+            landing,
+            denied,
+        );
+        wr.op.writes_remote()
+    }
+}

@@ -1,0 +1,138 @@
+//! Swarm testing (TigerBeetle's VOPR): one seed draws the group size, the
+//! network, the workload and the faults; a safety phase with faults is
+//! followed by a liveness phase that must elect a leader and commit.
+
+use crate::cluster::{run, ClusterOptions, Fault, RunReport};
+use verbatim_core::config::Mutation;
+use verbatim_core::rng::SplitMix64;
+
+const MS: u64 = 1_000_000;
+const US: u64 = 1_000;
+
+/// The options a seed stands for.
+pub fn options_for_seed(seed: u64) -> ClusterOptions {
+    let mut r = SplitMix64::new(seed ^ 0x5357_4152_4D);
+    let members = [3u8, 5, 7][r.range_inclusive(0, 2) as usize];
+    let mut o = ClusterOptions::new(seed, members);
+    o.clients = r.range_inclusive(1, 6) as usize;
+    o.keys = r.range_inclusive(1, 5) as usize;
+    o.read_permille = r.range_inclusive(0, 600);
+    o.incr_permille = r.range_inclusive(0, 200);
+    o.cas_permille = r.range_inclusive(0, 150);
+    o.del_permille = r.range_inclusive(0, 50);
+    o.value_bytes_max = r.range_inclusive(16, 300) as usize;
+    o.net.latency_scale = 1.0 + r.range_inclusive(0, 200) as f64 / 100.0;
+    o.tearing = r.chance(1, 3);
+    let drifting = r.chance(1, 3);
+    o.drift_ppm = (0..members)
+        .map(|_| {
+            if drifting {
+                r.range_inclusive(0, 100_000) as i64 - 50_000
+            } else {
+                0
+            }
+        })
+        .collect();
+    o.config.log_ring_bytes =
+        [16 * 1024, 32 * 1024, 64 * 1024, 256 * 1024][r.range_inclusive(0, 3) as usize];
+    o.safety_ns = r.range_inclusive(10, 30) * MS;
+    o.liveness_ns = 40 * MS;
+
+    // Permanent faults (crash, zombie) stay within f so a majority
+    // survives; temporary ones end before the liveness phase.
+    let f = usize::from((members - 1) / 2);
+    let mut permanent: Vec<u8> = Vec::new();
+    let fault_count = r.range_inclusive(0, 6);
+    for _ in 0..fault_count {
+        let node = r.range_inclusive(0, u64::from(members) - 1) as u8;
+        let start = r.range_inclusive(MS, o.safety_ns - MS / 2);
+        let end_within = |r: &mut SplitMix64, max_len: u64| {
+            (start + r.range_inclusive(100 * US, max_len)).min(o.safety_ns)
+        };
+        match r.range_inclusive(0, 4) {
+            0 | 1 if permanent.len() < f && !permanent.contains(&node) => {
+                permanent.push(node);
+                o.faults.push(if r.chance(1, 2) {
+                    Fault::Crash { node, at_ns: start }
+                } else {
+                    Fault::Zombie { node, at_ns: start }
+                });
+            }
+            0 | 1 => {}
+            2 => {
+                let to_ns = end_within(&mut r, 5 * MS);
+                o.faults.push(Fault::Pause {
+                    node,
+                    from_ns: start,
+                    to_ns,
+                });
+            }
+            3 => {
+                let mut side: Vec<u8> = (0..members).filter(|_| r.chance(1, 2)).collect();
+                if side.is_empty() || side.len() == usize::from(members) {
+                    side = vec![node];
+                }
+                let to_ns = end_within(&mut r, 8 * MS);
+                o.faults.push(Fault::Partition {
+                    side,
+                    from_ns: start,
+                    to_ns,
+                    symmetric: r.chance(1, 2),
+                });
+            }
+            _ => {
+                let mut to = r.range_inclusive(0, u64::from(members) - 1) as u8;
+                if to == node {
+                    to = (to + 1) % members;
+                }
+                let to_ns = end_within(&mut r, 5 * MS);
+                let extra_ns = r.range_inclusive(5 * US, 200 * US);
+                o.faults.push(Fault::Delay {
+                    from: node,
+                    to,
+                    from_ns: start,
+                    to_ns,
+                    extra_ns,
+                });
+            }
+        }
+    }
+    o
+}
+
+/// The result of one seed.
+pub struct SeedResult {
+    /// The seed.
+    pub seed: u64,
+    /// Its options (for printing).
+    pub options: ClusterOptions,
+    /// What happened.
+    pub report: RunReport,
+}
+
+/// Runs one seed, optionally with a mutation and a trace.
+pub fn run_seed(seed: u64, mutation: Mutation, trace: bool) -> SeedResult {
+    let mut options = options_for_seed(seed).with_mutation(mutation);
+    options.trace = trace;
+    let report = run(options.clone());
+    SeedResult {
+        seed,
+        options,
+        report,
+    }
+}
+
+/// A one-line summary of a seed's options.
+pub fn describe(o: &ClusterOptions) -> String {
+    format!(
+        "P={} clients={} keys={} ring={}KiB tearing={} drift={} latency×{:.2} faults={:?}",
+        o.members,
+        o.clients,
+        o.keys,
+        o.config.log_ring_bytes / 1024,
+        o.tearing,
+        o.drift_ppm.iter().any(|&d| d != 0),
+        o.net.latency_scale,
+        o.faults
+    )
+}
