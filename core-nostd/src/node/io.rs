@@ -161,7 +161,10 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     /// immutable staging copy, so a push in flight is never torn by a later
     /// update of the row.
     pub(super) fn flush_row(&mut self) {
-        if !self.row_dirty {
+        // A candidate's first push is its vote request (DARE §3.2.2), and a
+        // voter's is its private vote (§3.2.3); both go out on the call
+        // after the revokes took effect. Nothing is pushed in between.
+        if !self.row_dirty || matches!(self.duty, Duty::Campaign { .. } | Duty::VoteCheck { .. }) {
             return;
         }
         let Some(slot) = self.staging_refs.iter().position(|&r| r == 0) else {

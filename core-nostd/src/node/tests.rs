@@ -1,1 +1,851 @@
+//! Scenario tests: each drives nodes through one step of the protocol and
+//! asserts the exact work requests emitted, naming the section of the DARE
+//! paper (Poke & Hoefler, HPDC'15) it checks.
+//!
+//! The harness executes actions synchronously and in order: a WRITE lands
+//! in the target's memory as soon as it is executed and its completion is
+//! queued for the initiator's next call.
 
+extern crate std;
+use super::*;
+use crate::fabric::{Access, Addr, Op, RegionId, WcStatus, WorkRequest, WrId};
+use crate::kv::{KvBackend, KvLimits, KvOp, KvReply, KvStateMachine};
+use crate::layout::{ADJUST_HEADER_BYTES, ROW_BYTES};
+use crate::test_memory::TestMemory;
+use std::collections::{BTreeMap, VecDeque};
+use std::vec::Vec;
+
+#[derive(Default)]
+struct MapKv(BTreeMap<Vec<u8>, Vec<u8>>);
+impl KvBackend for MapKv {
+    fn get(&self, k: &[u8]) -> Option<&[u8]> {
+        self.0.get(k).map(|v| v.as_slice())
+    }
+    fn set(&mut self, k: &[u8], v: &[u8]) -> Result<(), ()> {
+        self.0.insert(k.to_vec(), v.to_vec());
+        Ok(())
+    }
+    fn del(&mut self, k: &[u8]) -> bool {
+        self.0.remove(k).is_some()
+    }
+}
+
+type TestNode = Node<TestMemory, KvStateMachine<MapKv>>;
+const LIMITS: KvLimits = KvLimits {
+    key_bytes_max: 16,
+    value_bytes_max: 64,
+};
+
+struct Harness {
+    nodes: Vec<TestNode>,
+    access: Vec<[[Access; 5]; MAX_MEMBERS]>,
+    cq: Vec<VecDeque<Completion>>,
+    down: Vec<bool>,
+    now: u64,
+}
+
+fn config(n: u8, id: u8) -> Config {
+    let mut c = Config::new(n, MemberId(id));
+    c.log_ring_bytes = 8 * 1024;
+    c.entry_payload_bytes_max = 256;
+    c.session_slot_count = 16;
+    c.client_slot_count = 0;
+    c.client_slot_bytes = 64;
+    c.seed = 7;
+    c
+}
+
+impl Harness {
+    fn new(n: u8) -> Harness {
+        let nodes = (0..n)
+            .map(|i| {
+                let cfg = config(n, i);
+                let layout = Layout::new(&cfg).unwrap();
+                Node::new(
+                    cfg,
+                    TestMemory::new(&layout),
+                    KvStateMachine::new(MapKv::default(), LIMITS),
+                    0,
+                )
+                .unwrap()
+            })
+            .collect();
+        let mut access = Vec::new();
+        for _ in 0..n {
+            let mut a = [[Access::Revoked; 5]; MAX_MEMBERS];
+            for p in a.iter_mut() {
+                p[RegionId::Control.index()] = Access::Granted;
+            }
+            access.push(a);
+        }
+        Harness {
+            nodes,
+            access,
+            cq: (0..n).map(|_| VecDeque::new()).collect(),
+            down: std::vec![false; n as usize],
+            now: 0,
+        }
+    }
+
+    fn exec(&mut self, i: usize, wr: WorkRequest) -> WcStatus {
+        let dst = wr.peer.index();
+        if self.down[dst] {
+            return WcStatus::Unreachable;
+        }
+        let remote = wr.op.remote();
+        if self.access[dst][i][remote.region.index()] != Access::Granted {
+            return WcStatus::AccessDenied;
+        }
+        let (src, tgt) = (self.nodes[i].memory(), self.nodes[dst].memory());
+        match wr.op {
+            Op::Write { local, remote, len } => {
+                let mut b = std::vec![0u8; len as usize];
+                src.read(local, &mut b);
+                tgt.write(remote, &b);
+            }
+            Op::WriteInline { remote, len, data } => tgt.write(remote, &data[..len as usize]),
+            Op::Read { remote, local, len } => {
+                let mut b = std::vec![0u8; len as usize];
+                tgt.read(remote, &mut b);
+                src.write(local, &b);
+            }
+            Op::CompareSwap {
+                remote,
+                local,
+                expect,
+                swap,
+            } => {
+                let old = tgt.load_u64(remote);
+                if old == expect {
+                    tgt.store_u64(remote, swap);
+                }
+                src.store_u64(local, old);
+            }
+            Op::FetchAdd { remote, local, add } => {
+                let old = tgt.load_u64(remote);
+                tgt.store_u64(remote, old.wrapping_add(add));
+                src.store_u64(local, old);
+            }
+        }
+        WcStatus::Ok
+    }
+
+    /// Drains node `i`'s actions, executes them in order, returns them.
+    fn run_actions(&mut self, i: usize) -> Vec<Action> {
+        let mut out = Vec::new();
+        while let Some(a) = self.nodes[i].poll_action() {
+            match a {
+                Action::Post(wr) => {
+                    let status = self.exec(i, wr);
+                    self.cq[i].push_back(Completion {
+                        wr_id: wr.wr_id,
+                        peer: wr.peer,
+                        status,
+                    });
+                }
+                Action::SetAccess {
+                    peer,
+                    region,
+                    access,
+                } => self.access[i][peer.index()][region.index()] = access,
+                Action::Reconnect { .. } => {}
+            }
+            out.push(a);
+        }
+        out
+    }
+
+    /// One host-loop iteration of node `i`: completions, then timers and
+    /// memory, then actions.
+    fn tick(&mut self, i: usize) -> Vec<Action> {
+        while let Some(c) = self.cq[i].pop_front() {
+            self.nodes[i].handle_completion(self.now, c);
+        }
+        self.nodes[i].handle_timeout(self.now);
+        self.run_actions(i)
+    }
+
+    fn events(&mut self, i: usize) -> Vec<Event> {
+        let mut v = Vec::new();
+        while let Some(e) = self.nodes[i].poll_event() {
+            v.push(e);
+        }
+        v
+    }
+
+    /// Ticks every live node `rounds` times.
+    fn settle(&mut self, rounds: usize) {
+        for _ in 0..rounds {
+            for i in 0..self.nodes.len() {
+                if !self.down[i] {
+                    self.tick(i);
+                }
+            }
+        }
+    }
+
+    /// Elects node 0: fire its election timer first, then settle.
+    fn elect_zero(&mut self) {
+        self.now = self.nodes[0].timers[Timer::Election as usize].unwrap();
+        self.settle(8);
+        assert_eq!(self.nodes[0].role(), Role::Leader);
+        for i in 1..self.nodes.len() {
+            assert_eq!(self.nodes[i].leader(), Some(MemberId(0)));
+        }
+    }
+}
+
+fn posts(actions: &[Action]) -> Vec<(MemberId, Op)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Post(wr) => Some((wr.peer, wr.op)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The peers a row push from `from` went to (any staging copy).
+fn row_push_targets(layout: &Layout, from: MemberId, actions: &[Action]) -> Vec<MemberId> {
+    posts(actions)
+        .into_iter()
+        .filter(|(_, op)| match *op {
+            Op::Write { local, remote, len } => {
+                local.region == RegionId::Scratch
+                    && local.offset < layout.scratch.row_landing_offset
+                    && remote == layout.row(from)
+                    && len == ROW_BYTES as u32
+            }
+            _ => false,
+        })
+        .map(|(p, _)| p)
+        .collect()
+}
+
+fn set(key: &[u8], value: &[u8]) -> Vec<u8> {
+    let mut b = std::vec![0u8; 128];
+    let n = KvOp::Set { key, value }.encode(&mut b).unwrap();
+    b.truncate(n);
+    b
+}
+
+/// §3.2.2 "Becoming a candidate": revoke remote access to the log first,
+/// then write the vote request into every other server's control data.
+#[test]
+fn candidate_revokes_log_access_then_pushes_its_vote_request() {
+    let mut h = Harness::new(3);
+    let l = *h.nodes[0].layout();
+    // Publish initial rows so that the interesting step stands alone.
+    h.settle(1);
+    h.now = h.nodes[0].timers[Timer::Election as usize].unwrap();
+    let first = h.tick(0);
+    assert_eq!(
+        first,
+        std::vec![
+            Action::SetAccess {
+                peer: MemberId(1),
+                region: RegionId::Log,
+                access: Access::Revoked
+            },
+            Action::SetAccess {
+                peer: MemberId(2),
+                region: RegionId::Log,
+                access: Access::Revoked
+            },
+        ],
+        "nothing is sent before the revokes are executed"
+    );
+    assert_eq!(h.nodes[0].role(), Role::Candidate);
+    let second = h.tick(0);
+    assert_eq!(posts(&second).len(), 2);
+    assert_eq!(
+        row_push_targets(&l, MemberId(0), &second),
+        std::vec![MemberId(1), MemberId(2)]
+    );
+    // The pushed row carries the request: term 1, empty log.
+    let (row, _) = Row::read(h.nodes[1].memory(), l.row(MemberId(0))).unwrap();
+    assert_eq!(
+        row.vote_request,
+        crate::sst::VoteRequest {
+            term: 1,
+            last_index: 0,
+            last_term: 0
+        }
+    );
+    assert_eq!(row.private_vote, crate::sst::Ballot::new(1, MemberId(0)));
+}
+
+/// §3.2.3 "Answering vote requests": the voter takes exclusive access to
+/// its log, replicates its decision as private data to a majority, and
+/// only then answers (and grants log access to the candidate, §3.2.1).
+#[test]
+fn voter_makes_its_vote_reliable_before_answering() {
+    let mut h = Harness::new(3);
+    let l = *h.nodes[0].layout();
+    h.settle(1);
+    h.now = h.nodes[0].timers[Timer::Election as usize].unwrap();
+    h.tick(0);
+    h.tick(0); // vote request pushed
+               // Voter 1 sees the request: it moves to term 1 and revokes.
+    let a = h.tick(1);
+    assert_eq!(
+        a,
+        std::vec![
+            Action::SetAccess {
+                peer: MemberId(0),
+                region: RegionId::Log,
+                access: Access::Revoked
+            },
+            Action::SetAccess {
+                peer: MemberId(2),
+                region: RegionId::Log,
+                access: Access::Revoked
+            },
+        ]
+    );
+    // Next call: log checked; private vote pushed to both peers; no grant.
+    let b = h.tick(1);
+    assert_eq!(posts(&b).len(), 2);
+    assert_eq!(
+        row_push_targets(&l, MemberId(1), &b),
+        std::vec![MemberId(0), MemberId(2)]
+    );
+    let (row, _) = Row::read(h.nodes[0].memory(), l.row(MemberId(1))).unwrap();
+    assert_eq!(row.private_vote, crate::sst::Ballot::new(1, MemberId(0)));
+    assert_eq!(
+        row.vote,
+        crate::sst::Ballot::default(),
+        "not answered before the vote is reliable"
+    );
+    // Completions arrive: the vote is at a majority; grant, then answer.
+    let c = h.tick(1);
+    assert_eq!(
+        c[0],
+        Action::SetAccess {
+            peer: MemberId(0),
+            region: RegionId::Log,
+            access: Access::Granted
+        }
+    );
+    assert_eq!(posts(&c).len(), 2);
+    assert_eq!(
+        row_push_targets(&l, MemberId(1), &c),
+        std::vec![MemberId(0), MemberId(2)]
+    );
+    let (row, _) = Row::read(h.nodes[0].memory(), l.row(MemberId(1))).unwrap();
+    assert_eq!(row.vote, crate::sst::Ballot::new(1, MemberId(0)));
+    assert_eq!(row.grant, crate::sst::Ballot::new(1, MemberId(0)));
+    // The adjustment list was prepared for this leader and term.
+    let hdr = crate::log::AdjustHeader::load(h.nodes[1].memory(), l.adjust_header()).unwrap();
+    assert_eq!(
+        (hdr.grant_term, hdr.grant_leader, hdr.count),
+        (1, MemberId(0), 0)
+    );
+}
+
+/// §3.2: a server cannot vote twice in the same term.
+#[test]
+fn a_voter_never_votes_twice_in_a_term() {
+    let mut h = Harness::new(3);
+    h.settle(1);
+    h.now = h.nodes[0].timers[Timer::Election as usize].unwrap();
+    h.settle(3);
+    let voted = h.nodes[1].row.private_vote;
+    assert_eq!(voted.term, 1);
+    // Node 2 asks for term 1 too (forged row, as if it raced node 0).
+    let mut forged = h.nodes[2].row;
+    forged.term = 1;
+    forged.vote_request = crate::sst::VoteRequest {
+        term: 1,
+        last_index: 5,
+        last_term: 9,
+    };
+    let l = *h.nodes[1].layout();
+    crate::sst::write_row_words(
+        h.nodes[1].memory(),
+        l.row(MemberId(2)),
+        &forged.encode(1000),
+    );
+    h.tick(1);
+    h.tick(1);
+    assert_eq!(
+        h.nodes[1].row.private_vote, voted,
+        "the first vote of the term stands"
+    );
+    assert_eq!(h.nodes[1].row.vote.member, Some(MemberId(0)));
+}
+
+/// §3.3.1 "Log adjustment": read the remote not-committed list (a), then
+/// set the remote tail to the first non-matching entry (b).
+#[test]
+fn new_leader_reads_the_list_then_writes_the_remote_tail() {
+    let mut h = Harness::new(3);
+    let l = *h.nodes[0].layout();
+    h.settle(1);
+    h.now = h.nodes[0].timers[Timer::Election as usize].unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..10 {
+        for i in 0..3 {
+            let a = h.tick(i);
+            if i == 0 {
+                seen.extend(posts(&a));
+            }
+        }
+    }
+    assert_eq!(h.nodes[0].role(), Role::Leader);
+    let reads: Vec<_> = seen
+        .iter()
+        .filter(|(_, op)| matches!(op, Op::Read { .. }))
+        .collect();
+    let first = ADJUST_HEADER_BYTES + ADJUST_ITEMS_FIRST_READ * 16;
+    for p in [MemberId(1), MemberId(2)] {
+        assert!(reads.contains(&&(
+            p,
+            Op::Read {
+                remote: l.adjust_header(),
+                local: l.adjust_landing(p),
+                len: first as u32
+            }
+        )));
+        // (b): empty logs everywhere, so the remote tail goes to 0.
+        assert!(
+            seen.contains(&(p, Op::write_u64(l.log_tail(), 0))),
+            "{p:?}: {seen:?}"
+        );
+    }
+    let adjust_tail_at = seen
+        .iter()
+        .position(|x| x.1 == Op::write_u64(l.log_tail(), 0))
+        .unwrap();
+    let read_at = seen
+        .iter()
+        .position(|x| matches!(x.1, Op::Read { .. }))
+        .unwrap();
+    assert!(read_at < adjust_tail_at);
+}
+
+/// §3.3.1 "Direct log update": write the entries between the remote and
+/// local tails (c), then the remote tail (d); commit at a majority; update
+/// the remote commit pointer lazily (e).
+#[test]
+fn direct_log_update_writes_entries_then_tail_then_commit() {
+    let mut h = Harness::new(3);
+    let l = *h.nodes[0].layout();
+    h.elect_zero();
+    h.settle(3);
+    let before = h.nodes[0].status();
+    let payload = set(b"k", b"v");
+    let r = h.nodes[0].submit_write(h.now, 9, 1, &payload).unwrap();
+    assert_eq!(
+        r,
+        Submitted::Appended {
+            index: before.tail_index
+        }
+    );
+    let a = h.tick(0);
+    let end = h.nodes[0].status().tail_pos;
+    let ring = crate::log::Ring::new(&l.log);
+    let span = Op::Write {
+        local: ring.addr(before.tail_pos),
+        remote: ring.addr(before.tail_pos),
+        len: (end - before.tail_pos) as u32,
+    };
+    let p = posts(&a);
+    for f in [MemberId(1), MemberId(2)] {
+        let mine: Vec<Op> = p
+            .iter()
+            .filter(|(m, _)| *m == f)
+            .map(|(_, op)| *op)
+            .collect();
+        assert_eq!(mine[0], span, "(c) entries first");
+        assert_eq!(
+            mine[1],
+            Op::write_u64(l.log_tail(), end),
+            "(d) then the tail"
+        );
+    }
+    // Completions: commit advances, reply emitted, remote commit written.
+    let a = h.tick(0);
+    assert_eq!(h.nodes[0].status().commit_pos, end);
+    let ev = h.events(0);
+    assert!(
+        ev.iter().any(|e| matches!(
+            e,
+            Event::Reply {
+                client_id: 9,
+                request_id: 1,
+                ..
+            }
+        )),
+        "{ev:?}"
+    );
+    let p = posts(&a);
+    for f in [MemberId(1), MemberId(2)] {
+        assert!(
+            p.contains(&(f, Op::write_u64(l.log_commit(), end))),
+            "(e) lazy commit: {p:?}"
+        );
+    }
+    // Followers apply once they see the commit pointer.
+    h.settle(2);
+    for f in 1..3 {
+        assert_eq!(
+            h.nodes[f].state_machine().backend().get(b"k"),
+            Some(&b"v"[..])
+        );
+    }
+}
+
+/// §3.3 "Write requests": consecutive requests are batched into one
+/// replication round; request ids make retries exactly-once.
+#[test]
+fn consecutive_writes_are_batched_and_retries_applied_once() {
+    let mut h = Harness::new(3);
+    h.elect_zero();
+    h.settle(3);
+    let incr = |d| {
+        let mut b = std::vec![0u8; 64];
+        let n = KvOp::Incr {
+            key: b"n",
+            delta: d,
+        }
+        .encode(&mut b)
+        .unwrap();
+        b.truncate(n);
+        b
+    };
+    h.nodes[0].submit_write(h.now, 1, 1, &incr(1)).unwrap();
+    h.nodes[0].submit_write(h.now, 2, 1, &incr(10)).unwrap();
+    // A retry of client 1's request before it is applied: appended again.
+    h.nodes[0].submit_write(h.now, 1, 1, &incr(1)).unwrap();
+    let a = h.tick(0);
+    let entry_writes = posts(&a)
+        .iter()
+        .filter(|(p, op)| *p == MemberId(1) && matches!(op, Op::Write { .. }))
+        .count();
+    assert_eq!(entry_writes, 1, "three entries, one WRITE per follower");
+    h.settle(3);
+    assert_eq!(
+        h.nodes[0].state_machine().backend().get(b"n"),
+        Some(&b"11"[..]),
+        "applied once"
+    );
+    // A retry after it was applied is answered from the session table.
+    match h.nodes[0].submit_write(h.now, 1, 1, &incr(1)).unwrap() {
+        Submitted::Duplicate(r) => assert_eq!(KvReply::from_reply(&r), Some(KvReply::Int(1))),
+        other => panic!("expected a duplicate, got {other:?}"),
+    }
+    assert_eq!(
+        h.nodes[0].submit_write(h.now, 2, 0, &incr(1)),
+        Err(SubmitError::Stale)
+    );
+    assert_eq!(
+        h.nodes[1].state_machine().backend().get(b"n"),
+        Some(&b"11"[..])
+    );
+}
+
+/// §3.3 "Read requests": before answering, the leader reads the term of
+/// the other servers and applies every committed entry.
+#[test]
+fn reads_wait_for_a_majority_term_check() {
+    let mut h = Harness::new(3);
+    let l = *h.nodes[0].layout();
+    h.elect_zero();
+    h.settle(3);
+    h.nodes[0].submit_read(h.now, 77).unwrap();
+    h.nodes[0].submit_read(h.now, 78).unwrap();
+    let a = h.tick(0);
+    let reads: Vec<_> = posts(&a)
+        .into_iter()
+        .filter(|(_, op)| matches!(op, Op::Read { .. }))
+        .collect();
+    assert_eq!(
+        reads,
+        std::vec![
+            (
+                MemberId(1),
+                Op::Read {
+                    remote: l.row(MemberId(1)),
+                    local: l.row_landing(MemberId(1)),
+                    len: ROW_BYTES as u32
+                }
+            ),
+            (
+                MemberId(2),
+                Op::Read {
+                    remote: l.row(MemberId(2)),
+                    local: l.row_landing(MemberId(2)),
+                    len: ROW_BYTES as u32
+                }
+            ),
+        ],
+        "one term check for the whole batch"
+    );
+    assert!(!h
+        .events(0)
+        .iter()
+        .any(|e| matches!(e, Event::ReadReady { .. })));
+    h.tick(0);
+    let ready: Vec<_> = h
+        .events(0)
+        .into_iter()
+        .filter(|e| matches!(e, Event::ReadReady { .. }))
+        .collect();
+    assert_eq!(
+        ready,
+        std::vec![
+            Event::ReadReady { token: 77 },
+            Event::ReadReady { token: 78 }
+        ]
+    );
+    // Followers refuse reads.
+    assert_eq!(
+        h.nodes[1].submit_read(h.now, 1),
+        Err(SubmitError::NotLeader {
+            leader: Some(MemberId(0))
+        })
+    );
+}
+
+/// §3.3 "an outdated leader cannot answer read requests": a term check
+/// that finds a higher term makes the leader step down and abort reads.
+#[test]
+fn an_outdated_leader_aborts_its_reads() {
+    let mut h = Harness::new(3);
+    let l = *h.nodes[0].layout();
+    h.elect_zero();
+    h.settle(3);
+    // Both followers moved on to term 5 (their own rows say so).
+    for f in [1usize, 2] {
+        let mut row = h.nodes[f].row;
+        row.term = 5;
+        crate::sst::write_row_words(
+            h.nodes[f].memory(),
+            l.row(MemberId(f as u8)),
+            &row.encode(900),
+        );
+    }
+    h.nodes[0].submit_read(h.now, 5).unwrap();
+    h.tick(0);
+    h.tick(0);
+    assert_eq!(h.nodes[0].role(), Role::Follower);
+    assert_eq!(h.nodes[0].term(), 5);
+    assert!(h.events(0).contains(&Event::ReadAborted { token: 5 }));
+}
+
+/// §3.2.1 "Managing log access": once a follower revokes, the old leader's
+/// writes fail and change nothing; the leader stops using that log.
+#[test]
+fn after_a_revoke_the_old_leaders_writes_do_not_land() {
+    let mut h = Harness::new(3);
+    let l = *h.nodes[0].layout();
+    h.elect_zero();
+    h.settle(3);
+    // Follower 2 revokes (as if it became a candidate).
+    h.access[2][0][RegionId::Log.index()] = Access::Revoked;
+    let log_before: Vec<u8> = {
+        let mut b = std::vec![0u8; l.log.region_bytes as usize];
+        h.nodes[2]
+            .memory()
+            .read(Addr::new(RegionId::Log, 0), &mut b);
+        b
+    };
+    h.nodes[0]
+        .submit_write(h.now, 3, 1, &set(b"a", b"b"))
+        .unwrap();
+    h.tick(0);
+    h.tick(0);
+    let mut after = std::vec![0u8; l.log.region_bytes as usize];
+    h.nodes[2]
+        .memory()
+        .read(Addr::new(RegionId::Log, 0), &mut after);
+    assert_eq!(log_before, after, "nothing landed in the revoked log");
+    assert_eq!(h.nodes[0].status().peers[2].repl, ReplState::Broken);
+    // The write still commits with node 1 (a majority of 3).
+    h.settle(2);
+    assert_eq!(
+        h.nodes[1].state_machine().backend().get(b"a"),
+        Some(&b"b"[..])
+    );
+}
+
+/// §4.2.2 "Leader failure detection": heartbeats every period; a follower
+/// whose Δ check sees no progress suspects the leader and starts an
+/// election; a heartbeat from an older term grows Δ.
+#[test]
+fn followers_suspect_a_silent_leader_and_grow_delta_on_stale_heartbeats() {
+    let mut h = Harness::new(3);
+    h.elect_zero();
+    h.settle(2);
+    let hb0 = h.nodes[0].row.heartbeat.counter;
+    h.now += h.nodes[0].cfg.heartbeat_period_ns;
+    h.tick(0);
+    assert_eq!(
+        h.nodes[0].row.heartbeat.counter,
+        hb0 + 1,
+        "one heartbeat per period"
+    );
+    // The leader stops (a zombie keeps its memory but pushes nothing).
+    h.down[0] = true;
+    let delta = h.nodes[1].fd_period_ns;
+    for _ in 0..4 {
+        h.now += delta;
+        h.tick(1);
+        h.tick(2);
+    }
+    assert_ne!(
+        h.nodes[1].leader(),
+        Some(MemberId(0)),
+        "suspected after Δ without heartbeats"
+    );
+    // Fast-forward to an election among 1 and 2.
+    for _ in 0..40 {
+        h.now += 100_000;
+        h.tick(1);
+        h.tick(2);
+    }
+    let leader = h.nodes[1].leader().expect("a new leader");
+    assert_ne!(leader, MemberId(0));
+    // The old leader's heartbeat (older term) grows Δ at the followers.
+    assert!(h.nodes[1].fd_period_ns > delta || h.nodes[2].fd_period_ns > delta);
+}
+
+/// §3.3.2 "Log pruning": the head follows the group's minimum apply pointer
+/// through HEAD entries; a full log is reported, never overwritten.
+#[test]
+fn the_log_fills_up_and_pruning_frees_it() {
+    let mut h = Harness::new(3);
+    h.elect_zero();
+    h.settle(3);
+    let big = set(b"k", &[b'x'; 64]);
+    let mut full_at = None;
+    for r in 1..1000u64 {
+        match h.nodes[0].submit_write(h.now, 1, r, &big) {
+            Ok(_) => {}
+            Err(SubmitError::LogFull) => {
+                full_at = Some(r);
+                break;
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    let full_at = full_at.expect("an 8 KiB ring fills up");
+    assert!(h.events(0).contains(&Event::LogFull));
+    // Replicate and apply everywhere, publish apply pointers, prune.
+    for _ in 0..6 {
+        h.now += h.nodes[0].cfg.apply_publish_period_ns;
+        h.settle(2);
+    }
+    h.now += h.nodes[0].cfg.prune_period_ns;
+    h.settle(2);
+    assert!(h.nodes[0].counters().prunes >= 1);
+    assert!(h.nodes[0].status().head_pos > 0);
+    assert!(
+        h.nodes[0].submit_write(h.now, 1, full_at, &big).is_ok(),
+        "room again after pruning"
+    );
+    h.settle(3);
+    // Followers moved their head when they applied the HEAD entry.
+    assert!(h.nodes[1].status().head_pos > 0);
+}
+
+/// Derecho §3.2 / the brief: a reader never acts on a torn row. Half of a
+/// vote request lands; the voter does nothing until the rest lands.
+#[test]
+fn a_half_written_vote_request_is_ignored() {
+    let mut h = Harness::new(3);
+    let l = *h.nodes[1].layout();
+    h.settle(1);
+    let mut req = h.nodes[2].row;
+    req.term = 4;
+    req.vote_request = crate::sst::VoteRequest {
+        term: 4,
+        last_index: 0,
+        last_term: 0,
+    };
+    let words = req.encode(50);
+    let at = l.row(MemberId(2));
+    // The first half lands (head version included), the tail does not.
+    for (k, w) in words.iter().enumerate().take(12) {
+        h.nodes[1].memory().store_u64(at.add(8 * k as u64), *w);
+    }
+    let a = h.tick(1);
+    assert!(
+        a.is_empty()
+            || posts(&a)
+                .iter()
+                .all(|(_, op)| !matches!(op, Op::Read { .. }))
+    );
+    assert_eq!(h.nodes[1].term(), 0, "a torn row is not acted on");
+    assert!(h.nodes[1].counters().rows_rejected >= 1);
+    for (k, w) in words.iter().enumerate().skip(12) {
+        h.nodes[1].memory().store_u64(at.add(8 * k as u64), *w);
+    }
+    h.tick(1);
+    assert_eq!(h.nodes[1].term(), 4, "the complete row is");
+}
+
+/// Completions from outside (stale, duplicated or forged ids) are ignored,
+/// never trusted or panicked on.
+#[test]
+fn unknown_completions_are_ignored() {
+    let mut h = Harness::new(3);
+    h.elect_zero();
+    let before = h.nodes[0].status();
+    for id in [0u64, 1 << 40, u64::MAX, 5] {
+        h.nodes[0].handle_completion(
+            h.now,
+            Completion {
+                wr_id: WrId(id),
+                peer: MemberId(1),
+                status: WcStatus::Ok,
+            },
+        );
+    }
+    h.nodes[0].handle_completion(
+        h.now,
+        Completion {
+            wr_id: WrId(3),
+            peer: MemberId(7),
+            status: WcStatus::Flushed,
+        },
+    );
+    assert!(h.nodes[0].counters().completions_unknown >= 4);
+    assert_eq!(h.nodes[0].role(), before.role);
+}
+
+/// Entries are validated when read: a corrupt committed entry stops the
+/// apply loop (and is reported) instead of being applied.
+#[test]
+fn a_corrupt_committed_entry_is_never_applied() {
+    let mut h = Harness::new(3);
+    let l = *h.nodes[1].layout();
+    h.elect_zero();
+    h.settle(3);
+    let applied = h.nodes[1].apply_index();
+    h.nodes[0]
+        .submit_write(h.now, 4, 1, &set(b"x", b"y"))
+        .unwrap();
+    h.tick(0);
+    // Corrupt the entry in follower 1's ring before it applies it.
+    let ring = crate::log::Ring::new(&l.log);
+    let pos = h.nodes[1].status().apply_pos;
+    let at = ring.addr(ring.place(pos)).add(56);
+    h.nodes[1].memory().store_u64(at, 0xdead_beef);
+    h.settle(3);
+    assert_eq!(
+        h.nodes[1].apply_index(),
+        applied,
+        "the bad entry was not applied"
+    );
+    assert!(h
+        .events(1)
+        .iter()
+        .any(|e| matches!(e, Event::LogCorrupt { .. })));
+    assert_eq!(h.nodes[1].state_machine().backend().get(b"x"), None);
+    assert_eq!(
+        h.nodes[2].state_machine().backend().get(b"x"),
+        Some(&b"y"[..])
+    );
+}

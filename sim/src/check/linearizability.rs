@@ -522,16 +522,8 @@ fn search(ops: &[KeyOp], n_answered: usize, values: &mut Values, budget: u64) ->
     let mut stack: Vec<Frame> = Vec::new();
     let mut steps = 0u64;
     let outcome = |outcome, steps| KeyReport { outcome, steps };
-    let mut dbg: BTreeMap<String, u64> = BTreeMap::new();
-    let mut printed = false;
 
     loop {
-        if steps > 2_000_000 && !printed && std::env::var("LIN_DEBUG").is_ok() {
-            printed = true;
-            for (k, v) in &dbg {
-                eprintln!("{v:>10} {k}");
-            }
-        }
         if first_ret >= n_answered {
             return outcome(KeyOutcome::Linearizable, steps);
         }
@@ -640,22 +632,6 @@ fn search(ops: &[KeyOp], n_answered: usize, values: &mut Values, budget: u64) ->
         if memo.dominated(&done, next, next_run_base) {
             done.flip(i, &zobrist);
             continue;
-        }
-        if std::env::var("LIN_DEBUG").is_ok() {
-            let prev = stack.last().map(|f| f.op as usize);
-            let key = if unanswered {
-                format!(
-                    "U {:?} after {:?}",
-                    ops[i].transition,
-                    prev.map(|p| (p >= n_answered, ops[p].transition))
-                )
-            } else if run_base != NO_RUN {
-                format!("A-after-run {:?}", ops[i].transition)
-            } else {
-                "A".to_string()
-            };
-            let key: String = key.chars().filter(|c| !c.is_ascii_digit()).collect();
-            *dbg.entry(key).or_default() += 1;
         }
         stack.push(Frame {
             op: i as u32,
