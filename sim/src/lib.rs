@@ -9,3 +9,4 @@ pub mod memory;
 pub mod model;
 pub mod net;
 pub mod swarm;
+pub mod conformance;
