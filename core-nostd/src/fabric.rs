@@ -271,6 +271,11 @@ pub struct WorkRequest {
     pub peer: MemberId,
     /// What to do.
     pub op: Op,
+    /// Ask the target to wake up if it is idle (RDMA write-with-immediate,
+    /// or a doorbell on the shared-memory fabric). Set for election traffic
+    /// only, never on the replication path: a follower's CPU stays asleep
+    /// while the leader writes its log. A hint: fabrics may ignore it.
+    pub notify: bool,
 }
 
 /// Outcome of a work request (a reduced `ibv_wc_status`).

@@ -459,7 +459,7 @@ impl Cluster {
                 _ => {}
             }
         }
-        let mut seeder = SplitMix64::new(opts.seed ^ 0xC11E_17);
+        let mut seeder = SplitMix64::new(opts.seed ^ 0x00C1_1E17);
         let clients = (0..opts.clients)
             .map(|_| Client {
                 rng: SplitMix64::new(seeder.next_u64()),
@@ -492,7 +492,7 @@ impl Cluster {
             violations: Vec::new(),
             needs_recovery: 0,
             trace: Vec::new(),
-            digest: Checksum::new(0x5349_4D),
+            digest: Checksum::new(0x0053_494D),
         }
     }
 

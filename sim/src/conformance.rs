@@ -14,7 +14,8 @@ use crate::net::{Net, NetEvent, Schedule};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use verbatim_core::fabric::{
-    Access, Addr, Channel, Completion, Fabric, FabricError, MemberId, Op, RegionId, WcStatus, WorkRequest, WrId,
+    Access, Addr, Channel, Completion, Fabric, FabricError, MemberId, Op, RegionId, WcStatus,
+    WorkRequest, WrId,
 };
 use verbatim_core::layout::Layout;
 use verbatim_core::mem::Memory;
@@ -39,11 +40,17 @@ pub trait FabricHarness {
     fn name(&self) -> &'static str;
 }
 
+/// One check of the suite.
+pub type Check<H> = fn(&mut H) -> Result<(), String>;
+
 /// Every check of the suite, by name.
-pub fn checks<H: FabricHarness>() -> Vec<(&'static str, fn(&mut H) -> Result<(), String>)> {
+pub fn checks<H: FabricHarness>() -> Vec<(&'static str, Check<H>)> {
     vec![
         ("write then read back", write_then_read_back::<H>),
-        ("order and completions per channel", order_and_completions::<H>),
+        (
+            "order and completions per channel",
+            order_and_completions::<H>,
+        ),
         ("compare-and-swap and fetch-and-add", atomics::<H>),
         ("revoked access stops writes", revoke::<H>),
         ("private regions are not accessible", private_regions::<H>),
@@ -69,10 +76,20 @@ const B: MemberId = MemberId(1);
 const C: MemberId = MemberId(2);
 
 fn post<H: FabricHarness>(h: &mut H, from: MemberId, id: u64, peer: MemberId, op: Op) {
-    h.fabric(from).post(&WorkRequest { wr_id: WrId(id), peer, op });
+    h.fabric(from).post(&WorkRequest {
+        wr_id: WrId(id),
+        peer,
+        op,
+        notify: false,
+    });
 }
 
-fn expect<H: FabricHarness>(h: &mut H, m: MemberId, id: u64, status: WcStatus) -> Result<(), String> {
+fn expect<H: FabricHarness>(
+    h: &mut H,
+    m: MemberId,
+    id: u64,
+    status: WcStatus,
+) -> Result<(), String> {
     match h.next_completion(m) {
         Some(c) if c.wr_id == WrId(id) && c.status == status => Ok(()),
         Some(c) => Err(format!("expected completion {id} {status:?}, got {c:?}")),
@@ -80,10 +97,17 @@ fn expect<H: FabricHarness>(h: &mut H, m: MemberId, id: u64, status: WcStatus) -
     }
 }
 
-fn expect_error<H: FabricHarness>(h: &mut H, m: MemberId, id: u64, allowed: &[WcStatus]) -> Result<WcStatus, String> {
+fn expect_error<H: FabricHarness>(
+    h: &mut H,
+    m: MemberId,
+    id: u64,
+    allowed: &[WcStatus],
+) -> Result<WcStatus, String> {
     match h.next_completion(m) {
         Some(c) if c.wr_id == WrId(id) && allowed.contains(&c.status) => Ok(c.status),
-        Some(c) => Err(format!("expected completion {id} with one of {allowed:?}, got {c:?}")),
+        Some(c) => Err(format!(
+            "expected completion {id} with one of {allowed:?}, got {c:?}"
+        )),
         None => Err(format!("expected completion {id}, got nothing")),
     }
 }
@@ -98,14 +122,34 @@ fn write_then_read_back<H: FabricHarness>(h: &mut H) -> Result<(), String> {
     let data: Vec<u8> = (0..=190u8).collect();
     h.memory(A).write(scratch(&l, 0), &data);
     let remote = Addr::new(RegionId::Control, 0);
-    post(h, A, 1, B, Op::Write { local: scratch(&l, 0), remote, len: data.len() as u32 });
+    post(
+        h,
+        A,
+        1,
+        B,
+        Op::Write {
+            local: scratch(&l, 0),
+            remote,
+            len: data.len() as u32,
+        },
+    );
     expect(h, A, 1, WcStatus::Ok)?;
     let mut landed = vec![0u8; data.len()];
     h.memory(B).read(remote, &mut landed);
     if landed != data {
         return Err("written bytes differ at the target".into());
     }
-    post(h, A, 2, B, Op::Read { remote, local: scratch(&l, 256), len: data.len() as u32 });
+    post(
+        h,
+        A,
+        2,
+        B,
+        Op::Read {
+            remote,
+            local: scratch(&l, 256),
+            len: data.len() as u32,
+        },
+    );
     expect(h, A, 2, WcStatus::Ok)?;
     let mut back = vec![0u8; data.len()];
     h.memory(A).read(scratch(&l, 256), &mut back);
@@ -114,7 +158,17 @@ fn write_then_read_back<H: FabricHarness>(h: &mut H) -> Result<(), String> {
     }
     let mut d = [0u8; 16];
     d[..5].copy_from_slice(b"hello");
-    post(h, A, 3, C, Op::WriteInline { remote: Addr::new(RegionId::Control, 8), len: 5, data: d });
+    post(
+        h,
+        A,
+        3,
+        C,
+        Op::WriteInline {
+            remote: Addr::new(RegionId::Control, 8),
+            len: 5,
+            data: d,
+        },
+    );
     expect(h, A, 3, WcStatus::Ok)?;
     let mut got = [0u8; 5];
     h.memory(C).read(Addr::new(RegionId::Control, 8), &mut got);
@@ -132,10 +186,21 @@ fn order_and_completions<H: FabricHarness>(h: &mut H) -> Result<(), String> {
     const N: u64 = 32;
     for k in 0..N {
         post(h, A, 100 + 2 * k, B, Op::write_u64(word, k + 1));
-        post(h, A, 101 + 2 * k, B, Op::Read { remote: word, local: scratch(&l, 8 * k), len: 8 });
+        post(
+            h,
+            A,
+            101 + 2 * k,
+            B,
+            Op::Read {
+                remote: word,
+                local: scratch(&l, 8 * k),
+                len: 8,
+            },
+        );
     }
     for k in 0..2 * N {
-        expect(h, A, 100 + k, WcStatus::Ok).map_err(|e| format!("completions out of order: {e}"))?;
+        expect(h, A, 100 + k, WcStatus::Ok)
+            .map_err(|e| format!("completions out of order: {e}"))?;
     }
     for k in 0..N {
         let seen = h.memory(A).load_u64(scratch(&l, 8 * k));
@@ -153,17 +218,49 @@ fn atomics<H: FabricHarness>(h: &mut H) -> Result<(), String> {
     let l = h.layout();
     let word = Addr::new(RegionId::Control, 128);
     h.memory(B).store_u64(word, 7);
-    post(h, A, 1, B, Op::CompareSwap { remote: word, local: scratch(&l, 0), expect: 7, swap: 9 });
+    post(
+        h,
+        A,
+        1,
+        B,
+        Op::CompareSwap {
+            remote: word,
+            local: scratch(&l, 0),
+            expect: 7,
+            swap: 9,
+        },
+    );
     expect(h, A, 1, WcStatus::Ok)?;
     if h.memory(A).load_u64(scratch(&l, 0)) != 7 || h.memory(B).load_u64(word) != 9 {
         return Err("successful CAS: old value or swap wrong".into());
     }
-    post(h, A, 2, B, Op::CompareSwap { remote: word, local: scratch(&l, 8), expect: 7, swap: 11 });
+    post(
+        h,
+        A,
+        2,
+        B,
+        Op::CompareSwap {
+            remote: word,
+            local: scratch(&l, 8),
+            expect: 7,
+            swap: 11,
+        },
+    );
     expect(h, A, 2, WcStatus::Ok)?;
     if h.memory(A).load_u64(scratch(&l, 8)) != 9 || h.memory(B).load_u64(word) != 9 {
         return Err("failed CAS must not swap and must return the current value".into());
     }
-    post(h, C, 3, B, Op::FetchAdd { remote: word, local: scratch(&l, 16), add: 5 });
+    post(
+        h,
+        C,
+        3,
+        B,
+        Op::FetchAdd {
+            remote: word,
+            local: scratch(&l, 16),
+            add: 5,
+        },
+    );
     expect(h, C, 3, WcStatus::Ok)?;
     if h.memory(C).load_u64(scratch(&l, 16)) != 9 || h.memory(B).load_u64(word) != 14 {
         return Err("fetch-and-add wrong".into());
@@ -173,10 +270,14 @@ fn atomics<H: FabricHarness>(h: &mut H) -> Result<(), String> {
 
 fn revoke<H: FabricHarness>(h: &mut H) -> Result<(), String> {
     let tail = Addr::new(RegionId::Log, 8);
-    h.fabric(B).set_access(A, RegionId::Log, Access::Granted).map_err(|e| format!("grant: {e:?}"))?;
+    h.fabric(B)
+        .set_access(A, RegionId::Log, Access::Granted)
+        .map_err(|e| format!("grant: {e:?}"))?;
     post(h, A, 1, B, Op::write_u64(tail, 42));
     expect(h, A, 1, WcStatus::Ok)?;
-    h.fabric(B).set_access(A, RegionId::Log, Access::Revoked).map_err(|e| format!("revoke: {e:?}"))?;
+    h.fabric(B)
+        .set_access(A, RegionId::Log, Access::Revoked)
+        .map_err(|e| format!("revoke: {e:?}"))?;
     // Once the revoke returned, no write from A lands.
     post(h, A, 2, B, Op::write_u64(tail, 43));
     expect_error(h, A, 2, &[WcStatus::AccessDenied])?;
@@ -186,15 +287,28 @@ fn revoke<H: FabricHarness>(h: &mut H) -> Result<(), String> {
         return Err("a write landed after the revoke".into());
     }
     // The control channel is unaffected (DARE: separate QPs).
-    post(h, A, 4, B, Op::write_u64(Addr::new(RegionId::Control, 0), 5));
-    expect(h, A, 4, WcStatus::Ok).map_err(|e| format!("control channel hurt by a log revoke: {e}"))?;
+    post(
+        h,
+        A,
+        4,
+        B,
+        Op::write_u64(Addr::new(RegionId::Control, 0), 5),
+    );
+    expect(h, A, 4, WcStatus::Ok)
+        .map_err(|e| format!("control channel hurt by a log revoke: {e}"))?;
     // Other peers keep their own access.
-    h.fabric(B).set_access(C, RegionId::Log, Access::Granted).map_err(|e| format!("{e:?}"))?;
+    h.fabric(B)
+        .set_access(C, RegionId::Log, Access::Granted)
+        .map_err(|e| format!("{e:?}"))?;
     post(h, C, 5, B, Op::write_u64(tail, 50));
     expect(h, C, 5, WcStatus::Ok)?;
     // Granted again and reconnected, A writes again.
-    h.fabric(B).set_access(A, RegionId::Log, Access::Granted).map_err(|e| format!("{e:?}"))?;
-    h.fabric(A).reconnect(B, Channel::Log).map_err(|e| format!("reconnect: {e:?}"))?;
+    h.fabric(B)
+        .set_access(A, RegionId::Log, Access::Granted)
+        .map_err(|e| format!("{e:?}"))?;
+    h.fabric(A)
+        .reconnect(B, Channel::Log)
+        .map_err(|e| format!("reconnect: {e:?}"))?;
     post(h, A, 6, B, Op::write_u64(tail, 45));
     expect(h, A, 6, WcStatus::Ok)?;
     if h.memory(B).load_u64(tail) != 45 {
@@ -205,7 +319,13 @@ fn revoke<H: FabricHarness>(h: &mut H) -> Result<(), String> {
 
 fn private_regions<H: FabricHarness>(h: &mut H) -> Result<(), String> {
     let before = h.memory(B).load_u64(Addr::new(RegionId::Scratch, 0));
-    post(h, A, 1, B, Op::write_u64(Addr::new(RegionId::Scratch, 0), 0xBAD));
+    post(
+        h,
+        A,
+        1,
+        B,
+        Op::write_u64(Addr::new(RegionId::Scratch, 0), 0xBAD),
+    );
     expect_error(h, A, 1, &[WcStatus::AccessDenied, WcStatus::InvalidRequest])?;
     if h.memory(B).load_u64(Addr::new(RegionId::Scratch, 0)) != before {
         return Err("a peer wrote into a private region".into());
@@ -221,8 +341,16 @@ fn malformed<H: FabricHarness>(h: &mut H) -> Result<(), String> {
     post(h, A, 1, B, Op::write_u64(beyond, 1));
     expect_error(h, A, 1, &[WcStatus::InvalidRequest, WcStatus::AccessDenied])?;
     // A request to a member that does not exist is refused, not lost.
-    post(h, A, 2, MemberId(200), Op::write_u64(Addr::new(RegionId::Control, 0), 1));
-    let c = h.next_completion(A).ok_or("no completion for a request to an unknown member")?;
+    post(
+        h,
+        A,
+        2,
+        MemberId(200),
+        Op::write_u64(Addr::new(RegionId::Control, 0), 1),
+    );
+    let c = h
+        .next_completion(A)
+        .ok_or("no completion for a request to an unknown member")?;
     if c.wr_id != WrId(2) || c.status.is_ok() {
         return Err(format!("request to an unknown member: {c:?}"));
     }
@@ -230,15 +358,39 @@ fn malformed<H: FabricHarness>(h: &mut H) -> Result<(), String> {
 }
 
 fn dead_peer<H: FabricHarness>(h: &mut H) -> Result<(), String> {
-    post(h, A, 1, C, Op::write_u64(Addr::new(RegionId::Control, 0), 1));
+    post(
+        h,
+        A,
+        1,
+        C,
+        Op::write_u64(Addr::new(RegionId::Control, 0), 1),
+    );
     expect(h, A, 1, WcStatus::Ok)?;
     h.kill(C);
-    post(h, A, 2, C, Op::write_u64(Addr::new(RegionId::Control, 0), 2));
-    post(h, A, 3, C, Op::write_u64(Addr::new(RegionId::Control, 0), 3));
+    post(
+        h,
+        A,
+        2,
+        C,
+        Op::write_u64(Addr::new(RegionId::Control, 0), 2),
+    );
+    post(
+        h,
+        A,
+        3,
+        C,
+        Op::write_u64(Addr::new(RegionId::Control, 0), 3),
+    );
     expect_error(h, A, 2, &[WcStatus::Unreachable])?;
     expect_error(h, A, 3, &[WcStatus::Flushed, WcStatus::Unreachable])?;
     // Other peers are unaffected.
-    post(h, A, 4, B, Op::write_u64(Addr::new(RegionId::Control, 0), 4));
+    post(
+        h,
+        A,
+        4,
+        B,
+        Op::write_u64(Addr::new(RegionId::Control, 0), 4),
+    );
     expect(h, A, 4, WcStatus::Ok)?;
     Ok(())
 }
@@ -253,7 +405,8 @@ struct SimQueue {
 impl Schedule for SimQueue {
     fn at(&mut self, at_ns: u64, ev: NetEvent) {
         self.events.push(Some(ev));
-        self.heap.push(Reverse((at_ns, self.events.len() as u64 - 1)));
+        self.heap
+            .push(Reverse((at_ns, self.events.len() as u64 - 1)));
     }
 }
 
@@ -282,7 +435,12 @@ impl Fabric for SimEndpoint {
     fn poll_completion(&mut self) -> Option<Completion> {
         None // completions are read through the harness
     }
-    fn set_access(&mut self, peer: MemberId, region: RegionId, access: Access) -> Result<(), FabricError> {
+    fn set_access(
+        &mut self,
+        peer: MemberId,
+        region: RegionId,
+        access: Access,
+    ) -> Result<(), FabricError> {
         self.access.push((peer, region, access));
         Ok(())
     }
@@ -300,11 +458,19 @@ impl SimHarness {
         let mems = (0..3).map(|_| SimMemory::new(&layout)).collect();
         SimHarness {
             net: Net::new(NetParams::DARE, mems, 1),
-            queue: SimQueue { heap: BinaryHeap::new(), events: Vec::new() },
+            queue: SimQueue {
+                heap: BinaryHeap::new(),
+                events: Vec::new(),
+            },
             now: 0,
             layout,
             endpoints: (0..3)
-                .map(|me| SimEndpoint { me, posted: Vec::new(), access: Vec::new(), reconnects: Vec::new() })
+                .map(|me| SimEndpoint {
+                    me,
+                    posted: Vec::new(),
+                    access: Vec::new(),
+                    reconnects: Vec::new(),
+                })
                 .collect(),
         }
     }
@@ -355,7 +521,9 @@ impl FabricHarness for SimHarness {
             }
             let Reverse((t, k)) = self.queue.heap.pop()?;
             self.now = self.now.max(t);
-            let ev = self.queue.events[k as usize].take().expect("each event runs once");
+            let ev = self.queue.events[k as usize]
+                .take()
+                .expect("each event runs once");
             self.net.handle(&mut self.queue, self.now, ev);
         }
     }

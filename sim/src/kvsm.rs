@@ -49,7 +49,7 @@ impl RecordingKv {
 
     /// Digest of the whole state.
     pub fn digest(&self) -> u64 {
-        let mut c = Checksum::new(0x5354_4154_45); // "STATE"
+        let mut c = Checksum::new(0x0053_5441_5445); // "STATE"
         for (k, v) in &self.inner.backend().0 {
             c.word(k.len() as u64);
             c.bytes(k);

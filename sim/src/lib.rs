@@ -2,6 +2,7 @@
 
 pub mod check;
 pub mod cluster;
+pub mod conformance;
 pub mod history;
 pub mod kvsm;
 pub mod loggp;
@@ -9,4 +10,3 @@ pub mod memory;
 pub mod model;
 pub mod net;
 pub mod swarm;
-pub mod conformance;

@@ -70,7 +70,7 @@ impl Memory for SimMemory {
         let mut off = at.offset;
         // Whole aligned words at a time; bytes at the edges.
         while i < dst.len() {
-            if off % 8 == 0 && dst.len() - i >= 8 {
+            if off.is_multiple_of(8) && dst.len() - i >= 8 {
                 let w = self.regions[at.region.index()][(off / 8) as usize].get();
                 dst[i..i + 8].copy_from_slice(&w.to_le_bytes());
                 i += 8;
@@ -88,7 +88,7 @@ impl Memory for SimMemory {
         let mut i = 0usize;
         let mut off = at.offset;
         while i < src.len() {
-            if off % 8 == 0 && src.len() - i >= 8 {
+            if off.is_multiple_of(8) && src.len() - i >= 8 {
                 let w = u64::from_le_bytes(src[i..i + 8].try_into().unwrap());
                 self.regions[at.region.index()][(off / 8) as usize].set(w);
                 i += 8;

@@ -224,6 +224,7 @@ impl Net {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn complete_at(
         &mut self,
         s: &mut impl Schedule,

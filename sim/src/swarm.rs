@@ -11,7 +11,7 @@ const US: u64 = 1_000;
 
 /// The options a seed stands for.
 pub fn options_for_seed(seed: u64) -> ClusterOptions {
-    let mut r = SplitMix64::new(seed ^ 0x5357_4152_4D);
+    let mut r = SplitMix64::new(seed ^ 0x0053_5741_524D);
     let members = [3u8, 5, 7][r.range_inclusive(0, 2) as usize];
     let mut o = ClusterOptions::new(seed, members);
     o.clients = r.range_inclusive(1, 6) as usize;

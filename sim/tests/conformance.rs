@@ -12,7 +12,9 @@ fn simulated_fabric_passes_the_conformance_suite() {
 /// The suite is not vacuous: a fabric that ignores revokes fails it.
 #[test]
 fn a_fabric_that_ignores_revokes_fails_the_suite() {
-    use verbatim_core::fabric::{Access, Channel, Completion, Fabric, FabricError, MemberId, RegionId, WorkRequest};
+    use verbatim_core::fabric::{
+        Access, Channel, Completion, Fabric, FabricError, MemberId, RegionId, WorkRequest,
+    };
     use verbatim_core::layout::Layout;
     use verbatim_core::mem::Memory;
     use verbatim_sim::conformance::{checks, FabricHarness, SimEndpoint};
@@ -28,7 +30,12 @@ fn a_fabric_that_ignores_revokes_fails_the_suite() {
         fn poll_completion(&mut self) -> Option<Completion> {
             None
         }
-        fn set_access(&mut self, peer: MemberId, region: RegionId, access: Access) -> Result<(), FabricError> {
+        fn set_access(
+            &mut self,
+            peer: MemberId,
+            region: RegionId,
+            access: Access,
+        ) -> Result<(), FabricError> {
             if access == Access::Revoked {
                 return Ok(()); // the bug: claims success, changes nothing
             }

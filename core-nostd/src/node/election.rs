@@ -161,12 +161,34 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     /// The leader is suspected (heartbeat stalled, or its process exited):
     /// start an election soon, after a small random delay so that the
     /// followers that noticed together do not all split the vote.
-    pub(super) fn suspect_leader(&mut self) {
+    pub(super) fn suspect_leader(&mut self, notified: bool) {
+        let old = self.leader;
+        // Only a heartbeat newer than the last one we saw may restore our
+        // trust in this leader (its last one is still in our table).
+        if let Some(l) = old {
+            self.peers[l.index()].hb_counter_seen = self.peers[l.index()].row.heartbeat.counter;
+        }
         self.set_role(Role::Follower, None);
         self.set_timer(Timer::FdCheck, None);
-        let delay = self
-            .rng
-            .range_inclusive(0, self.cfg.election_timeout_min_ns / 2);
+        let slot = self.cfg.election_timeout_min_ns / 4;
+        let delay = match old {
+            // A process-exit notification reaches every follower at the same
+            // instant: instead of random delays, take turns in id order after
+            // the dead leader, so the first in line usually wins at once.
+            Some(l) if notified => {
+                let n = self.member_count as u8;
+                let rank = (1..n)
+                    .map(|k| MemberId((l.0 + k) % n))
+                    .take_while(|&m| m != self.me)
+                    .filter(|m| self.peers[m.index()].reachable)
+                    .count() as u64;
+                rank * slot
+            }
+            // A silent heartbeat is seen by each follower at its own time.
+            _ => self
+                .rng
+                .range_inclusive(0, self.cfg.election_timeout_min_ns / 2),
+        };
         self.set_timer(Timer::Election, Some(self.now + delay));
     }
 
@@ -289,7 +311,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             if let (Role::Follower, Some(l)) = (self.role, self.leader) {
                 let counter = self.peers[l.index()].row.heartbeat.counter;
                 if counter == self.peers[l.index()].hb_counter_seen {
-                    self.suspect_leader();
+                    self.suspect_leader(false);
                 } else {
                     self.peers[l.index()].hb_counter_seen = counter;
                     self.set_timer(Timer::FdCheck, Some(self.now + self.fd_period_ns));

@@ -22,6 +22,11 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
 
     /// Posts a work request (the caller checked [`Node::can_post`]).
     pub(super) fn post(&mut self, peer: MemberId, op: Op, purpose: Purpose) {
+        self.post_notify(peer, op, purpose, false);
+    }
+
+    /// Posts a work request that asks the target to wake up.
+    pub(super) fn post_notify(&mut self, peer: MemberId, op: Op, purpose: Purpose, notify: bool) {
         let idx = self.free_slots.pop().expect("caller checked can_post");
         let slot = &mut self.slots[usize::from(idx)];
         assert!(!slot.busy, "free list holds a busy slot");
@@ -32,7 +37,12 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         slot.purpose = purpose;
         let wr_id = WrId((u64::from(slot.generation) << 32) | u64::from(idx));
         self.peers[peer.index()].channels[op.channel().index()].inflight += 1;
-        self.emit(Action::Post(WorkRequest { wr_id, peer, op }));
+        self.emit(Action::Post(WorkRequest {
+            wr_id,
+            peer,
+            op,
+            notify,
+        }));
     }
 
     /// True when work requests may be posted on `channel` to `peer`.
@@ -87,6 +97,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         ch.inflight -= 1;
         let mut event = None;
         if c.status.is_ok() {
+            ch.failures = 0;
             peer.last_ok_ns = now;
             if !peer.reachable {
                 peer.reachable = true;
@@ -95,7 +106,8 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         } else {
             if !ch.broken {
                 ch.broken = true;
-                ch.retry_at_ns = now + backoff;
+                ch.retry_at_ns = now + (backoff << ch.failures.min(6));
+                ch.failures = ch.failures.saturating_add(1);
             }
             if c.status == WcStatus::Unreachable && peer.reachable {
                 peer.reachable = false;
@@ -179,6 +191,17 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         }
         self.row_version += 1;
         self.row.term = self.term;
+        // Wake idle peers only for what elections wait on; heartbeats and
+        // apply progress are read at the peers' own pace.
+        let last = self.last_pushed_row;
+        let notify = self.row.term != last.term
+            || self.row.vote_request != last.vote_request
+            || self.row.private_vote != last.private_vote
+            || self.row.vote != last.vote
+            || self.row.grant != last.grant
+            || self.row.role != last.role
+            || self.row.leader != last.leader;
+        self.last_pushed_row = self.row;
         let words = self.row.encode(self.row_version);
         write_row_words(&self.mem, self.layout.row(self.me), &words);
         let staging = self.layout.staging(slot);
@@ -186,7 +209,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         let remote = self.layout.row(self.me);
         for p in self.others() {
             if self.channel_ok(p, Channel::Control) {
-                self.post(
+                self.post_notify(
                     p,
                     Op::Write {
                         local: staging,
@@ -197,6 +220,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                         staging: slot as u8,
                         version: self.row_version,
                     },
+                    notify,
                 );
                 self.staging_refs[slot] += 1;
             }

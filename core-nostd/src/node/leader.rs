@@ -87,6 +87,17 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     pub(super) fn check_quorum(&mut self) {
         let window = self.cfg.leader_quorum_timeout_ns;
         let now = self.now;
+        let gap = core::mem::take(&mut self.longest_gap_ns);
+        if gap >= window / 4 {
+            // We were not running for a while (descheduled, stopped): the
+            // silence is ours. Give the followers a fresh window to answer
+            // the heartbeat we are about to push.
+            for p in self.others() {
+                let peer = &mut self.peers[p.index()];
+                peer.last_ok_ns = peer.last_ok_ns.max(now);
+            }
+            return;
+        }
         let live = self
             .others()
             .filter(|p| now.saturating_sub(self.peers[p.index()].last_ok_ns) <= window)
@@ -563,7 +574,11 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         let mut min = self.apply_pos;
         for p in self.others() {
             let peer = &self.peers[p.index()];
+            // Members silent for the grace period, or known to be down
+            // (their process exited, or retries were exhausted), do not
+            // hold the log back; they will need recovery to come back.
             if peer.version == 0
+                || !peer.reachable
                 || self.now.saturating_sub(peer.row_changed_ns) > self.cfg.prune_grace_ns
             {
                 continue;

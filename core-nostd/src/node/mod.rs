@@ -307,6 +307,9 @@ struct ChannelState {
     broken: bool,
     inflight: u32,
     retry_at_ns: u64,
+    /// Consecutive failures: the reconnect backoff doubles with each, up
+    /// to 64 times the configured backoff, and resets on success.
+    failures: u32,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -390,6 +393,7 @@ impl Peer {
             broken: false,
             inflight: 0,
             retry_at_ns: 0,
+            failures: 0,
         }; 2],
         reachable: true,
         hb_counter_seen: 0,
@@ -470,6 +474,8 @@ pub struct Node<M: Memory, S: StateMachine> {
     /// Version of the first push that carried `row.private_vote`.
     private_push: u64,
     last_pushed_private: crate::sst::Ballot,
+    /// The row as last pushed (to decide whether a push must wake peers).
+    last_pushed_row: Row,
     published_apply_index: u64,
     /// When our row was last pushed (keep-alive for pruning).
     last_push_ns: u64,
@@ -488,6 +494,9 @@ pub struct Node<M: Memory, S: StateMachine> {
     /// Leader only: end of the no-op of our term; commits must reach it.
     noop_end_pos: u64,
     corrupt: bool,
+    /// Longest pause between two calls since the last quorum check: a
+    /// leader that was itself descheduled must not blame its followers.
+    longest_gap_ns: u64,
 
     peers: [Peer; MAX_MEMBERS],
     slots: [Slot; INFLIGHT_CAP],
@@ -566,6 +575,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             row_dirty: true,
             private_push: 0,
             last_pushed_private: crate::sst::Ballot::default(),
+            last_pushed_row: Row::default(),
             published_apply_index: 0,
             last_push_ns: now_ns,
             head_pos: 0,
@@ -579,6 +589,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             last_applied_term: 0,
             noop_end_pos: 0,
             corrupt: false,
+            longest_gap_ns: 0,
             peers: [Peer::NEW; MAX_MEMBERS],
             slots: [Slot {
                 generation: 0,
@@ -773,7 +784,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             self.push_event(Event::PeerUnreachable { peer });
         }
         if self.role == Role::Follower && self.leader == Some(peer) {
-            self.suspect_leader();
+            self.suspect_leader(true);
         }
         self.invariants();
     }
@@ -836,6 +847,8 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
 
     fn tick_clock(&mut self, now: u64) {
         // A host clock that goes backwards is ignored, never trusted.
+        let gap = now.saturating_sub(self.now);
+        self.longest_gap_ns = self.longest_gap_ns.max(gap);
         self.now = self.now.max(now);
     }
 

@@ -1,0 +1,530 @@
+//! The Rust client library: leader discovery, retries and request ids.
+//!
+//! Two transports:
+//! * **shared memory** (the fast path, same host): the client claims a slot
+//!   in the leader's `Clients` region, writes its request there and polls
+//!   for the reply (HERD-style); a replica that is not the leader answers
+//!   with a hint and the client moves its slot.
+//! * **TCP**: the Redis protocol, with `RID` naming each request so that a
+//!   retry is applied once; any replica forwards to the leader.
+//!
+//! Every operation gets one request id for all its attempts, so a write
+//! retried after a timeout or a failover is applied exactly once (the
+//! replicas keep a session table). A failed attempt moves to the hinted
+//! leader, or to the next replica; a replica whose process has exited is
+//! skipped at once.
+
+use crate::config::Manifest;
+use crate::shm::{ProcessWatch, Segment};
+use crate::slots::{SlotClient, SlotKind, SlotStatus};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use verbatim_core::fabric::MemberId;
+use verbatim_core::kv::{KvError, KvLimits, KvOp, KvReply};
+use verbatim_core::Layout;
+
+/// How a client reaches the replicas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// Shared-memory slots (same host).
+    Shm,
+    /// RESP over TCP.
+    Tcp,
+}
+
+/// How a client waits for a shared-memory reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Spin (lowest latency; owns a core).
+    Spin,
+    /// Spin briefly, then yield the CPU between looks.
+    Yield,
+}
+
+/// Client settings.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// Transport.
+    pub transport: Transport,
+    /// How to wait.
+    pub wait: Wait,
+    /// One attempt on one replica gives up after this.
+    pub attempt_timeout: Duration,
+    /// An operation gives up after this (all attempts).
+    pub total_timeout: Duration,
+    /// Client id (default: random).
+    pub client_id: Option<u64>,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            transport: Transport::Shm,
+            wait: Wait::Yield,
+            attempt_timeout: Duration::from_millis(50),
+            total_timeout: Duration::from_secs(5),
+            client_id: None,
+        }
+    }
+}
+
+/// Why an operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// No replica answered as leader in time.
+    #[error("no leader answered within {0:?}; the operation may or may not have been applied")]
+    Unavailable(Duration),
+    /// The store refused the operation (applied as a no-op everywhere).
+    #[error("{0}")]
+    Kv(String),
+    /// A replica rejected the request.
+    #[error("rejected: {0}")]
+    Rejected(String),
+    /// The operation is too large for the configured limits.
+    #[error("key or value too large (key ≤ {key} bytes, value ≤ {value} bytes)")]
+    TooLarge {
+        /// Key limit.
+        key: u32,
+        /// Value limit.
+        value: u32,
+    },
+    /// A shared-memory segment could not be used.
+    #[error("shared memory: {0}")]
+    Shm(#[from] crate::error::ShmError),
+}
+
+/// What an operation returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A write's reply.
+    Write(KvReply),
+    /// A read's value.
+    Read(Option<Vec<u8>>),
+}
+
+enum Attempt {
+    Ok(Vec<u8>),
+    NotLeader(Option<MemberId>),
+    Busy,
+    Error(String),
+    Failed,
+}
+
+/// Counters of a client.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Operations completed.
+    pub operations: u64,
+    /// Attempts that timed out or failed on a replica.
+    pub retries: u64,
+    /// Redirects followed.
+    pub redirects: u64,
+}
+
+/// A client of one cluster.
+pub struct Client {
+    manifest: Manifest,
+    layout: Layout,
+    limits: KvLimits,
+    opts: ClientOptions,
+    client_id: u64,
+    next_request: u64,
+    target: usize,
+    segments: Vec<Option<(Arc<Segment>, Option<ProcessWatch>)>>,
+    slot: Option<(usize, SlotClient)>,
+    tcp: Vec<Option<(TcpStream, Vec<u8>)>>,
+    stats: ClientStats,
+    buf: Vec<u8>,
+}
+
+fn random_id() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let addr = &t as *const u64 as u64;
+    // Never 0: client id 0 means "no session" to the replicas.
+    verbatim_core::checksum::mix64(t ^ u64::from(std::process::id()).rotate_left(32) ^ addr) | 1
+}
+
+impl Client {
+    /// A client of the cluster described by `manifest`.
+    pub fn new(manifest: &Manifest, opts: ClientOptions) -> Client {
+        let layout =
+            Layout::new(&manifest.core_config(0)).expect("a validated manifest has a valid layout");
+        let n = manifest.members.len();
+        Client {
+            limits: manifest.kv_limits(),
+            manifest: manifest.clone(),
+            layout,
+            client_id: opts.client_id.unwrap_or_else(random_id),
+            opts,
+            next_request: 1,
+            target: 0,
+            segments: (0..n).map(|_| None).collect(),
+            slot: None,
+            tcp: (0..n).map(|_| None).collect(),
+            stats: ClientStats::default(),
+            buf: Vec::new(),
+        }
+    }
+
+    /// This client's id.
+    pub fn id(&self) -> u64 {
+        self.client_id
+    }
+
+    /// The replica believed to lead.
+    pub fn leader(&self) -> u8 {
+        self.target as u8
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ClientStats {
+        self.stats
+    }
+
+    /// `GET`.
+    pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, ClientError> {
+        match self.execute(&KvOp::Get { key })? {
+            Outcome::Read(v) => Ok(v),
+            Outcome::Write(_) => Err(ClientError::Rejected("a read answered as a write".into())),
+        }
+    }
+
+    /// `SET`.
+    pub fn set(&mut self, key: &[u8], value: &[u8]) -> Result<(), ClientError> {
+        self.write(&KvOp::Set { key, value }).map(|_| ())
+    }
+
+    /// `DEL`: true if the key existed.
+    pub fn del(&mut self, key: &[u8]) -> Result<bool, ClientError> {
+        Ok(self.write(&KvOp::Del { key })? == 1)
+    }
+
+    /// `INCRBY`: the new value.
+    pub fn incr(&mut self, key: &[u8], delta: i64) -> Result<i64, ClientError> {
+        self.write(&KvOp::Incr { key, delta })
+    }
+
+    /// Compare-and-set: true if swapped.
+    pub fn cas(
+        &mut self,
+        key: &[u8],
+        expected: Option<&[u8]>,
+        new: &[u8],
+    ) -> Result<bool, ClientError> {
+        Ok(self.write(&KvOp::Cas { key, expected, new })? == 1)
+    }
+
+    fn write(&mut self, op: &KvOp<'_>) -> Result<i64, ClientError> {
+        match self.execute(op)? {
+            Outcome::Write(KvReply::Ok) => Ok(0),
+            Outcome::Write(KvReply::Int(v)) => Ok(v),
+            Outcome::Write(KvReply::Err(e)) => Err(ClientError::Kv(kv_error_text(e).into())),
+            Outcome::Read(_) => Err(ClientError::Rejected("a write answered as a read".into())),
+        }
+    }
+
+    /// Runs one operation to completion: same request id on every attempt.
+    pub fn execute(&mut self, op: &KvOp<'_>) -> Result<Outcome, ClientError> {
+        let mut payload = vec![0u8; self.limits.encoded_bytes_max() as usize];
+        let too_large = || ClientError::TooLarge {
+            key: self.limits.key_bytes_max,
+            value: self.limits.value_bytes_max,
+        };
+        let n = op.encode(&mut payload).map_err(|_| too_large())?;
+        payload.truncate(n);
+        if KvOp::decode(&payload, &self.limits).is_err() {
+            return Err(too_large());
+        }
+        let request_id = self.next_request;
+        self.next_request += 1;
+        let deadline = Instant::now() + self.opts.total_timeout;
+        let mut busy = 0u32;
+        let n = self.manifest.members.len();
+        loop {
+            let began_attempt = Instant::now();
+            let attempt = match self.opts.transport {
+                Transport::Shm => self.attempt_shm(op.is_read(), request_id, &payload)?,
+                Transport::Tcp => self.attempt_tcp(op, request_id),
+            };
+            let attempt_us = began_attempt.elapsed().as_micros();
+            if attempt_us > 10_000 {
+                tracing::debug!(
+                    target_member = self.target,
+                    attempt_us,
+                    attempt = attempt_name(&attempt),
+                    "slow attempt"
+                );
+            }
+            if !matches!(attempt, Attempt::Ok(_)) {
+                tracing::debug!(
+                    target_member = self.target,
+                    attempt = attempt_name(&attempt),
+                    "attempt did not complete"
+                );
+            }
+            match attempt {
+                Attempt::Ok(bytes) => {
+                    self.stats.operations += 1;
+                    return decode_outcome(op.is_read(), &bytes);
+                }
+                Attempt::Error(msg) => return Err(ClientError::Rejected(msg)),
+                Attempt::NotLeader(Some(l)) if l.index() < n && l.index() != self.target => {
+                    self.stats.redirects += 1;
+                    self.target = l.index();
+                    continue;
+                }
+                Attempt::NotLeader(_) | Attempt::Busy => {
+                    // No leader known here yet: give the election a moment,
+                    // a little longer each time (20 µs up to 1.3 ms).
+                    std::thread::sleep(Duration::from_micros(20 << busy.min(6)));
+                    busy += 1;
+                    self.target = (self.target + 1) % n;
+                }
+                Attempt::Failed => {
+                    self.stats.retries += 1;
+                    self.target = (self.target + 1) % n;
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(ClientError::Unavailable(self.opts.total_timeout));
+            }
+        }
+    }
+
+    /// The replica's segment, if its process is alive.
+    fn segment(&mut self, m: usize) -> Option<Arc<Segment>> {
+        if self.segments[m].is_none() {
+            let seg = Segment::open(&self.manifest.segment_path(m as u8), &self.layout).ok()?;
+            let watch = ProcessWatch::open(seg.pid());
+            watch.as_ref()?;
+            self.segments[m] = Some((Arc::new(seg), watch));
+        }
+        if self.replica_exited(m) {
+            self.segments[m] = None;
+            return None;
+        }
+        self.segments[m].as_ref().map(|(s, _)| s.clone())
+    }
+
+    fn replica_exited(&self, m: usize) -> bool {
+        exited(&self.segments[m])
+    }
+
+    fn attempt_shm(
+        &mut self,
+        read: bool,
+        request_id: u64,
+        payload: &[u8],
+    ) -> Result<Attempt, ClientError> {
+        let m = self.target;
+        if self.slot.as_ref().is_none_or(|(at, _)| *at != m) {
+            self.slot = None;
+            let Some(seg) = self.segment(m) else {
+                return Ok(Attempt::Failed);
+            };
+            match SlotClient::claim(seg, &self.layout) {
+                Some(s) => self.slot = Some((m, s)),
+                None => return Ok(Attempt::Busy),
+            }
+        }
+        let (_, slot) = self.slot.as_mut().expect("claimed above");
+        let kind = if read {
+            SlotKind::Read
+        } else {
+            SlotKind::Write
+        };
+        let seq = slot.send(self.client_id, request_id, kind, payload);
+        let began = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            if let Some(status) = slot.poll(seq, &mut self.buf) {
+                return Ok(match status {
+                    SlotStatus::Ok => Attempt::Ok(std::mem::take(&mut self.buf)),
+                    SlotStatus::NotLeader(h) => Attempt::NotLeader(h),
+                    SlotStatus::Busy => Attempt::Busy,
+                    SlotStatus::Error => {
+                        Attempt::Error(String::from_utf8_lossy(&self.buf).into_owned())
+                    }
+                });
+            }
+            spins += 1;
+            // Yielding can take a scheduler tick per look on a busy host,
+            // so time is checked on every yield, liveness every 64 looks.
+            let check = match self.opts.wait {
+                Wait::Spin => spins.is_multiple_of(1024),
+                Wait::Yield => spins >= 64,
+            };
+            if check {
+                if began.elapsed() > self.opts.attempt_timeout {
+                    tracing::debug!(member = m, ?seq, "attempt timed out");
+                    return Ok(Attempt::Failed);
+                }
+                if spins.is_multiple_of(64) && exited(&self.segments[m]) {
+                    tracing::debug!(member = m, "replica process gone");
+                    // The replica died (its pidfd would say so too): move on.
+                    self.slot = None;
+                    self.segments[m] = None;
+                    return Ok(Attempt::Failed);
+                }
+            }
+            match self.opts.wait {
+                Wait::Spin => std::hint::spin_loop(),
+                Wait::Yield if spins < 64 => std::hint::spin_loop(),
+                Wait::Yield => std::thread::yield_now(),
+            }
+        }
+    }
+
+    fn attempt_tcp(&mut self, op: &KvOp<'_>, request_id: u64) -> Attempt {
+        let m = self.target;
+        if self.tcp[m].is_none() {
+            let Some(addr) = self.manifest.members[m]
+                .resp_addr
+                .as_deref()
+                .and_then(|a| a.parse::<SocketAddr>().ok())
+            else {
+                return Attempt::Failed;
+            };
+            let Ok(s) = TcpStream::connect_timeout(&addr, self.opts.attempt_timeout) else {
+                return Attempt::Failed;
+            };
+            let _ = s.set_nodelay(true);
+            // The server retries internally while it has no leader, up to
+            // its own timeout: wait a little longer than that.
+            let _ = s.set_read_timeout(Some(crate::tcp::REQUEST_TIMEOUT + Duration::from_secs(1)));
+            self.tcp[m] = Some((s, Vec::new()));
+        }
+        let (stream, buf) = self.tcp[m].as_mut().expect("connected above");
+        let mut req = Vec::new();
+        encode_request(self.client_id, request_id, op, &mut req);
+        if stream.write_all(&req).is_err() {
+            self.tcp[m] = None;
+            return Attempt::Failed;
+        }
+        let limits = crate::resp::RespLimits::for_kv(&self.limits);
+        let mut chunk = [0u8; 16 * 1024];
+        loop {
+            if let Ok(Some((_, first))) = crate::resp::parse_frame(buf, &limits) {
+                if let Ok(Some((frame, second))) = crate::resp::parse_frame(&buf[first..], &limits)
+                {
+                    let r = tcp_reply(op.is_read(), &frame);
+                    buf.drain(..first + second);
+                    return r;
+                }
+            }
+            match stream.read(&mut chunk) {
+                Ok(0) | Err(_) => {
+                    self.tcp[m] = None;
+                    return Attempt::Failed;
+                }
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+}
+
+fn exited(segment: &Option<(Arc<Segment>, Option<ProcessWatch>)>) -> bool {
+    match segment {
+        Some((_, Some(w))) => w.exited(),
+        Some((_, None)) => true,
+        None => false,
+    }
+}
+
+fn attempt_name(a: &Attempt) -> &'static str {
+    match a {
+        Attempt::Ok(_) => "ok",
+        Attempt::NotLeader(_) => "not-leader",
+        Attempt::Busy => "busy",
+        Attempt::Error(_) => "error",
+        Attempt::Failed => "failed",
+    }
+}
+
+/// `RID` plus the Redis command of an operation.
+fn encode_request(client_id: u64, request_id: u64, op: &KvOp<'_>, out: &mut Vec<u8>) {
+    use crate::resp::{encode_array_header, encode_bulk};
+    encode_array_header(3, out);
+    encode_bulk(b"RID", out);
+    encode_bulk(client_id.to_string().as_bytes(), out);
+    encode_bulk(request_id.to_string().as_bytes(), out);
+    let args: Vec<Vec<u8>> = match *op {
+        KvOp::Get { key } => vec![b"GET".to_vec(), key.to_vec()],
+        KvOp::Set { key, value } => vec![b"SET".to_vec(), key.to_vec(), value.to_vec()],
+        KvOp::Del { key } => vec![b"DEL".to_vec(), key.to_vec()],
+        KvOp::Incr { key, delta } => vec![
+            b"INCRBY".to_vec(),
+            key.to_vec(),
+            delta.to_string().into_bytes(),
+        ],
+        KvOp::Cas {
+            key,
+            expected: Some(e),
+            new,
+        } => {
+            vec![
+                b"CAS".to_vec(),
+                key.to_vec(),
+                new.to_vec(),
+                b"IFEQ".to_vec(),
+                e.to_vec(),
+            ]
+        }
+        KvOp::Cas {
+            key,
+            expected: None,
+            new,
+        } => vec![b"CAS".to_vec(), key.to_vec(), new.to_vec(), b"NX".to_vec()],
+    };
+    encode_array_header(args.len(), out);
+    for a in &args {
+        encode_bulk(a, out);
+    }
+}
+
+fn tcp_reply(read: bool, frame: &crate::resp::Frame<'_>) -> Attempt {
+    use crate::resp::Frame;
+    match *frame {
+        Frame::Bulk(v) if read => Attempt::Ok([&[1u8][..], v].concat()),
+        Frame::NullBulk if read => Attempt::Ok(vec![0]),
+        Frame::Simple(_) if !read => Attempt::Ok(KvReply::Ok.to_reply().as_bytes().to_vec()),
+        Frame::Integer(v) if !read => Attempt::Ok(KvReply::Int(v).to_reply().as_bytes().to_vec()),
+        Frame::Error(e) => {
+            let text = String::from_utf8_lossy(e).into_owned();
+            if text.starts_with("TRYAGAIN") {
+                Attempt::Busy
+            } else if let Some(err) = kv_error_from_text(&text) {
+                Attempt::Ok(KvReply::Err(err).to_reply().as_bytes().to_vec())
+            } else {
+                Attempt::Error(text)
+            }
+        }
+        _ => Attempt::Error("unexpected reply".into()),
+    }
+}
+
+fn kv_error_text(e: KvError) -> &'static str {
+    crate::resp::kv_error_message(e)
+}
+
+fn kv_error_from_text(text: &str) -> Option<KvError> {
+    [KvError::NotInteger, KvError::Overflow, KvError::StoreFull]
+        .into_iter()
+        .find(|e| text == kv_error_text(*e).trim_start_matches('-'))
+}
+
+fn decode_outcome(read: bool, bytes: &[u8]) -> Result<Outcome, ClientError> {
+    if read {
+        return Ok(Outcome::Read(match bytes.split_first() {
+            Some((1, v)) => Some(v.to_vec()),
+            _ => None,
+        }));
+    }
+    KvReply::from_reply(&verbatim_core::Reply::from_bytes(bytes))
+        .map(Outcome::Write)
+        .ok_or_else(|| ClientError::Rejected("undecodable reply".into()))
+}

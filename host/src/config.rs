@@ -1,0 +1,675 @@
+//! The cluster manifest: one TOML file describing every member, the fabric
+//! and the limits, plus command-line overrides (`--set key=value`).
+//! Validation errors name the field and say what to change.
+//!
+//! ```toml
+//! [cluster]
+//! name = "demo"
+//! fabric = "shm"          # shm | verbs
+//! poll = "adaptive"       # busy | adaptive
+//! value_bytes_max = 4096
+//!
+//! [timing]
+//! heartbeat_period_us = 200
+//!
+//! [[members]]
+//! id = 0
+//! core = 1
+//! resp_addr = "127.0.0.1:7000"
+//! ```
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use verbatim_core::config::ConfigError as CoreConfigError;
+use verbatim_core::fabric::{MemberId, MAX_MEMBERS};
+use verbatim_core::kv::KvLimits;
+use verbatim_core::Config;
+
+/// A configuration problem: the field and what to change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ConfigError {
+    /// Dotted path of the field (`members[1].core`).
+    pub field: String,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+impl ConfigError {
+    fn new(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Which fabric the replicas use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FabricKind {
+    /// Shared memory between processes of one host (the default).
+    Shm,
+    /// RDMA verbs (RoCE/InfiniBand), build feature `rdma`.
+    Verbs,
+}
+
+impl fmt::Display for FabricKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FabricKind::Shm => "shm",
+            FabricKind::Verbs => "verbs",
+        })
+    }
+}
+
+/// How the poll loop waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PollMode {
+    /// Spin on its core forever (lowest latency; owns the core).
+    Busy,
+    /// Spin for `spin_us`, then sleep until work or a deadline (so that
+    /// several replicas and clients can share a small machine).
+    Adaptive,
+}
+
+impl fmt::Display for PollMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PollMode::Busy => "busy",
+            PollMode::Adaptive => "adaptive",
+        })
+    }
+}
+
+fn default_fabric() -> FabricKind {
+    FabricKind::Shm
+}
+fn default_poll() -> PollMode {
+    PollMode::Adaptive
+}
+fn default_spin_us() -> u64 {
+    50
+}
+fn default_log_ring_bytes() -> u64 {
+    4 << 20
+}
+fn default_key_bytes_max() -> u32 {
+    256
+}
+fn default_value_bytes_max() -> u32 {
+    4096
+}
+fn default_session_slot_count() -> u32 {
+    4096
+}
+fn default_client_slot_count() -> u32 {
+    64
+}
+
+/// `[cluster]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSection {
+    /// Name: segment and socket names derive from it.
+    pub name: String,
+    /// Fabric.
+    #[serde(default = "default_fabric")]
+    pub fabric: FabricKind,
+    /// Directory of the shared-memory segments (default `/dev/shm`).
+    #[serde(default)]
+    pub shm_dir: Option<PathBuf>,
+    /// Directory of status sockets and logs (default
+    /// `$XDG_RUNTIME_DIR/verbatim-<name>` or `/tmp/verbatim-<name>`).
+    #[serde(default)]
+    pub run_dir: Option<PathBuf>,
+    /// Poll mode.
+    #[serde(default = "default_poll")]
+    pub poll: PollMode,
+    /// Adaptive mode: spin this long after the last work before sleeping.
+    #[serde(default = "default_spin_us")]
+    pub spin_us: u64,
+    /// Bytes of the log ring.
+    #[serde(default = "default_log_ring_bytes")]
+    pub log_ring_bytes: u64,
+    /// Largest key.
+    #[serde(default = "default_key_bytes_max")]
+    pub key_bytes_max: u32,
+    /// Largest value.
+    #[serde(default = "default_value_bytes_max")]
+    pub value_bytes_max: u32,
+    /// Client sessions remembered for exactly-once writes.
+    #[serde(default = "default_session_slot_count")]
+    pub session_slot_count: u32,
+    /// Shared-memory client slots per replica.
+    #[serde(default = "default_client_slot_count")]
+    pub client_slot_count: u32,
+    /// Seed of the protocol's PRNG (timeouts); each member mixes in its id.
+    #[serde(default)]
+    pub seed: u64,
+}
+
+/// `[timing]`: protocol periods in microseconds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TimingSection {
+    /// Leader heartbeat period.
+    pub heartbeat_period_us: u64,
+    /// Initial failure-detector period Δ.
+    pub fd_check_period_us: u64,
+    /// Upper bound of Δ.
+    pub fd_check_period_max_us: u64,
+    /// Δ growth per outdated heartbeat.
+    pub fd_check_period_step_us: u64,
+    /// Election timeout range.
+    pub election_timeout_min_us: u64,
+    /// Election timeout range.
+    pub election_timeout_max_us: u64,
+    /// A leader without a majority for this long steps down.
+    pub leader_quorum_timeout_us: u64,
+    /// Apply pointer publication period.
+    pub apply_publish_period_us: u64,
+    /// Pruning period.
+    pub prune_period_us: u64,
+    /// Members silent for this long are left out of pruning.
+    pub prune_grace_us: u64,
+    /// Wait before re-establishing a failed channel.
+    pub reconnect_backoff_us: u64,
+}
+
+impl Default for TimingSection {
+    fn default() -> Self {
+        // Heartbeats are the fallback detector (a stopped process); a dead
+        // one is noticed at once through its pidfd.
+        // These suit a shared, untuned machine where a process may be
+        // descheduled for milliseconds (a 2-core box running three replicas
+        // and a client). On isolated cores with busy polling (see
+        // `verbatim-kernel-cfg plan`) they can be ten times smaller.
+        TimingSection {
+            heartbeat_period_us: 500,
+            fd_check_period_us: 5_000,
+            fd_check_period_max_us: 100_000,
+            fd_check_period_step_us: 1_000,
+            election_timeout_min_us: 1_000,
+            election_timeout_max_us: 2_000,
+            leader_quorum_timeout_us: 20_000,
+            apply_publish_period_us: 500,
+            prune_period_us: 1_000,
+            prune_grace_us: 2_000_000,
+            reconnect_backoff_us: 1_000,
+        }
+    }
+}
+
+/// `[members.verbs]`: how to reach a member over RDMA.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerbsMember {
+    /// RDMA device name (`rxe0`, `mlx5_0`).
+    pub device: String,
+    /// Port number (1-based).
+    #[serde(default = "default_port")]
+    pub port: u8,
+    /// GID index (RoCEv2 needs a GID; InfiniBand uses the LID).
+    #[serde(default)]
+    pub gid_index: u8,
+    /// TCP address for exchanging queue-pair information.
+    pub exchange_addr: String,
+}
+
+fn default_port() -> u8 {
+    1
+}
+
+/// `[[members]]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemberSection {
+    /// Member id: 0, 1, ... in order.
+    pub id: u8,
+    /// Core to pin the poll loop to.
+    #[serde(default)]
+    pub core: Option<usize>,
+    /// Redis-protocol (RESP2) listener.
+    #[serde(default)]
+    pub resp_addr: Option<String>,
+    /// Status socket (default `<run_dir>/replica-<id>.sock`).
+    #[serde(default)]
+    pub status_socket: Option<PathBuf>,
+    /// RDMA settings (fabric = "verbs").
+    #[serde(default)]
+    pub verbs: Option<VerbsMember>,
+}
+
+/// The whole manifest.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// `[cluster]`.
+    pub cluster: ClusterSection,
+    /// `[timing]`.
+    #[serde(default)]
+    pub timing: TimingSection,
+    /// `[[members]]`.
+    pub members: Vec<MemberSection>,
+}
+
+/// Sets `path = value` in a TOML table (`--set cluster.poll=busy`,
+/// `--set members.1.core=3`). The value is parsed as TOML if it can be
+/// (numbers, booleans, quoted strings), otherwise taken as a string.
+pub fn apply_override(root: &mut toml::Value, assignment: &str) -> Result<(), ConfigError> {
+    let (path, raw) = assignment.split_once('=').ok_or_else(|| {
+        ConfigError::new(
+            assignment,
+            "an override is written key=value, e.g. cluster.poll=busy",
+        )
+    })?;
+    let path = path.trim();
+    let value: toml::Value = match toml::from_str::<toml::Table>(&format!("v = {}", raw.trim())) {
+        Ok(mut t) => t
+            .remove("v")
+            .unwrap_or_else(|| toml::Value::String(raw.trim().to_string())),
+        Err(_) => toml::Value::String(raw.trim().to_string()),
+    };
+    let parts: Vec<&str> = path.split('.').collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return Err(ConfigError::new(path, "empty path segment in override"));
+    }
+    let mut cur = root;
+    for (k, part) in parts.iter().enumerate() {
+        let last = k + 1 == parts.len();
+        match cur {
+            toml::Value::Table(t) => {
+                if last {
+                    t.insert((*part).to_string(), value);
+                    return Ok(());
+                }
+                cur = t
+                    .entry((*part).to_string())
+                    .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            }
+            toml::Value::Array(a) => {
+                let i: usize = part.parse().map_err(|_| {
+                    ConfigError::new(path, format!("`{part}` must be an index into the array"))
+                })?;
+                let len = a.len();
+                let slot = a.get_mut(i).ok_or_else(|| {
+                    ConfigError::new(
+                        path,
+                        format!("index {i} is out of range (there are {len} entries)"),
+                    )
+                })?;
+                if last {
+                    *slot = value;
+                    return Ok(());
+                }
+                cur = slot;
+            }
+            _ => {
+                return Err(ConfigError::new(
+                    path,
+                    format!("`{part}` is inside a value, not a table"),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Manifest {
+    /// Parses manifest text, applies overrides, validates.
+    pub fn parse(text: &str, overrides: &[String]) -> Result<Manifest, ConfigError> {
+        let mut root: toml::Value = toml::from_str(text).map_err(|e| {
+            ConfigError::new("manifest", format!("not valid TOML: {}", e.message()))
+        })?;
+        for o in overrides {
+            apply_override(&mut root, o)?;
+        }
+        let m: Manifest = root.try_into().map_err(|e: toml::de::Error| {
+            ConfigError::new("manifest", e.message().trim().to_string())
+        })?;
+        m.validate()?;
+        Ok(m)
+    }
+
+    /// Reads a manifest file.
+    pub fn load(path: &Path, overrides: &[String]) -> Result<Manifest, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError::new(
+                path.display().to_string(),
+                format!("cannot read the manifest: {e}"),
+            )
+        })?;
+        Manifest::parse(&text, overrides)
+    }
+
+    /// A manifest for `n` local replicas on the shared-memory fabric,
+    /// with RESP ports from `base_port` (used by `verbatim up` and the
+    /// demo).
+    pub fn local(name: &str, n: u8, base_port: u16) -> Manifest {
+        Manifest {
+            cluster: ClusterSection {
+                name: name.to_string(),
+                fabric: FabricKind::Shm,
+                shm_dir: None,
+                run_dir: None,
+                poll: PollMode::Adaptive,
+                spin_us: default_spin_us(),
+                log_ring_bytes: default_log_ring_bytes(),
+                key_bytes_max: default_key_bytes_max(),
+                value_bytes_max: default_value_bytes_max(),
+                session_slot_count: default_session_slot_count(),
+                client_slot_count: default_client_slot_count(),
+                seed: 0,
+            },
+            timing: TimingSection::default(),
+            members: (0..n)
+                .map(|i| MemberSection {
+                    id: i,
+                    core: None,
+                    resp_addr: Some(format!("127.0.0.1:{}", base_port + u16::from(i))),
+                    status_socket: None,
+                    verbs: None,
+                })
+                .collect(),
+        }
+    }
+
+    /// As TOML text.
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("a manifest serialises")
+    }
+
+    /// Number of members.
+    pub fn member_count(&self) -> u8 {
+        self.members.len() as u8
+    }
+
+    /// The limits of keys and values.
+    pub fn kv_limits(&self) -> KvLimits {
+        KvLimits {
+            key_bytes_max: self.cluster.key_bytes_max,
+            value_bytes_max: self.cluster.value_bytes_max,
+        }
+    }
+
+    /// Bytes of one shared-memory client slot: a 64-byte header, then a
+    /// request area and a reply area each large enough for the largest
+    /// operation or value.
+    pub fn client_slot_bytes(&self) -> u32 {
+        let area = self.kv_limits().encoded_bytes_max().div_ceil(64) * 64 + 64;
+        64 + 2 * area
+    }
+
+    /// Where segments live.
+    pub fn shm_dir(&self) -> PathBuf {
+        self.cluster
+            .shm_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("/dev/shm"))
+    }
+
+    /// Where sockets live.
+    pub fn run_dir(&self) -> PathBuf {
+        if let Some(d) = &self.cluster.run_dir {
+            return d.clone();
+        }
+        let base = std::env::var_os("XDG_RUNTIME_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir);
+        base.join(format!("verbatim-{}", self.cluster.name))
+    }
+
+    /// Status socket of a member.
+    pub fn status_socket(&self, id: u8) -> PathBuf {
+        self.members
+            .get(usize::from(id))
+            .and_then(|m| m.status_socket.clone())
+            .unwrap_or_else(|| self.run_dir().join(format!("replica-{id}.sock")))
+    }
+
+    /// Segment path of a member.
+    pub fn segment_path(&self, id: u8) -> PathBuf {
+        crate::shm::segment_path(&self.shm_dir(), &self.cluster.name, id)
+    }
+
+    /// The core configuration of member `id`.
+    pub fn core_config(&self, id: u8) -> Config {
+        let c = &self.cluster;
+        let t = &self.timing;
+        let mut cfg = Config::new(self.member_count(), MemberId(id));
+        cfg.log_ring_bytes = c.log_ring_bytes;
+        cfg.entry_payload_bytes_max = self.kv_limits().encoded_bytes_max();
+        cfg.session_slot_count = c.session_slot_count;
+        cfg.client_slot_count = c.client_slot_count;
+        cfg.client_slot_bytes = self.client_slot_bytes();
+        cfg.heartbeat_period_ns = t.heartbeat_period_us * 1000;
+        cfg.fd_check_period_ns = t.fd_check_period_us * 1000;
+        cfg.fd_check_period_max_ns = t.fd_check_period_max_us * 1000;
+        cfg.fd_check_period_step_ns = t.fd_check_period_step_us * 1000;
+        cfg.election_timeout_min_ns = t.election_timeout_min_us * 1000;
+        cfg.election_timeout_max_ns = t.election_timeout_max_us * 1000;
+        cfg.leader_quorum_timeout_ns = t.leader_quorum_timeout_us * 1000;
+        cfg.apply_publish_period_ns = t.apply_publish_period_us * 1000;
+        cfg.prune_period_ns = t.prune_period_us * 1000;
+        cfg.prune_grace_ns = t.prune_grace_us * 1000;
+        cfg.reconnect_backoff_ns = t.reconnect_backoff_us * 1000;
+        cfg.seed = c.seed;
+        cfg
+    }
+
+    /// Checks everything; the error names the manifest field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let c = &self.cluster;
+        if c.name.is_empty()
+            || c.name.len() > 32
+            || !c
+                .name
+                .chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '_')
+        {
+            return Err(ConfigError::new(
+                "cluster.name",
+                format!(
+                    "`{}`: use 1 to 32 letters, digits, '-' or '_' (it names files and sockets)",
+                    c.name
+                ),
+            ));
+        }
+        let n = self.members.len();
+        if n == 0 || n > MAX_MEMBERS {
+            return Err(ConfigError::new(
+                "members",
+                format!("{n} members: list between 1 and {MAX_MEMBERS} [[members]] (3 or 5 tolerate 1 or 2 failures)"),
+            ));
+        }
+        for (i, m) in self.members.iter().enumerate() {
+            if usize::from(m.id) != i {
+                return Err(ConfigError::new(
+                    format!("members[{i}].id"),
+                    format!(
+                        "is {}; ids must be 0, 1, 2, ... in the order the members are listed",
+                        m.id
+                    ),
+                ));
+            }
+            if let Some(addr) = &m.resp_addr {
+                if addr.parse::<std::net::SocketAddr>().is_err() {
+                    return Err(ConfigError::new(
+                        format!("members[{i}].resp_addr"),
+                        format!("`{addr}` is not an address like 127.0.0.1:7000"),
+                    ));
+                }
+            }
+            if let Some(core) = m.core {
+                let cores = core_affinity::get_core_ids().map(|v| v.len()).unwrap_or(0);
+                if cores > 0 && core >= cores {
+                    return Err(ConfigError::new(
+                        format!("members[{i}].core"),
+                        format!("core {core} does not exist here (cores 0-{}); pick one of them or remove it", cores - 1),
+                    ));
+                }
+            }
+            if c.fabric == FabricKind::Verbs && m.verbs.is_none() {
+                return Err(ConfigError::new(
+                    format!("members[{i}].verbs"),
+                    "fabric = \"verbs\" needs a [members.verbs] table (device, exchange_addr)",
+                ));
+            }
+        }
+        if !(1..=65535).contains(&c.key_bytes_max) {
+            return Err(ConfigError::new(
+                "cluster.key_bytes_max",
+                "set it between 1 and 65535",
+            ));
+        }
+        if c.value_bytes_max == 0 || c.value_bytes_max > 1 << 20 {
+            return Err(ConfigError::new(
+                "cluster.value_bytes_max",
+                "set it between 1 and 1048576 (1 MiB)",
+            ));
+        }
+        if u64::from(c.client_slot_count) > crate::shm::CLIENT_SLOTS_MAX {
+            return Err(ConfigError::new(
+                "cluster.client_slot_count",
+                format!("at most {}", crate::shm::CLIENT_SLOTS_MAX),
+            ));
+        }
+        if c.spin_us > 1_000_000 {
+            return Err(ConfigError::new(
+                "cluster.spin_us",
+                "spin at most 1000000 µs before sleeping",
+            ));
+        }
+        for id in 0..n as u8 {
+            self.core_config(id)
+                .validate()
+                .map_err(|e| self.map_core_error(e))?;
+        }
+        Ok(())
+    }
+
+    /// Translates a core configuration error into the manifest's terms.
+    fn map_core_error(&self, e: CoreConfigError) -> ConfigError {
+        let (field, reason) = match e {
+            CoreConfigError::OutOfRange {
+                field,
+                value,
+                min,
+                max,
+            } => (field, format!("is {value}; allowed {min} to {max}")),
+            CoreConfigError::Inconsistent { field, reason } => (field, reason.to_string()),
+        };
+        let (manifest_field, unit_ns) = match field {
+            "log_ring_bytes" => ("cluster.log_ring_bytes", false),
+            "entry_payload_bytes_max" => ("cluster.value_bytes_max (and key_bytes_max)", false),
+            "session_slot_count" => ("cluster.session_slot_count", false),
+            "client_slot_count" => ("cluster.client_slot_count", false),
+            "client_slot_bytes" => ("cluster.value_bytes_max", false),
+            "heartbeat_period_ns" => ("timing.heartbeat_period_us", true),
+            "fd_check_period_ns" => ("timing.fd_check_period_us", true),
+            "fd_check_period_max_ns" => ("timing.fd_check_period_max_us", true),
+            "election_timeout_min_ns" => ("timing.election_timeout_min_us", true),
+            "election_timeout_max_ns" => ("timing.election_timeout_max_us", true),
+            "leader_quorum_timeout_ns" => ("timing.leader_quorum_timeout_us", true),
+            "apply_publish_period_ns" => ("timing.apply_publish_period_us", true),
+            "prune_period_ns" => ("timing.prune_period_us", true),
+            "prune_grace_ns" => ("timing.prune_grace_us", true),
+            "reconnect_backoff_ns" => ("timing.reconnect_backoff_us", true),
+            other => (other, false),
+        };
+        let reason = if unit_ns {
+            format!("{reason} (the core counts nanoseconds; the manifest says microseconds)")
+        } else {
+            reason
+        };
+        ConfigError::new(manifest_field, reason)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+[cluster]
+name = "t"
+[[members]]
+id = 0
+resp_addr = "127.0.0.1:7000"
+[[members]]
+id = 1
+[[members]]
+id = 2
+"#;
+
+    #[test]
+    fn a_minimal_manifest_gets_defaults() {
+        let m = Manifest::parse(BASE, &[]).unwrap();
+        assert_eq!(m.member_count(), 3);
+        assert_eq!(m.cluster.fabric, FabricKind::Shm);
+        assert_eq!(m.cluster.poll, PollMode::Adaptive);
+        assert!(m.run_dir().ends_with("verbatim-t"));
+        assert_eq!(m.core_config(2).self_id, MemberId(2));
+        assert!(m.core_config(0).validate().is_ok());
+    }
+
+    #[test]
+    fn overrides_reach_sections_and_members() {
+        let m = Manifest::parse(
+            BASE,
+            &[
+                "cluster.poll=busy".into(),
+                "members.1.resp_addr=127.0.0.1:7101".into(),
+                "timing.heartbeat_period_us=300".into(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(m.cluster.poll, PollMode::Busy);
+        assert_eq!(m.members[1].resp_addr.as_deref(), Some("127.0.0.1:7101"));
+        assert_eq!(m.core_config(0).heartbeat_period_ns, 300_000);
+        let e = Manifest::parse(BASE, &["members.7.core=1".into()]).unwrap_err();
+        assert!(e.message.contains("out of range"), "{e}");
+        assert!(Manifest::parse(BASE, &["nonsense".into()]).is_err());
+    }
+
+    #[test]
+    fn errors_name_the_field_and_the_fix() {
+        let e = Manifest::parse(BASE, &["cluster.name=\"a b\"".into()]).unwrap_err();
+        assert_eq!(e.field, "cluster.name");
+        let e = Manifest::parse(BASE, &["members.2.id=5".into()]).unwrap_err();
+        assert_eq!(e.field, "members[2].id");
+        let e = Manifest::parse(BASE, &["members.0.resp_addr=\"localhost\"".into()]).unwrap_err();
+        assert_eq!(e.field, "members[0].resp_addr");
+        let e = Manifest::parse(BASE, &["members.0.core=999".into()]).unwrap_err();
+        assert_eq!(e.field, "members[0].core");
+        assert!(e.message.contains("does not exist"), "{e}");
+        let e = Manifest::parse(BASE, &["timing.fd_check_period_us=100".into()]).unwrap_err();
+        assert_eq!(e.field, "timing.fd_check_period_us");
+        let e = Manifest::parse(BASE, &["cluster.log_ring_bytes=1000".into()]).unwrap_err();
+        assert_eq!(e.field, "cluster.log_ring_bytes");
+        let e =
+            Manifest::parse("[cluster]\nname='x'\nbogus=1\n[[members]]\nid=0\n", &[]).unwrap_err();
+        assert!(e.message.contains("bogus"), "{e}");
+        let e = Manifest::parse("not toml [", &[]).unwrap_err();
+        assert!(e.message.contains("TOML"), "{e}");
+        let e = Manifest::parse(
+            "[cluster]\nname='x'\nfabric='verbs'\n[[members]]\nid=0\n",
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "members[0].verbs");
+    }
+
+    #[test]
+    fn local_manifests_round_trip_through_toml() {
+        let m = Manifest::local("demo", 3, 7000);
+        let back = Manifest::parse(&m.to_toml(), &[]).unwrap();
+        assert_eq!(back, m);
+        assert!(
+            m.client_slot_bytes() as u64 >= 64 + 2 * u64::from(m.kv_limits().encoded_bytes_max())
+        );
+    }
+}

@@ -1,0 +1,410 @@
+//! `verbatim`: the replica process and the tools around it.
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use verbatim_host::client::{Client, ClientOptions, Transport};
+use verbatim_host::config::{Manifest, PollMode};
+use verbatim_host::local::{LocalCluster, LocalOptions};
+
+#[derive(Parser)]
+#[command(
+    name = "verbatim",
+    version,
+    about = "Microsecond replicated key-value store over one-sided writes"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Poll {
+    Busy,
+    Adaptive,
+}
+
+impl From<Poll> for PollMode {
+    fn from(p: Poll) -> PollMode {
+        match p {
+            Poll::Busy => PollMode::Busy,
+            Poll::Adaptive => PollMode::Adaptive,
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run one replica of a cluster.
+    Replica {
+        /// The cluster manifest (TOML).
+        #[arg(long)]
+        config: PathBuf,
+        /// This replica's member id.
+        #[arg(long)]
+        id: u8,
+        /// Poll mode (overrides the manifest).
+        #[arg(long, value_enum)]
+        poll: Option<Poll>,
+        /// Core to pin the poll loop to (overrides the manifest).
+        #[arg(long)]
+        core: Option<usize>,
+        /// Manifest overrides, `section.key=value` (repeatable).
+        #[arg(long = "set")]
+        overrides: Vec<String>,
+        /// Wait this long for every peer before starting anyway.
+        #[arg(long, default_value_t = 30_000)]
+        connect_timeout_ms: u64,
+        /// Skip the host tuning checks at start.
+        #[arg(long)]
+        no_kernel_checks: bool,
+    },
+    /// Start a local cluster as child processes; Ctrl-C stops it.
+    Up {
+        /// Number of replicas.
+        #[arg(long, default_value_t = 3)]
+        replicas: u8,
+        /// Cluster name.
+        #[arg(long, default_value = "local")]
+        name: String,
+        /// RESP port of replica 0 (the others follow).
+        #[arg(long, default_value_t = 7000)]
+        base_port: u16,
+        /// Poll mode of the replicas.
+        #[arg(long, value_enum, default_value = "adaptive")]
+        poll: Poll,
+        /// Cores to pin replicas to, round-robin (e.g. 0,1).
+        #[arg(long, value_delimiter = ',')]
+        cores: Vec<usize>,
+        /// Manifest overrides (repeatable).
+        #[arg(long = "set")]
+        overrides: Vec<String>,
+    },
+    /// Key-value commands against a cluster.
+    Kv {
+        /// The cluster manifest (default: the one `verbatim up` wrote).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Use RESP over TCP instead of shared memory.
+        #[arg(long)]
+        tcp: bool,
+        #[command(subcommand)]
+        op: KvCmd,
+    },
+    /// Status of every replica.
+    Status {
+        /// The cluster manifest (default: the one `verbatim up` wrote).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// One JSON array of snapshots.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start 3 replicas, run a workload, kill the leader, report.
+    Demo {
+        /// Print the summary as one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Replicas.
+        #[arg(long, default_value_t = 3)]
+        replicas: u8,
+        /// Workload duration (ms).
+        #[arg(long, default_value_t = 3000)]
+        duration_ms: u64,
+        /// Value size (bytes).
+        #[arg(long, default_value_t = 64)]
+        value_bytes: usize,
+    },
+}
+
+#[derive(Subcommand)]
+enum KvCmd {
+    /// Read a key.
+    Get { key: String },
+    /// Write a key.
+    Set { key: String, value: String },
+    /// Delete a key.
+    Del { key: String },
+    /// Add to an integer value.
+    Incr {
+        key: String,
+        #[arg(default_value_t = 1, allow_hyphen_values = true)]
+        delta: i64,
+    },
+    /// Set `new` if the value is `expected` (`--absent`: if the key is absent).
+    Cas {
+        key: String,
+        new: String,
+        expected: Option<String>,
+        #[arg(long)]
+        absent: bool,
+    },
+}
+
+fn default_manifest(config: Option<PathBuf>) -> Result<Manifest> {
+    let path = match config {
+        Some(p) => p,
+        None => Manifest::local("local", 3, 7000)
+            .run_dir()
+            .join("cluster.toml"),
+    };
+    Manifest::load(&path, &[])
+        .map_err(|e| anyhow!("{e} (start a cluster with `verbatim up`, or pass --config)"))
+}
+
+fn init_tracing(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn shutdown_flag() -> Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, flag.clone()).context("installing signal handlers")?;
+    }
+    Ok(flag)
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Cmd::Replica {
+            config,
+            id,
+            poll,
+            core,
+            mut overrides,
+            connect_timeout_ms,
+            no_kernel_checks,
+        } => {
+            init_tracing("info");
+            if let Some(p) = poll {
+                overrides.push(format!("cluster.poll={}", PollMode::from(p)));
+            }
+            if let Some(c) = core {
+                overrides.push(format!("members.{id}.core={c}"));
+            }
+            let manifest = Manifest::load(&config, &overrides)
+                .map_err(|e| anyhow!("{}: {e}", config.display()))?;
+            let shutdown = shutdown_flag()?;
+            verbatim_host::replica::run(
+                verbatim_host::replica::ReplicaOptions {
+                    manifest,
+                    id,
+                    connect_timeout: Duration::from_millis(connect_timeout_ms),
+                    keys_max: verbatim_host::replica::KEYS_MAX_DEFAULT,
+                    kernel_checks: !no_kernel_checks,
+                },
+                shutdown,
+            )?;
+            Ok(())
+        }
+        Cmd::Up {
+            replicas,
+            name,
+            base_port,
+            poll,
+            cores,
+            overrides,
+        } => {
+            init_tracing("warn");
+            let binary = std::env::current_exe().context("locating the verbatim binary")?;
+            let shutdown = shutdown_flag()?;
+            let cluster = LocalCluster::start(
+                &LocalOptions {
+                    name,
+                    replicas,
+                    base_port,
+                    poll: poll.into(),
+                    cores,
+                    overrides,
+                    binary,
+                },
+                Duration::from_secs(30),
+            )
+            .map_err(|e| anyhow!(e))?;
+            println!("manifest: {}", cluster.manifest_path.display());
+            println!("logs:     {}", cluster.log_dir().display());
+            for m in &cluster.manifest.members {
+                println!(
+                    "member {}: status {}{}",
+                    m.id,
+                    cluster.manifest.status_socket(m.id).display(),
+                    m.resp_addr.as_ref().map_or(String::new(), |a| format!(
+                        ", redis-cli -p {}",
+                        a.rsplit(':').next().unwrap_or(a)
+                    ))
+                );
+            }
+            println!(
+                "console:  verbatim-console --connect {}",
+                cluster.manifest_path.display()
+            );
+            println!("Ctrl-C stops every replica.");
+            while !shutdown.load(Ordering::Acquire) {
+                let line: Vec<String> = cluster
+                    .status()
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, s)| match s {
+                        Some(s) => format!(
+                            "r{}:{} t{} c{} {:.0}op/s",
+                            s.id,
+                            &s.role[..1].to_uppercase(),
+                            s.term,
+                            s.log.commit_index,
+                            s.latency.ops_per_sec
+                        ),
+                        None => format!("r{i}:down"),
+                    })
+                    .collect();
+                eprint!("\r{}    ", line.join(" | "));
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            eprintln!("\nstopping...");
+            drop(cluster);
+            Ok(())
+        }
+        Cmd::Kv { config, tcp, op } => {
+            init_tracing("warn");
+            let manifest = default_manifest(config)?;
+            let transport = if tcp { Transport::Tcp } else { Transport::Shm };
+            let mut client = Client::new(
+                &manifest,
+                ClientOptions {
+                    transport,
+                    ..ClientOptions::default()
+                },
+            );
+            match op {
+                KvCmd::Get { key } => match client.get(key.as_bytes())? {
+                    Some(v) => println!("{}", String::from_utf8_lossy(&v)),
+                    None => println!("(nil)"),
+                },
+                KvCmd::Set { key, value } => {
+                    client.set(key.as_bytes(), value.as_bytes())?;
+                    println!("OK");
+                }
+                KvCmd::Del { key } => println!("{}", i32::from(client.del(key.as_bytes())?)),
+                KvCmd::Incr { key, delta } => println!("{}", client.incr(key.as_bytes(), delta)?),
+                KvCmd::Cas {
+                    key,
+                    new,
+                    expected,
+                    absent,
+                } => {
+                    if expected.is_some() == absent {
+                        bail!("give either the expected value or --absent");
+                    }
+                    let ok = client.cas(
+                        key.as_bytes(),
+                        expected.as_deref().map(str::as_bytes),
+                        new.as_bytes(),
+                    )?;
+                    println!("{}", i32::from(ok));
+                }
+            }
+            Ok(())
+        }
+        Cmd::Status { config, json } => {
+            init_tracing("warn");
+            let manifest = default_manifest(config)?;
+            let snaps: Vec<_> = (0..manifest.member_count())
+                .map(|id| {
+                    verbatim_host::status_server::query(
+                        &manifest.status_socket(id),
+                        Duration::from_secs(1),
+                    )
+                })
+                .collect();
+            if json {
+                let v: Vec<serde_json::Value> = snaps
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| match s {
+                        Ok(s) => serde_json::to_value(s).expect("serialisable"),
+                        Err(e) => serde_json::json!({"id": i, "error": e}),
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&v)?);
+                return Ok(());
+            }
+            println!(
+                "{:<3} {:<10} {:>5} {:>6} {:>10} {:>10} {:>10} {:>9}  peers",
+                "id", "role", "term", "leader", "apply", "commit", "tail", "ops/s"
+            );
+            for (i, s) in snaps.iter().enumerate() {
+                match s {
+                    Ok(s) => println!(
+                        "{:<3} {:<10} {:>5} {:>6} {:>10} {:>10} {:>10} {:>9.0}  {}",
+                        s.id,
+                        s.role,
+                        s.term,
+                        s.leader.map_or("-".into(), |l| l.to_string()),
+                        s.log.apply_index,
+                        s.log.commit_index,
+                        s.log.tail_index,
+                        s.latency.ops_per_sec,
+                        s.peers
+                            .iter()
+                            .map(|p| format!(
+                                "{}:{}",
+                                p.id,
+                                if p.dead {
+                                    "dead"
+                                } else if p.reachable {
+                                    &p.replication
+                                } else {
+                                    "unreachable"
+                                }
+                            ))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    ),
+                    Err(e) => println!("{i:<3} unreachable: {e}"),
+                }
+            }
+            Ok(())
+        }
+        Cmd::Demo {
+            json,
+            replicas,
+            duration_ms,
+            value_bytes,
+        } => {
+            init_tracing("warn");
+            let binary = std::env::current_exe().context("locating the verbatim binary")?;
+            let opts = verbatim_host::demo::DemoOptions {
+                replicas,
+                duration: Duration::from_millis(duration_ms),
+                kill_after: Duration::from_millis(duration_ms / 2),
+                value_bytes,
+                keys: 1000,
+                binary,
+                poll: PollMode::Adaptive,
+            };
+            let report = verbatim_host::demo::run(&opts, |line| {
+                if !json {
+                    eprintln!("demo: {line}");
+                }
+            })
+            .map_err(|e| anyhow!(e))?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print!("{}", verbatim_host::demo::render(&report));
+            }
+            if report.lost_writes > 0 {
+                bail!("{} acknowledged writes were lost", report.lost_writes);
+            }
+            Ok(())
+        }
+    }
+}

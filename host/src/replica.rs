@@ -1,0 +1,816 @@
+//! The replica process: one `verbatim-core` node, its shared-memory
+//! segment and fabric, the client paths (shared-memory slots, RESP over
+//! TCP), the status endpoint, and the busy-polling loop that drives the
+//! node exactly as the core's driving contract prescribes.
+
+use crate::config::{Manifest, PollMode};
+use crate::failover::FailoverTracker;
+use crate::kvstore::HashBackend;
+use crate::service::{ServiceHandle, ServiceQueue, ServiceReply, ServiceRequest};
+use crate::shm::{spawn_watcher, PeerLiveness, Segment, ShmFabric, ShmMemory};
+use crate::slots::{SlotKind, SlotRequest, SlotServer, SlotStatus};
+use crate::status::{
+    ConfigSnapshot, EventRecord, LatencySummary, LogPointers, PeerSnapshot, Percentiles, Snapshot,
+    STATUS_VERSION,
+};
+use crate::status_server::{StatusServer, StatusSlot};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use verbatim_core::fabric::{Fabric, MemberId};
+use verbatim_core::kv::{KvOp, KvStateMachine};
+use verbatim_core::node::{Event, ReplState, Role, SubmitError, Submitted};
+use verbatim_core::{Layout, Node, StateMachine};
+
+/// Keys a replica holds at most (the store answers "full" beyond).
+pub const KEYS_MAX_DEFAULT: usize = 10_000_000;
+/// Events kept for the status endpoint.
+const EVENTS_KEPT: usize = 64;
+/// How often the poll loop publishes a status snapshot.
+const STATUS_PERIOD: Duration = Duration::from_millis(50);
+/// Latency window of the status summary.
+const LATENCY_WINDOW: Duration = Duration::from_secs(1);
+/// Longest sleep of an adaptive poll loop (it also wakes on its doorbell).
+const PARK_MAX: Duration = Duration::from_millis(20);
+
+/// Why a replica could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplicaError {
+    /// The configuration is wrong.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// The shared-memory segment could not be set up.
+    #[error(transparent)]
+    Shm(#[from] crate::error::ShmError),
+    /// A socket or thread could not be set up.
+    #[error("{what}: {source}")]
+    Io {
+        /// What failed.
+        what: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// How to run one replica.
+#[derive(Clone, Debug)]
+pub struct ReplicaOptions {
+    /// The cluster manifest (overrides applied).
+    pub manifest: Manifest,
+    /// This member.
+    pub id: u8,
+    /// How long to wait for every peer's segment before starting anyway.
+    pub connect_timeout: Duration,
+    /// Store bound.
+    pub keys_max: usize,
+    /// Run the host checks of `verbatim-kernel-cfg` at start (warnings only).
+    pub kernel_checks: bool,
+}
+
+type Kv = KvStateMachine<HashBackend>;
+type ReplicaNode = Node<ShmMemory, Kv>;
+
+#[derive(Clone)]
+enum Route {
+    Slot { slot: u64, seq: u64 },
+    Channel(std::sync::mpsc::Sender<ServiceReply>),
+}
+
+struct Pending {
+    route: Route,
+    arrived: Instant,
+}
+
+struct Incoming {
+    client_id: u64,
+    request_id: u64,
+    write: bool,
+    payload: Vec<u8>,
+    route: Route,
+    arrived: Instant,
+}
+
+struct Latency {
+    writes: hdrhistogram::Histogram<u64>,
+    reads: hdrhistogram::Histogram<u64>,
+    window_start: Instant,
+    last: LatencySummary,
+}
+
+impl Latency {
+    fn new() -> Latency {
+        Latency {
+            writes: hdrhistogram::Histogram::new_with_bounds(1, 60_000_000_000, 3)
+                .expect("valid bounds"),
+            reads: hdrhistogram::Histogram::new_with_bounds(1, 60_000_000_000, 3)
+                .expect("valid bounds"),
+            window_start: Instant::now(),
+            last: LatencySummary::default(),
+        }
+    }
+
+    fn record(&mut self, write: bool, ns: u64) {
+        let h = if write {
+            &mut self.writes
+        } else {
+            &mut self.reads
+        };
+        let _ = h.record(ns.max(1));
+    }
+
+    fn roll(&mut self, now: Instant) {
+        let elapsed = now.duration_since(self.window_start);
+        if elapsed < LATENCY_WINDOW {
+            return;
+        }
+        let p = |h: &hdrhistogram::Histogram<u64>| Percentiles {
+            count: h.len(),
+            p50_ns: if h.is_empty() {
+                0
+            } else {
+                h.value_at_quantile(0.5)
+            },
+            p99_ns: if h.is_empty() {
+                0
+            } else {
+                h.value_at_quantile(0.99)
+            },
+            max_ns: if h.is_empty() { 0 } else { h.max() },
+        };
+        self.last = LatencySummary {
+            window_ms: elapsed.as_millis() as u64,
+            writes: p(&self.writes),
+            reads: p(&self.reads),
+            ops_per_sec: (self.writes.len() + self.reads.len()) as f64 / elapsed.as_secs_f64(),
+        };
+        self.writes.reset();
+        self.reads.reset();
+        self.window_start = now;
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Everything the poll loop owns.
+struct Replica {
+    opts: ReplicaOptions,
+    id: MemberId,
+    layout: Layout,
+    node: Box<ReplicaNode>,
+    fabric: ShmFabric,
+    liveness: Arc<PeerLiveness>,
+    segment: Arc<Segment>,
+    slots: SlotServer,
+    queue: ServiceQueue,
+    clock: Instant,
+    started: Instant,
+    pending_writes: HashMap<(u64, u64), Pending>,
+    pending_reads: HashMap<u64, (Pending, Vec<u8>)>,
+    next_token: u64,
+    failovers: FailoverTracker,
+    events: VecDeque<EventRecord>,
+    latency: Latency,
+    status: Arc<StatusSlot>,
+    numa_node: Option<usize>,
+    host_counters: BTreeMap<&'static str, u64>,
+    last_role: Role,
+    last_granted: Option<MemberId>,
+    read_buf: Vec<u8>,
+    slot_buf: Vec<SlotRequest>,
+}
+
+impl Replica {
+    fn now_ns(&self) -> u64 {
+        self.clock.elapsed().as_nanos() as u64
+    }
+
+    fn event(&mut self, kind: &str, detail: String) {
+        tracing::info!(kind, %detail, "event");
+        if self.events.len() == EVENTS_KEPT {
+            self.events.pop_front();
+        }
+        self.events.push_back(EventRecord {
+            at_unix_ms: unix_ms(),
+            kind: kind.to_string(),
+            detail,
+        });
+    }
+
+    fn count(&mut self, name: &'static str) {
+        *self.host_counters.entry(name).or_insert(0) += 1;
+    }
+
+    fn answer(&mut self, route: &Route, reply: ServiceReply) {
+        match route {
+            Route::Channel(tx) => {
+                let _ = tx.send(reply);
+            }
+            Route::Slot { slot, seq } => {
+                let (status, bytes): (SlotStatus, &[u8]) = match &reply {
+                    ServiceReply::Ok(b) => (SlotStatus::Ok, b),
+                    ServiceReply::NotLeader(h) => (SlotStatus::NotLeader(*h), &[]),
+                    ServiceReply::Busy => (SlotStatus::Busy, &[]),
+                    ServiceReply::Error(e) => (SlotStatus::Error, e.as_bytes()),
+                };
+                self.slots.reply(*slot, *seq, status, bytes);
+            }
+        }
+    }
+
+    /// Validates and submits one client request (DARE §3.3).
+    fn submit(&mut self, now: u64, r: Incoming) {
+        let limits = self.opts.manifest.kv_limits();
+        let valid = match KvOp::decode(&r.payload, &limits) {
+            Ok(op) => op.is_read() != r.write,
+            Err(_) => false,
+        };
+        if !valid {
+            // Refused before it reaches the log: a malformed operation must
+            // not become a committed entry.
+            self.count("requests_malformed");
+            self.answer(&r.route, ServiceReply::Error("malformed operation".into()));
+            return;
+        }
+        let pending = Pending {
+            route: r.route.clone(),
+            arrived: r.arrived,
+        };
+        if r.write {
+            match self
+                .node
+                .submit_write(now, r.client_id, r.request_id, &r.payload)
+            {
+                Ok(Submitted::Appended { .. }) => {
+                    // A retry replaces the route: the latest asker is answered.
+                    self.pending_writes
+                        .insert((r.client_id, r.request_id), pending);
+                }
+                Ok(Submitted::Duplicate(reply)) => {
+                    self.answer(&r.route, ServiceReply::Ok(reply.as_bytes().to_vec()));
+                }
+                Err(SubmitError::NotLeader { leader }) => {
+                    self.answer(&r.route, ServiceReply::NotLeader(leader))
+                }
+                Err(SubmitError::Stale) => self.answer(
+                    &r.route,
+                    ServiceReply::Error("superseded by a newer request".into()),
+                ),
+                Err(SubmitError::TooLarge) => {
+                    self.answer(&r.route, ServiceReply::Error("request too large".into()))
+                }
+                Err(SubmitError::LogFull | SubmitError::NotReady | SubmitError::ReadQueueFull) => {
+                    self.answer(&r.route, ServiceReply::Busy)
+                }
+            }
+        } else {
+            let token = self.next_token;
+            self.next_token += 1;
+            match self.node.submit_read(now, token) {
+                Ok(()) => {
+                    self.pending_reads.insert(token, (pending, r.payload));
+                }
+                Err(SubmitError::NotLeader { leader }) => {
+                    self.answer(&r.route, ServiceReply::NotLeader(leader))
+                }
+                Err(_) => self.answer(&r.route, ServiceReply::Busy),
+            }
+        }
+    }
+
+    fn on_event(&mut self, now: u64, e: Event) {
+        match e {
+            Event::Reply {
+                client_id,
+                request_id,
+                reply,
+                stale,
+                ..
+            } => {
+                if let Some(p) = self.pending_writes.remove(&(client_id, request_id)) {
+                    let r = if stale {
+                        ServiceReply::Error("superseded by a newer request".into())
+                    } else {
+                        ServiceReply::Ok(reply.as_bytes().to_vec())
+                    };
+                    self.latency
+                        .record(true, p.arrived.elapsed().as_nanos() as u64);
+                    self.answer(&p.route, r);
+                }
+            }
+            Event::ReadReady { token } => {
+                if let Some((p, query)) = self.pending_reads.remove(&token) {
+                    let r = match self.node.state_machine().read(&query, &mut self.read_buf) {
+                        Ok(n) => ServiceReply::Ok(self.read_buf[..n].to_vec()),
+                        Err(e) => ServiceReply::Error(format!("read failed: {e:?}")),
+                    };
+                    self.latency
+                        .record(false, p.arrived.elapsed().as_nanos() as u64);
+                    self.answer(&p.route, r);
+                }
+            }
+            Event::ReadAborted { token } => {
+                if let Some((p, _)) = self.pending_reads.remove(&token) {
+                    self.answer(&p.route, ServiceReply::NotLeader(None));
+                }
+            }
+            Event::RoleChanged { role, term, leader } => {
+                let st = self.node.status();
+                if self.last_role == Role::Follower && role != Role::Leader && leader.is_none() {
+                    // We stopped trusting our leader: heartbeat silence, or
+                    // its process exited (pidfd).
+                    if let Some(old) = self.failovers_leader() {
+                        let died = self.liveness.died_at_ns(MemberId(old));
+                        let (lost, by) = if self.liveness.is_dead(MemberId(old)) && died > 0 {
+                            (died, "pidfd")
+                        } else {
+                            (st.peers[usize::from(old)].row_changed_ns, "heartbeat")
+                        };
+                        self.failovers.suspected(now, lost, by);
+                    }
+                }
+                if role == Role::Candidate {
+                    self.failovers.suspected(now, now, "vote");
+                }
+                self.failovers.role_changed(
+                    now,
+                    unix_ms(),
+                    role == Role::Leader,
+                    term,
+                    leader.map(|l| l.0),
+                    st.commit_index,
+                );
+                if role != Role::Leader {
+                    // Our pending writes may still commit under the next
+                    // leader; clients retry there (exactly-once).
+                    let hint = leader.filter(|&l| l != self.id);
+                    for (_, p) in std::mem::take(&mut self.pending_writes) {
+                        self.answer(&p.route, ServiceReply::NotLeader(hint));
+                    }
+                }
+                {
+                    let detail = match role {
+                        Role::Leader => format!("member {} leads term {term}", self.id.0),
+                        Role::Candidate => {
+                            format!("member {} is a candidate for term {term}", self.id.0)
+                        }
+                        Role::Follower => match leader {
+                            Some(l) => {
+                                format!("member {} follows {} in term {term}", self.id.0, l.0)
+                            }
+                            None => format!("member {} has no leader in term {term}", self.id.0),
+                        },
+                    };
+                    self.event("leader-change", detail);
+                }
+                self.last_role = role;
+            }
+            Event::LogFull => self.event(
+                "log-full",
+                "the log is full; writes wait for pruning".into(),
+            ),
+            Event::PeerUnreachable { peer } => {
+                self.event("replica-lost", format!("member {} unreachable", peer.0))
+            }
+            Event::PeerReachable { peer } => {
+                self.event("replica-back", format!("member {} answers again", peer.0))
+            }
+            Event::PeerNeedsRecovery { peer } => self.event(
+                "needs-recovery",
+                format!(
+                    "member {} is behind the pruned log and needs state transfer",
+                    peer.0
+                ),
+            ),
+            Event::LogCorrupt { pos } => {
+                tracing::error!(
+                    pos,
+                    "a committed log entry failed validation; this replica stops applying"
+                );
+                self.event(
+                    "log-corrupt",
+                    format!("committed entry at position {pos} failed validation"),
+                );
+            }
+        }
+    }
+
+    /// The leader we followed most recently (for failover timing).
+    fn failovers_leader(&self) -> Option<u8> {
+        // The row of each peer says whether it led; the freshest leader row
+        // that is not us is the one we lost.
+        let st = self.node.status();
+        (0..st.member_count)
+            .filter(|&m| m != self.id.0)
+            .filter(|&m| st.peers[usize::from(m)].row.role == verbatim_core::sst::RoleCode::Leader)
+            .max_by_key(|&m| st.peers[usize::from(m)].row.term)
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let st = self.node.status();
+        let m = &self.opts.manifest;
+        let now = self.now_ns();
+        let role = |r: Role| match r {
+            Role::Leader => "leader",
+            Role::Follower => "follower",
+            Role::Candidate => "candidate",
+        };
+        let peers = (0..st.member_count)
+            .filter(|&p| p != self.id.0)
+            .map(|p| {
+                let ps = &st.peers[usize::from(p)];
+                let dead = self.liveness.is_dead(MemberId(p));
+                PeerSnapshot {
+                    id: p,
+                    reachable: ps.reachable && !dead,
+                    dead,
+                    control_broken: ps.channel_broken[0],
+                    log_broken: ps.channel_broken[1],
+                    term: ps.row.term,
+                    role: match ps.row.role {
+                        verbatim_core::sst::RoleCode::Leader => "leader",
+                        verbatim_core::sst::RoleCode::Candidate => "candidate",
+                        verbatim_core::sst::RoleCode::Follower => "follower",
+                    }
+                    .to_string(),
+                    apply_index: ps.row.apply_index,
+                    replication: match ps.repl {
+                        ReplState::Idle => "idle",
+                        ReplState::AwaitGrant => "await-grant",
+                        ReplState::ReadHeader | ReplState::ReadList | ReplState::Adjusting => {
+                            "adjusting"
+                        }
+                        ReplState::Replicating => "replicating",
+                        ReplState::NeedsRecovery => "needs-recovery",
+                        ReplState::Broken => "broken",
+                    }
+                    .to_string(),
+                    acked_pos: ps.acked_pos,
+                    lag_bytes: if st.role == Role::Leader {
+                        st.tail_pos.saturating_sub(ps.acked_pos)
+                    } else {
+                        0
+                    },
+                    lag_entries: st.apply_index.saturating_sub(ps.row.apply_index),
+                    row_age_us: if ps.row_version == 0 {
+                        0
+                    } else {
+                        now.saturating_sub(ps.row_changed_ns) / 1000
+                    },
+                }
+            })
+            .collect();
+        let c = &st.counters;
+        let mut counters: BTreeMap<String, u64> = [
+            ("entries_appended", c.entries_appended),
+            ("entries_applied", c.entries_applied),
+            ("operations_applied", c.operations_applied),
+            ("duplicates", c.duplicates),
+            ("reads_served", c.reads_served),
+            ("read_rounds", c.read_rounds),
+            ("elections_started", c.elections_started),
+            ("elections_won", c.elections_won),
+            ("votes_granted", c.votes_granted),
+            ("step_downs", c.step_downs),
+            ("rows_rejected", c.rows_rejected),
+            ("entries_rejected", c.entries_rejected),
+            ("completion_errors", c.completion_errors),
+            ("completions_unknown", c.completions_unknown),
+            ("log_full", c.log_full),
+            ("row_pushes", c.row_pushes),
+            ("adjustments", c.adjustments),
+            ("prunes", c.prunes),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        for (k, v) in &self.host_counters {
+            counters.insert((*k).to_string(), *v);
+        }
+        counters.insert(
+            "keys".into(),
+            self.node.state_machine().backend().len() as u64,
+        );
+        let member = &m.members[usize::from(self.id.0)];
+        Snapshot {
+            version: STATUS_VERSION,
+            id: self.id.0,
+            pid: std::process::id(),
+            at_unix_ms: unix_ms(),
+            uptime_ms: self.started.elapsed().as_millis() as u64,
+            role: role(st.role).to_string(),
+            term: st.term,
+            leader: st.leader.map(|l| l.0),
+            log_granted_to: st.log_granted_to.map(|l| l.0),
+            log: LogPointers {
+                head_pos: st.head_pos,
+                apply_pos: st.apply_pos,
+                apply_index: st.apply_index,
+                commit_pos: st.commit_pos,
+                commit_index: st.commit_index,
+                tail_pos: st.tail_pos,
+                tail_index: st.tail_index,
+                ring_bytes: self.layout.log.ring_bytes,
+            },
+            peers,
+            config: ConfigSnapshot {
+                cluster: m.cluster.name.clone(),
+                members: st.member_count,
+                quorum: st.member_count / 2 + 1,
+                fabric: m.cluster.fabric.to_string(),
+                poll: m.cluster.poll.to_string(),
+                core: member.core,
+                numa_node: self.numa_node,
+                resp_addr: member.resp_addr.clone(),
+                layout_hash: format!("{:#018x}", self.layout.hash),
+                log_ring_bytes: self.layout.log.ring_bytes,
+                value_bytes_max: m.cluster.value_bytes_max,
+                heartbeat_period_us: m.timing.heartbeat_period_us,
+                fd_check_period_us: st.fd_check_period_ns / 1000,
+            },
+            failovers: self.failovers.records(),
+            counters,
+            latency: self.latency.last.clone(),
+            events: self.events.iter().cloned().collect(),
+            lease: None,
+        }
+    }
+
+    /// One iteration of the driving loop (crate docs of verbatim-core).
+    /// Returns true if it did any work.
+    fn iterate(&mut self) -> bool {
+        let now = self.now_ns();
+        let mut work = false;
+        while let Some(c) = self.fabric.poll_completion() {
+            self.node.handle_completion(now, c);
+            work = true;
+        }
+        for peer in self.liveness.take_newly_dead() {
+            tracing::warn!(peer = peer.0, "peer process exited");
+            self.node.handle_peer_down(now, peer);
+            self.event(
+                "replica-lost",
+                format!("member {} process exited (pidfd)", peer.0),
+            );
+            work = true;
+        }
+        // Client requests: shared-memory slots, then server threads.
+        let mut slot_reqs = std::mem::take(&mut self.slot_buf);
+        self.slots.take_pending(&mut slot_reqs);
+        for r in slot_reqs.drain(..) {
+            work = true;
+            let incoming = Incoming {
+                client_id: r.client_id,
+                request_id: r.request_id,
+                write: r.kind == SlotKind::Write,
+                payload: r.payload,
+                route: Route::Slot {
+                    slot: r.slot,
+                    seq: r.seq,
+                },
+                arrived: Instant::now(),
+            };
+            self.submit(now, incoming);
+        }
+        self.slot_buf = slot_reqs;
+        while let Some(r) = self.queue.try_next() {
+            work = true;
+            let ServiceRequest {
+                client_id,
+                request_id,
+                write,
+                payload,
+                reply,
+                arrived,
+            } = r;
+            self.submit(
+                now,
+                Incoming {
+                    client_id,
+                    request_id,
+                    write,
+                    payload,
+                    route: Route::Channel(reply),
+                    arrived,
+                },
+            );
+        }
+        self.node.handle_timeout(now);
+        while let Some(a) = self.node.poll_action() {
+            work = true;
+            if let Err(e) = self.fabric.execute(&a) {
+                // Reconnecting to a peer whose process is gone fails until
+                // it is replaced; the core backs off.
+                tracing::debug!(?a, ?e, "fabric action failed");
+            }
+            if let verbatim_core::Action::SetAccess { .. } = a {
+                self.count("access_changes");
+            }
+        }
+        while let Some(e) = self.node.poll_event() {
+            work = true;
+            self.on_event(now, e);
+        }
+        let st_commit = self.node.status();
+        if st_commit.role == Role::Leader {
+            self.failovers.commit_advanced(now, st_commit.commit_index);
+        }
+        if st_commit.log_granted_to != self.last_granted {
+            if let Some(g) = st_commit.log_granted_to {
+                self.event(
+                    "revoke",
+                    format!("log access now granted to member {} only", g.0),
+                );
+            } else if self.last_granted.is_some() {
+                self.event("revoke", "log access revoked from every peer".into());
+            }
+            self.last_granted = st_commit.log_granted_to;
+        }
+        work
+    }
+}
+
+/// Runs a replica until `shutdown` is set (SIGTERM/SIGINT in the binary).
+pub fn run(opts: ReplicaOptions, shutdown: Arc<AtomicBool>) -> Result<(), ReplicaError> {
+    let m = opts.manifest.clone();
+    let n = m.member_count();
+    if opts.id >= n {
+        return Err(ReplicaError::Config(format!(
+            "--id {} is not a member: the manifest lists ids 0 to {}",
+            opts.id,
+            n - 1
+        )));
+    }
+    if m.cluster.fabric != crate::config::FabricKind::Shm {
+        return Err(ReplicaError::Config(
+            "fabric = \"verbs\" needs a build with the `rdma` feature and an RDMA device; this build runs the shared-memory fabric (fabric = \"shm\")".into(),
+        ));
+    }
+    let id = MemberId(opts.id);
+    let member = m.members[usize::from(opts.id)].clone();
+    let cfg = m.core_config(opts.id);
+    let layout = Layout::new(&cfg).map_err(|e| ReplicaError::Config(e.to_string()))?;
+    if opts.kernel_checks {
+        let report = verbatim_kernel_cfg::check(&verbatim_kernel_cfg::CheckOptions {
+            root: "/".into(),
+            cores: member.core.map(|c| vec![c]),
+        });
+        report.log();
+    }
+    let placement = crate::topology::placement(member.core);
+    tracing::info!(
+        member = opts.id,
+        core = ?member.core,
+        numa_node = ?placement.numa_node,
+        smt_siblings = ?placement.smt_siblings,
+        cores_online = placement.cores_online,
+        "placement"
+    );
+    let io = |what: String| move |source| ReplicaError::Io { what, source };
+    std::fs::create_dir_all(m.shm_dir())
+        .map_err(io(format!("creating {}", m.shm_dir().display())))?;
+    std::fs::create_dir_all(m.run_dir())
+        .map_err(io(format!("creating {}", m.run_dir().display())))?;
+    let segment = Arc::new(Segment::create(&m.segment_path(opts.id), &layout, id)?);
+    let memory = ShmMemory::new(segment.clone());
+    let clock = Instant::now();
+    let liveness = Arc::new(PeerLiveness::default());
+    let _watcher = spawn_watcher(liveness.clone(), segment.clone(), clock)
+        .map_err(io("starting the pidfd watcher".into()))?;
+    let peer_paths = (0..n).map(|i| m.segment_path(i)).collect();
+    let mut fabric = ShmFabric::new(id, layout, segment.clone(), peer_paths, liveness.clone());
+
+    // Readiness barrier: start once every peer's segment is mapped, or
+    // after the timeout (missing peers are retried and count as down).
+    let began = Instant::now();
+    loop {
+        let missing = fabric.connect_peers();
+        if missing.is_empty() {
+            break;
+        }
+        if let Some((peer, err)) = missing.iter().find(|(_, e)| !e.is_missing()) {
+            return Err(ReplicaError::Config(format!("member {}: {err}", peer.0)));
+        }
+        if began.elapsed() > opts.connect_timeout || shutdown.load(Ordering::Acquire) {
+            tracing::warn!(missing = ?missing.iter().map(|(p, _)| p.0).collect::<Vec<_>>(), "starting without every peer");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+
+    let sm = KvStateMachine::new(HashBackend::new(opts.keys_max), m.kv_limits());
+    // The node's clock starts now, after the readiness barrier: its first
+    // election timeout must not already have expired while we waited.
+    let node = Node::new(cfg, memory.clone(), sm, clock.elapsed().as_nanos() as u64)
+        .map_err(|e| ReplicaError::Config(e.to_string()))?;
+    let status = Arc::new(StatusSlot::default());
+    let _status_server =
+        StatusServer::start(&m.status_socket(opts.id), status.clone()).map_err(io(format!(
+            "status socket {}",
+            m.status_socket(opts.id).display()
+        )))?;
+    let (handle, queue) = ServiceHandle::new(segment.clone());
+    let _resp = match &member.resp_addr {
+        Some(addr) => Some(
+            crate::tcp::RespServer::start(
+                addr,
+                handle.clone(),
+                m.clone(),
+                opts.id,
+                status.clone(),
+                shutdown.clone(),
+            )
+            .map_err(io(format!("RESP listener {addr}")))?,
+        ),
+        None => None,
+    };
+    if let Some(core) = member.core {
+        if !core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
+            tracing::warn!(core, "could not pin the poll loop to its core");
+        }
+    }
+    let mut r = Replica {
+        slots: SlotServer::new(memory.clone(), &layout),
+        layout,
+        id,
+        node: Box::new(node),
+        fabric,
+        liveness: liveness.clone(),
+        segment: segment.clone(),
+        queue,
+        clock,
+        started: Instant::now(),
+        pending_writes: HashMap::new(),
+        pending_reads: HashMap::new(),
+        next_token: 1,
+        failovers: FailoverTracker::new(opts.id),
+        events: VecDeque::new(),
+        latency: Latency::new(),
+        status,
+        numa_node: placement.numa_node,
+        host_counters: BTreeMap::new(),
+        last_role: Role::Follower,
+        last_granted: None,
+        read_buf: vec![0u8; m.cluster.value_bytes_max as usize + 1],
+        slot_buf: Vec::new(),
+        opts,
+    };
+    tracing::info!(member = id.0, cluster = %m.cluster.name, poll = %m.cluster.poll, "replica running");
+    r.event(
+        "started",
+        format!("member {} started (pid {})", id.0, std::process::id()),
+    );
+
+    let spin_ns = m.cluster.spin_us * 1000;
+    let mut last_work = r.now_ns();
+    let mut next_status = Instant::now();
+    let mut next_connect = Instant::now() + Duration::from_millis(100);
+    while !shutdown.load(Ordering::Acquire) {
+        let work = r.iterate();
+        let now_i = Instant::now();
+        if now_i >= next_status {
+            r.latency.roll(now_i);
+            let snap = r.snapshot();
+            r.status.publish(snap);
+            next_status = now_i + STATUS_PERIOD;
+        }
+        if now_i >= next_connect {
+            r.fabric.connect_peers();
+            next_connect = now_i + Duration::from_millis(100);
+        }
+        let now = r.now_ns();
+        if work {
+            last_work = now;
+            continue;
+        }
+        if m.cluster.poll == PollMode::Adaptive && now.saturating_sub(last_work) >= spin_ns {
+            let deadline = r.node.next_deadline();
+            let until_ns = deadline.saturating_sub(now);
+            let status_ns = next_status.saturating_duration_since(now_i).as_nanos() as u64;
+            let wait = Duration::from_nanos(until_ns.min(status_ns)).min(PARK_MAX);
+            if !wait.is_zero() {
+                let (queue, slots) = (&r.queue, &r.slots);
+                r.segment
+                    .park(wait, || queue.is_empty() && !slots.any_pending());
+            }
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    tracing::info!(member = id.0, "shutting down");
+    // Answer whoever waits, so clients fail over instead of timing out.
+    for (_, p) in std::mem::take(&mut r.pending_writes) {
+        r.answer(&p.route, ServiceReply::NotLeader(None));
+    }
+    for (_, (p, _)) in std::mem::take(&mut r.pending_reads) {
+        r.answer(&p.route, ServiceReply::NotLeader(None));
+    }
+    liveness.stop();
+    segment.unlink();
+    Ok(())
+}

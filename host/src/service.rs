@@ -1,0 +1,95 @@
+//! Requests that reach the poll loop from threads (the RESP server) and
+//! their answers. Shared-memory clients use slots instead
+//! ([`crate::slots`]); both end up in the same submission path.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Instant;
+use verbatim_core::fabric::MemberId;
+
+/// A request from a server thread.
+pub struct ServiceRequest {
+    /// Client id (for exactly-once writes).
+    pub client_id: u64,
+    /// Request id.
+    pub request_id: u64,
+    /// A write (through the log) or a read.
+    pub write: bool,
+    /// The encoded operation (`verbatim_core::kv` codec).
+    pub payload: Vec<u8>,
+    /// Where the answer goes.
+    pub reply: mpsc::Sender<ServiceReply>,
+    /// When it arrived (for latency).
+    pub arrived: Instant,
+}
+
+/// An answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServiceReply {
+    /// Done: for a write, a `KvReply` encoding; for a read, the state
+    /// machine's read output (tag byte, then the value).
+    Ok(Vec<u8>),
+    /// Not the leader; the hint, if any.
+    NotLeader(Option<MemberId>),
+    /// Try again shortly (no leader yet, log full).
+    Busy,
+    /// The request cannot be served (malformed, superseded).
+    Error(String),
+}
+
+/// The sending side given to server threads: a channel plus a counter the
+/// poll loop checks before it goes to sleep, and its doorbell.
+#[derive(Clone)]
+pub struct ServiceHandle {
+    tx: mpsc::Sender<ServiceRequest>,
+    queued: Arc<AtomicUsize>,
+    wake: Arc<crate::shm::Segment>,
+}
+
+impl ServiceHandle {
+    /// A channel into the poll loop that rings `wake`.
+    pub fn new(wake: Arc<crate::shm::Segment>) -> (ServiceHandle, ServiceQueue) {
+        let (tx, rx) = mpsc::channel();
+        let queued = Arc::new(AtomicUsize::new(0));
+        (
+            ServiceHandle {
+                tx,
+                queued: queued.clone(),
+                wake,
+            },
+            ServiceQueue { rx, queued },
+        )
+    }
+
+    /// Hands a request to the poll loop and wakes it.
+    pub fn submit(&self, r: ServiceRequest) -> bool {
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        if self.tx.send(r).is_err() {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        self.wake.ring();
+        true
+    }
+}
+
+/// The poll loop's receiving side.
+pub struct ServiceQueue {
+    rx: mpsc::Receiver<ServiceRequest>,
+    queued: Arc<AtomicUsize>,
+}
+
+impl ServiceQueue {
+    /// The next request, if any (never blocks).
+    pub fn try_next(&self) -> Option<ServiceRequest> {
+        let r = self.rx.try_recv().ok()?;
+        self.queued.fetch_sub(1, Ordering::AcqRel);
+        Some(r)
+    }
+
+    /// True when nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.queued.load(Ordering::Acquire) == 0
+    }
+}

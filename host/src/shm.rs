@@ -1,0 +1,937 @@
+//! The shared-memory one-sided fabric: the default on any Linux machine.
+//!
+//! Each replica's registered regions live in one shared-memory segment (a
+//! file under `/dev/shm`) that its peers map. A one-sided operation is
+//! executed by the *initiator's* CPU on the mapped peer memory (a copy, or
+//! an atomic), and completes through the initiator's completion queue, in
+//! order per connection, exactly as the core expects from RDMA.
+//!
+//! * **Access** is a word per (region, peer) in the target's segment
+//!   header: a "granted" bit and a count of writers in progress. A writer
+//!   increments the count, checks the bit, copies, decrements. A revoke
+//!   clears the bit and waits for the count to drain: once it returns, no
+//!   write from that peer lands (DARE §3.2.1).
+//! * **Peer death** is learned at once from a pidfd (Linux ≥ 5.3), the
+//!   spirit of uKharon's "deadbeat" notification without a kernel module:
+//!   a watcher thread sleeps in `poll(2)` on the peers' pidfds and flags a
+//!   peer dead when its process exits; later operations to it complete
+//!   `Unreachable`. A stopped (SIGSTOP) peer is not dead: its memory is
+//!   still written, like DARE's zombie server.
+//! * **Doorbells**: a replica that parks (adaptive polling) sleeps on a
+//!   futex word in its own header. Writers ring it for work requests that
+//!   carry the `notify` hint (election traffic) and clients ring it for
+//!   requests; the replication path never wakes a follower.
+//!
+//! All accesses to mapped memory go through atomics (aligned words) so
+//! that concurrent writers in other processes are never a data race.
+
+use crate::error::ShmError;
+use memmap2::MmapRaw;
+use std::collections::VecDeque;
+use std::fs::OpenOptions;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use verbatim_core::fabric::{
+    Access, Addr, Channel, Completion, Fabric, FabricError, MemberId, Op, RegionId, WcStatus,
+    WorkRequest, MAX_MEMBERS,
+};
+use verbatim_core::layout::Layout;
+use verbatim_core::mem::Memory;
+
+/// "VERBATIM" in little-endian.
+pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"VERBATIM");
+/// Bumped when the header layout changes.
+pub const SEGMENT_VERSION: u64 = 1;
+/// Bytes of the segment header (one page).
+pub const HEADER_BYTES: u64 = 4096;
+/// Client slots the header's pending bitmap can track.
+pub const CLIENT_SLOTS_MAX: u64 = 1024;
+
+const PAGE: u64 = 4096;
+const H_MAGIC: u64 = 0;
+const H_VERSION: u64 = 8;
+const H_LAYOUT_HASH: u64 = 16;
+const H_PID: u64 = 24;
+const H_INCARNATION: u64 = 32;
+const H_READY: u64 = 40;
+const H_MEMBER_COUNT: u64 = 48;
+const H_ID: u64 = 56;
+/// The futex word: its own cache line, written by peers and clients.
+const H_DOORBELL: u64 = 64;
+/// Set while the owner sleeps on the doorbell.
+const H_PARKED: u64 = 128;
+/// (offset, length) of each region.
+const H_REGIONS: u64 = 192;
+/// Access words: [region][member].
+const H_ACCESS: u64 = 512;
+/// Pending-request bitmap of the client slots.
+const H_CLIENT_PENDING: u64 = 1024;
+
+/// The "granted" bit of an access word; the low bits count writers.
+const GRANTED: u64 = 1 << 63;
+const WRITERS: u64 = GRANTED - 1;
+
+/// How long a revoke waits for a writer caught in the middle of a copy.
+const REVOKE_WAIT: Duration = Duration::from_millis(100);
+
+fn round_up(x: u64, to: u64) -> u64 {
+    x.div_ceil(to) * to
+}
+
+/// The segment file of member `id` of cluster `cluster` under `dir`.
+pub fn segment_path(dir: &Path, cluster: &str, id: u8) -> PathBuf {
+    dir.join(format!("verbatim-{cluster}-{id}"))
+}
+
+/// A mapped segment: the header and the five regions.
+pub struct Segment {
+    map: MmapRaw,
+    path: PathBuf,
+    regions: [(u64, u64); 5],
+}
+
+// SAFETY: the mapping is only accessed through atomics (see `Segment::word`
+// and the copy helpers), so sharing it between threads is sound.
+unsafe impl Send for Segment {}
+// SAFETY: as above.
+unsafe impl Sync for Segment {}
+
+impl Segment {
+    fn region_table(layout: &Layout) -> ([(u64, u64); 5], u64) {
+        let mut table = [(0u64, 0u64); 5];
+        let mut at = HEADER_BYTES;
+        for r in RegionId::ALL {
+            let len = layout.region_bytes(r);
+            table[r.index()] = (at, len);
+            at = round_up(at + len, PAGE);
+        }
+        (table, at)
+    }
+
+    /// Creates the segment of member `id` (replacing a stale one whose
+    /// owner is gone) and publishes it once fully initialised.
+    pub fn create(path: &Path, layout: &Layout, id: MemberId) -> Result<Segment, ShmError> {
+        if let Ok(old) = Segment::open_any(path) {
+            let pid = old.word(H_PID).load(Ordering::Acquire) as i32;
+            if pid != 0 && pid != std::process::id() as i32 && process_alive(pid) {
+                return Err(ShmError::InUse {
+                    path: path.to_owned(),
+                    pid,
+                });
+            }
+        }
+        let (regions, total) = Segment::region_table(layout);
+        // Build under a temporary name and rename: peers never map a
+        // half-initialised segment, and the old inode (if any) stays valid
+        // for whoever still maps it.
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(|e| ShmError::io(&tmp, "create", e))?;
+        file.set_len(total)
+            .map_err(|e| ShmError::io(&tmp, "size", e))?;
+        let map = MmapRaw::map_raw(&file).map_err(|e| ShmError::io(&tmp, "map", e))?;
+        let seg = Segment {
+            map,
+            path: path.to_owned(),
+            regions,
+        };
+        seg.word(H_MAGIC).store(SEGMENT_MAGIC, Ordering::Relaxed);
+        seg.word(H_VERSION)
+            .store(SEGMENT_VERSION, Ordering::Relaxed);
+        seg.word(H_LAYOUT_HASH)
+            .store(layout.hash, Ordering::Relaxed);
+        seg.word(H_PID)
+            .store(u64::from(std::process::id()), Ordering::Relaxed);
+        let incarnation = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64);
+        seg.word(H_INCARNATION)
+            .store(incarnation, Ordering::Relaxed);
+        seg.word(H_MEMBER_COUNT)
+            .store(u64::from(layout.member_count), Ordering::Relaxed);
+        seg.word(H_ID).store(u64::from(id.0), Ordering::Relaxed);
+        for (r, (off, len)) in regions.iter().enumerate() {
+            seg.word(H_REGIONS + 16 * r as u64)
+                .store(*off, Ordering::Relaxed);
+            seg.word(H_REGIONS + 16 * r as u64 + 8)
+                .store(*len, Ordering::Relaxed);
+        }
+        // Every member may write its row into our control region (the SST);
+        // the log is granted by the protocol; scratch and sessions never.
+        for m in 0..MAX_MEMBERS {
+            seg.access(RegionId::Control, MemberId(m as u8))
+                .store(GRANTED, Ordering::Relaxed);
+        }
+        seg.word(H_READY).store(1, Ordering::Release);
+        std::fs::rename(&tmp, path).map_err(|e| ShmError::io(path, "publish", e))?;
+        Ok(seg)
+    }
+
+    fn open_any(path: &Path) -> Result<Segment, ShmError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| ShmError::io(path, "open", e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| ShmError::io(path, "stat", e))?
+            .len();
+        if len < HEADER_BYTES {
+            return Err(ShmError::Malformed {
+                path: path.to_owned(),
+                what: "shorter than its header",
+            });
+        }
+        let map = MmapRaw::map_raw(&file).map_err(|e| ShmError::io(path, "map", e))?;
+        let mut seg = Segment {
+            map,
+            path: path.to_owned(),
+            regions: [(0, 0); 5],
+        };
+        if seg.word(H_MAGIC).load(Ordering::Acquire) != SEGMENT_MAGIC {
+            return Err(ShmError::Malformed {
+                path: path.to_owned(),
+                what: "bad magic",
+            });
+        }
+        for r in 0..5u64 {
+            let off = seg.word(H_REGIONS + 16 * r).load(Ordering::Relaxed);
+            let rlen = seg.word(H_REGIONS + 16 * r + 8).load(Ordering::Relaxed);
+            if off < HEADER_BYTES
+                || off.checked_add(rlen).is_none_or(|end| end > len)
+                || !off.is_multiple_of(8)
+            {
+                return Err(ShmError::Malformed {
+                    path: path.to_owned(),
+                    what: "region table out of bounds",
+                });
+            }
+            seg.regions[r as usize] = (off, rlen);
+        }
+        Ok(seg)
+    }
+
+    /// Maps a peer's segment, checking it is complete and has our layout.
+    pub fn open(path: &Path, layout: &Layout) -> Result<Segment, ShmError> {
+        let seg = Segment::open_any(path)?;
+        if seg.word(H_READY).load(Ordering::Acquire) != 1 {
+            return Err(ShmError::NotReady {
+                path: path.to_owned(),
+            });
+        }
+        let version = seg.word(H_VERSION).load(Ordering::Relaxed);
+        if version != SEGMENT_VERSION {
+            return Err(ShmError::Version {
+                path: path.to_owned(),
+                found: version,
+                expected: SEGMENT_VERSION,
+            });
+        }
+        let hash = seg.word(H_LAYOUT_HASH).load(Ordering::Relaxed);
+        if hash != layout.hash {
+            return Err(ShmError::LayoutMismatch {
+                path: path.to_owned(),
+                found: hash,
+                expected: layout.hash,
+            });
+        }
+        for r in RegionId::ALL {
+            if seg.regions[r.index()].1 < layout.region_bytes(r) {
+                return Err(ShmError::Malformed {
+                    path: path.to_owned(),
+                    what: "region smaller than the layout",
+                });
+            }
+        }
+        Ok(seg)
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A header word.
+    fn word(&self, offset: u64) -> &AtomicU64 {
+        assert!(offset.is_multiple_of(8) && offset + 8 <= HEADER_BYTES);
+        // SAFETY: the offset is 8-aligned and inside the header page of a
+        // live mapping (page-aligned base), and the word is only ever
+        // accessed atomically by every process that maps it.
+        unsafe { &*(self.map.as_mut_ptr().add(offset as usize) as *const AtomicU64) }
+    }
+
+    fn word32(&self, offset: u64) -> &AtomicU32 {
+        assert!(offset.is_multiple_of(4) && offset + 4 <= HEADER_BYTES);
+        // SAFETY: as for `word`, with 4-byte alignment.
+        unsafe { &*(self.map.as_mut_ptr().add(offset as usize) as *const AtomicU32) }
+    }
+
+    /// The owner's process id.
+    pub fn pid(&self) -> i32 {
+        self.word(H_PID).load(Ordering::Acquire) as i32
+    }
+
+    /// Changes with every (re)creation of the segment.
+    pub fn incarnation(&self) -> u64 {
+        self.word(H_INCARNATION).load(Ordering::Acquire)
+    }
+
+    /// The owner's member id.
+    pub fn member_id(&self) -> u64 {
+        self.word(H_ID).load(Ordering::Relaxed)
+    }
+
+    /// The access word of `member` for `region`.
+    fn access(&self, region: RegionId, member: MemberId) -> &AtomicU64 {
+        self.word(H_ACCESS + 8 * (region.index() * MAX_MEMBERS + member.index()) as u64)
+    }
+
+    /// True when `member` may access `region`.
+    pub fn granted(&self, region: RegionId, member: MemberId) -> bool {
+        member.index() < MAX_MEMBERS
+            && self.access(region, member).load(Ordering::Acquire) & GRANTED != 0
+    }
+
+    /// The doorbell futex word.
+    pub fn doorbell(&self) -> &AtomicU32 {
+        self.word32(H_DOORBELL)
+    }
+
+    fn parked(&self) -> &AtomicU32 {
+        self.word32(H_PARKED)
+    }
+
+    /// Word `k` of the client pending bitmap.
+    pub fn client_pending(&self, k: u64) -> &AtomicU64 {
+        assert!(k < CLIENT_SLOTS_MAX / 64);
+        self.word(H_CLIENT_PENDING + 8 * k)
+    }
+
+    /// Pointer to `[at, at+len)`, checked against the region bounds.
+    fn ptr(&self, at: Addr, len: u64) -> Option<*mut u8> {
+        let (off, rlen) = self.regions[at.region.index()];
+        let end = at.offset.checked_add(len)?;
+        if end > rlen {
+            return None;
+        }
+        // SAFETY: `off + at.offset + len <= off + rlen`, which lies inside
+        // the mapping (checked when the segment was created or opened).
+        Some(unsafe { self.map.as_mut_ptr().add((off + at.offset) as usize) })
+    }
+
+    /// Bytes of a region.
+    pub fn region_len(&self, region: RegionId) -> u64 {
+        self.regions[region.index()].1
+    }
+
+    /// Wakes the owner if it sleeps on its doorbell.
+    pub fn ring(&self) {
+        self.doorbell().fetch_add(1, Ordering::SeqCst);
+        if self.parked().load(Ordering::SeqCst) != 0 {
+            futex_wake(self.doorbell());
+        }
+    }
+
+    /// Parks the owner: `idle_check` runs after the parked flag is set (a
+    /// last look for work that arrived meanwhile); if it returns true the
+    /// thread sleeps until rung or `timeout` passes.
+    pub fn park(&self, timeout: Duration, idle_check: impl FnOnce() -> bool) {
+        self.parked().store(1, Ordering::SeqCst);
+        let seen = self.doorbell().load(Ordering::SeqCst);
+        if idle_check() {
+            futex_wait(self.doorbell(), seen, timeout);
+        }
+        self.parked().store(0, Ordering::SeqCst);
+    }
+
+    /// Makes another process the owner that peers watch (tests use a child
+    /// process as the "owner" of a segment created in-process).
+    #[doc(hidden)]
+    pub fn set_owner_pid(&self, pid: i32) {
+        self.word(H_PID).store(pid as u64, Ordering::Release);
+    }
+
+    /// Compare-and-swap on a word of the `Clients` region (slot claims by
+    /// competing client processes).
+    pub fn compare_exchange_clients(&self, at: Addr, old: u64, new: u64) -> bool {
+        assert!(at.region == RegionId::Clients && at.offset.is_multiple_of(8));
+        let Some(p) = self.ptr(at, 8) else {
+            return false;
+        };
+        // SAFETY: aligned, in bounds (ptr), accessed atomically everywhere.
+        let word = unsafe { &*(p as *const AtomicU64) };
+        word.compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Removes the file (clean shutdown). Mappings stay valid.
+    pub fn unlink(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: FUTEX_WAIT on a valid, aligned u32 inside a live shared
+    // mapping, with a valid timespec; the kernel only reads the word.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+        );
+    }
+}
+
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE on a valid, aligned u32 of a live shared mapping.
+    // (Not FUTEX_PRIVATE: the waiter is another process.)
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, 1);
+    }
+}
+
+/// True if a process with this pid exists.
+pub fn process_alive(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: kill with signal 0 only checks existence and permission.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Watches one process through a pidfd: exited (or a zombie not reaped
+/// yet) shows at once, and a recycled pid can never be mistaken for it.
+pub struct ProcessWatch {
+    fd: OwnedFd,
+}
+
+impl ProcessWatch {
+    /// Starts watching `pid`; `None` if it does not exist.
+    pub fn open(pid: i32) -> Option<ProcessWatch> {
+        if pid <= 0 {
+            return None;
+        }
+        pidfd_open(pid).map(|fd| ProcessWatch { fd })
+    }
+
+    /// Waits (at most `timeout`) for the process to exit; true if it did.
+    pub fn wait_exit(&self, timeout: Duration) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut p, 1, ms) };
+        n > 0 && p.revents != 0
+    }
+
+    /// True once the process has exited (one non-blocking poll(2)).
+    pub fn exited(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, zero timeout.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        n > 0 && p.revents != 0
+    }
+}
+
+// ----- copies through atomics ------------------------------------------------
+
+/// Copies `len` bytes between two mapped locations (either may be written
+/// concurrently by another process), word by word where aligned.
+///
+/// # Safety
+/// `src` and `dst` must be valid for `len` bytes of a live mapping, and
+/// only ever accessed atomically by other parties.
+unsafe fn copy_shared(src: *const u8, dst: *mut u8, len: usize) {
+    let mut i = 0usize;
+    while i < len {
+        let (s, d) = (src.wrapping_add(i), dst.wrapping_add(i));
+        if (s as usize).is_multiple_of(8) && (d as usize).is_multiple_of(8) && len - i >= 8 {
+            // SAFETY: both aligned, in bounds (caller), atomically accessed.
+            let w = unsafe { (*(s as *const AtomicU64)).load(Ordering::Relaxed) };
+            // SAFETY: as above.
+            unsafe { (*(d as *const AtomicU64)).store(w, Ordering::Relaxed) };
+            i += 8;
+        } else {
+            // SAFETY: in bounds (caller); single bytes are always aligned.
+            let b = unsafe { (*(s as *const AtomicU8)).load(Ordering::Relaxed) };
+            // SAFETY: as above.
+            unsafe { (*(d as *const AtomicU8)).store(b, Ordering::Relaxed) };
+            i += 1;
+        }
+    }
+}
+
+/// Copies mapped memory out into a private buffer.
+///
+/// # Safety
+/// `src` valid for `dst.len()` bytes of a live mapping, atomically accessed.
+unsafe fn copy_out(src: *const u8, dst: &mut [u8]) {
+    // SAFETY: `dst` is a private buffer; atomics on it are harmless, and
+    // the caller guarantees `src`.
+    unsafe { copy_shared(src, dst.as_mut_ptr(), dst.len()) }
+}
+
+/// Copies a private buffer into mapped memory.
+///
+/// # Safety
+/// `dst` valid for `src.len()` bytes of a live mapping, atomically accessed.
+unsafe fn copy_in(src: &[u8], dst: *mut u8) {
+    // SAFETY: as for `copy_out`.
+    unsafe { copy_shared(src.as_ptr(), dst, src.len()) }
+}
+
+/// [`Memory`] over a mapped segment: what the core reads and writes.
+#[derive(Clone)]
+pub struct ShmMemory {
+    seg: Arc<Segment>,
+}
+
+impl ShmMemory {
+    /// The memory of a segment.
+    pub fn new(seg: Arc<Segment>) -> ShmMemory {
+        ShmMemory { seg }
+    }
+
+    /// The segment.
+    pub fn segment(&self) -> &Arc<Segment> {
+        &self.seg
+    }
+
+    fn ptr(&self, at: Addr, len: u64) -> *mut u8 {
+        // Addresses come from the layout: out of bounds is a bug of ours.
+        self.seg
+            .ptr(at, len)
+            .expect("core address outside its region")
+    }
+}
+
+impl Memory for ShmMemory {
+    fn load_u64(&self, at: Addr) -> u64 {
+        assert!(at.offset.is_multiple_of(8), "misaligned word");
+        // SAFETY: aligned, in bounds (ptr), accessed atomically everywhere.
+        unsafe { (*(self.ptr(at, 8) as *const AtomicU64)).load(Ordering::Acquire) }
+    }
+    fn store_u64(&self, at: Addr, value: u64) {
+        assert!(at.offset.is_multiple_of(8), "misaligned word");
+        // SAFETY: as above.
+        unsafe { (*(self.ptr(at, 8) as *const AtomicU64)).store(value, Ordering::Release) }
+    }
+    fn read(&self, at: Addr, dst: &mut [u8]) {
+        let p = self.ptr(at, dst.len() as u64);
+        std::sync::atomic::fence(Ordering::Acquire);
+        // SAFETY: `p` is valid for `dst.len()` bytes (checked by `ptr`).
+        unsafe { copy_out(p, dst) }
+    }
+    fn write(&self, at: Addr, src: &[u8]) {
+        let p = self.ptr(at, src.len() as u64);
+        // SAFETY: as above.
+        unsafe { copy_in(src, p) }
+        std::sync::atomic::fence(Ordering::Release);
+    }
+}
+
+// ----- peer liveness (pidfd) -----------------------------------------------------
+
+/// Which peers are known dead; written by the watcher thread.
+#[derive(Default)]
+pub struct PeerLiveness {
+    dead: [AtomicBool; MAX_MEMBERS],
+    /// Peers that died since the poll loop last looked (bitmask).
+    newly_dead: AtomicU64,
+    /// When each peer was seen to die (ns since the watcher started).
+    died_at: [AtomicU64; MAX_MEMBERS],
+    watch: Mutex<Vec<(MemberId, i32)>>,
+    stop: AtomicBool,
+}
+
+impl PeerLiveness {
+    /// True once the peer's process exited.
+    pub fn is_dead(&self, m: MemberId) -> bool {
+        m.index() < MAX_MEMBERS && self.dead[m.index()].load(Ordering::Acquire)
+    }
+
+    /// Peers that died since the last call.
+    pub fn take_newly_dead(&self) -> Vec<MemberId> {
+        let bits = self.newly_dead.swap(0, Ordering::AcqRel);
+        (0..MAX_MEMBERS as u8)
+            .filter(|m| bits & (1 << m) != 0)
+            .map(MemberId)
+            .collect()
+    }
+
+    /// Starts watching a peer's process.
+    pub fn watch(&self, m: MemberId, pid: i32) {
+        self.watch.lock().expect("watch list").push((m, pid));
+    }
+
+    fn mark_dead(&self, m: MemberId) {
+        if !self.dead[m.index()].swap(true, Ordering::AcqRel) {
+            self.newly_dead.fetch_or(1 << m.0, Ordering::AcqRel);
+        }
+    }
+
+    /// Monotonic time of death (ns on the clock given to the watcher), 0
+    /// when unknown.
+    pub fn died_at_ns(&self, m: MemberId) -> u64 {
+        self.died_at[m.index()].load(Ordering::Acquire)
+    }
+
+    /// Stops the watcher thread.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+fn pidfd_open(pid: i32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags, returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: the kernel just gave us this fd; nobody else owns it.
+    Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Spawns the thread that turns peer process exits into `dead` flags and
+/// rings `wake` (our own doorbell) so a parked poll loop notices at once.
+pub fn spawn_watcher(
+    liveness: Arc<PeerLiveness>,
+    wake: Arc<Segment>,
+    clock: Instant,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("verbatim-pidfd".into())
+        .spawn(move || {
+            let mut watched: Vec<(MemberId, OwnedFd)> = Vec::new();
+            while !liveness.stop.load(Ordering::Acquire) {
+                for (m, pid) in liveness.watch.lock().expect("watch list").drain(..) {
+                    match pidfd_open(pid) {
+                        Some(fd) => watched.push((m, fd)),
+                        None => {
+                            liveness.died_at[m.index()]
+                                .store(clock.elapsed().as_nanos() as u64, Ordering::Release);
+                            liveness.mark_dead(m);
+                            wake.ring();
+                        }
+                    }
+                }
+                let mut fds: Vec<libc::pollfd> = watched
+                    .iter()
+                    .map(|(_, fd)| libc::pollfd {
+                        fd: fd.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    })
+                    .collect();
+                // 50 ms: how soon a newly registered pid is picked up; exits
+                // themselves wake the poll at once.
+                // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs.
+                let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 50) };
+                if n > 0 {
+                    let now = clock.elapsed().as_nanos() as u64;
+                    let mut i = 0;
+                    while i < fds.len() {
+                        if fds[i].revents != 0 {
+                            let (m, _) = watched.remove(i);
+                            fds.remove(i);
+                            liveness.died_at[m.index()].store(now, Ordering::Release);
+                            liveness.mark_dead(m);
+                            wake.ring();
+                        } else {
+                            i += 1;
+                        }
+                    }
+                }
+            }
+        })
+}
+
+// ----- the fabric -------------------------------------------------------------
+
+/// One member's endpoint on the shared-memory fabric.
+pub struct ShmFabric {
+    me: MemberId,
+    layout: Layout,
+    local: Arc<Segment>,
+    peer_paths: Vec<PathBuf>,
+    peers: Vec<Option<Arc<Segment>>>,
+    broken: Vec<[bool; 2]>,
+    cq: VecDeque<Completion>,
+    liveness: Arc<PeerLiveness>,
+    revoke_wait: Duration,
+}
+
+impl ShmFabric {
+    /// An endpoint for `me`, whose peers' segments are at `peer_paths`
+    /// (indexed by member id; our own entry is ignored).
+    pub fn new(
+        me: MemberId,
+        layout: Layout,
+        local: Arc<Segment>,
+        peer_paths: Vec<PathBuf>,
+        liveness: Arc<PeerLiveness>,
+    ) -> ShmFabric {
+        let n = peer_paths.len();
+        ShmFabric {
+            me,
+            layout,
+            local,
+            peer_paths,
+            peers: (0..n).map(|_| None).collect(),
+            broken: vec![[false; 2]; n],
+            cq: VecDeque::new(),
+            liveness,
+            revoke_wait: REVOKE_WAIT,
+        }
+    }
+
+    /// Maps every peer not mapped yet; returns the ones still missing with
+    /// the reason.
+    pub fn connect_peers(&mut self) -> Vec<(MemberId, ShmError)> {
+        let mut missing = Vec::new();
+        for i in 0..self.peers.len() {
+            let m = MemberId(i as u8);
+            if m == self.me || self.peers[i].is_some() {
+                continue;
+            }
+            match Segment::open(&self.peer_paths[i], &self.layout) {
+                Ok(seg) if seg.member_id() == i as u64 => {
+                    self.liveness.watch(m, seg.pid());
+                    self.peers[i] = Some(Arc::new(seg));
+                }
+                Ok(_) => missing.push((
+                    m,
+                    ShmError::Malformed {
+                        path: self.peer_paths[i].clone(),
+                        what: "segment of another member",
+                    },
+                )),
+                Err(e) => missing.push((m, e)),
+            }
+        }
+        missing
+    }
+
+    /// A mapped peer's segment.
+    pub fn peer(&self, m: MemberId) -> Option<&Arc<Segment>> {
+        self.peers.get(m.index()).and_then(|p| p.as_ref())
+    }
+
+    /// Our own segment.
+    pub fn local(&self) -> &Arc<Segment> {
+        &self.local
+    }
+
+    fn complete(&mut self, wr: &WorkRequest, status: WcStatus) {
+        if !status.is_ok() {
+            if let Some(b) = self.broken.get_mut(wr.peer.index()) {
+                b[wr.op.channel().index()] = true;
+            }
+        }
+        self.cq.push_back(Completion {
+            wr_id: wr.wr_id,
+            peer: wr.peer,
+            status,
+        });
+    }
+
+    fn execute(&mut self, wr: &WorkRequest) -> WcStatus {
+        let p = wr.peer.index();
+        if p >= self.peers.len() || wr.peer == self.me {
+            return WcStatus::InvalidRequest;
+        }
+        if self.broken[p][wr.op.channel().index()] {
+            return WcStatus::Flushed;
+        }
+        if self.liveness.is_dead(wr.peer) {
+            return WcStatus::Unreachable;
+        }
+        let Some(target) = self.peers[p].clone() else {
+            return WcStatus::Unreachable;
+        };
+        let remote = wr.op.remote();
+        let Some(dst) = target.ptr(remote, wr.op.remote_len()) else {
+            return WcStatus::InvalidRequest;
+        };
+        let local_span = match wr.op {
+            Op::Write { local, len, .. } | Op::Read { local, len, .. } => {
+                Some((local, u64::from(len)))
+            }
+            Op::CompareSwap { local, .. } | Op::FetchAdd { local, .. } => Some((local, 8)),
+            Op::WriteInline { .. } => None,
+        };
+        let local_ptr = match local_span {
+            Some((at, len)) => match self.local.ptr(at, len) {
+                Some(ptr) => Some(ptr),
+                None => return WcStatus::InvalidRequest,
+            },
+            None => None,
+        };
+        let atomic = matches!(wr.op, Op::CompareSwap { .. } | Op::FetchAdd { .. });
+        if atomic
+            && (!remote.offset.is_multiple_of(8)
+                || local_span.is_some_and(|(a, _)| a.offset % 8 != 0))
+        {
+            return WcStatus::InvalidRequest;
+        }
+        // Enter the target's access word for (region, us).
+        if remote.region != RegionId::Control && remote.region != RegionId::Log {
+            return WcStatus::AccessDenied;
+        }
+        let access = target.access(remote.region, self.me);
+        let prev = access.fetch_add(1, Ordering::AcqRel);
+        if prev & GRANTED == 0 {
+            access.fetch_sub(1, Ordering::AcqRel);
+            return WcStatus::AccessDenied;
+        }
+        match wr.op {
+            Op::Write { len, .. } => {
+                // SAFETY: both spans were bounds-checked above; the mapping
+                // is alive (we hold an Arc); peers access it atomically.
+                unsafe { copy_shared(local_ptr.expect("write has a source"), dst, len as usize) }
+            }
+            Op::WriteInline { len, data, .. } => {
+                let n = usize::from(len).min(data.len());
+                // SAFETY: `dst` is valid for `remote_len() == len` bytes.
+                unsafe { copy_in(&data[..n], dst) }
+            }
+            Op::Read { len, .. } => {
+                // SAFETY: as for Write, in the other direction.
+                unsafe {
+                    copy_shared(
+                        dst,
+                        local_ptr.expect("read has a destination"),
+                        len as usize,
+                    )
+                }
+            }
+            Op::CompareSwap { expect, swap, .. } => {
+                // SAFETY: `dst` is 8-aligned and in bounds (checked above).
+                let word = unsafe { &*(dst as *const AtomicU64) };
+                let old = match word.compare_exchange(
+                    expect,
+                    swap,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(v) | Err(v) => v,
+                };
+                // SAFETY: local word 8-aligned and in bounds (checked above).
+                unsafe {
+                    (*(local_ptr.expect("atomic result") as *const AtomicU64))
+                        .store(old, Ordering::Release)
+                };
+            }
+            Op::FetchAdd { add, .. } => {
+                // SAFETY: as for CompareSwap.
+                let word = unsafe { &*(dst as *const AtomicU64) };
+                let old = word.fetch_add(add, Ordering::AcqRel);
+                // SAFETY: as for CompareSwap.
+                unsafe {
+                    (*(local_ptr.expect("atomic result") as *const AtomicU64))
+                        .store(old, Ordering::Release)
+                };
+            }
+        }
+        // Publish the data before leaving the access word (a revoker that
+        // sees the count drop also sees the data, and vice versa).
+        access.fetch_sub(1, Ordering::Release);
+        if wr.notify {
+            target.ring();
+        }
+        WcStatus::Ok
+    }
+}
+
+impl Fabric for ShmFabric {
+    fn post(&mut self, wr: &WorkRequest) {
+        let status = self.execute(wr);
+        self.complete(wr, status);
+    }
+
+    fn poll_completion(&mut self) -> Option<Completion> {
+        self.cq.pop_front()
+    }
+
+    fn set_access(
+        &mut self,
+        peer: MemberId,
+        region: RegionId,
+        access: Access,
+    ) -> Result<(), FabricError> {
+        if peer.index() >= MAX_MEMBERS {
+            return Err(FabricError::UnknownPeer);
+        }
+        let word = self.local.access(region, peer);
+        match access {
+            Access::Granted => {
+                word.fetch_or(GRANTED, Ordering::AcqRel);
+                Ok(())
+            }
+            Access::Revoked => {
+                word.fetch_and(!GRANTED, Ordering::AcqRel);
+                // A writer that entered before the bit dropped may be
+                // copying: wait until it leaves. Copies are short, so this
+                // is microseconds, unless the writer died or was stopped in
+                // the middle of one.
+                let began = Instant::now();
+                loop {
+                    if word.load(Ordering::Acquire) & WRITERS == 0 {
+                        return Ok(());
+                    }
+                    if self.liveness.is_dead(peer) {
+                        // A dead writer never finishes its copy.
+                        word.fetch_and(GRANTED, Ordering::AcqRel);
+                        return Ok(());
+                    }
+                    if began.elapsed() > self.revoke_wait {
+                        tracing::error!(
+                            peer = peer.0,
+                            region = region.name(),
+                            "revoke: peer stopped in the middle of a write; a late copy may still land"
+                        );
+                        return Err(FabricError::PeerGone);
+                    }
+                    std::hint::spin_loop();
+                }
+            }
+        }
+    }
+
+    fn reconnect(&mut self, peer: MemberId, channel: Channel) -> Result<(), FabricError> {
+        let Some(b) = self.broken.get_mut(peer.index()) else {
+            return Err(FabricError::UnknownPeer);
+        };
+        b[channel.index()] = false;
+        if self.peers[peer.index()].is_none() {
+            self.connect_peers();
+        }
+        if self.liveness.is_dead(peer) {
+            return Err(FabricError::PeerGone);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,472 @@
+//! The Redis-protocol (RESP2) front end over TCP, so that `redis-cli` and
+//! `redis-benchmark` work unchanged.
+//!
+//! One thread per connection (bounded): it parses frames ([`crate::resp`]),
+//! answers local commands itself, and hands key-value operations to the
+//! poll loop through a [`ServiceHandle`]. On a follower, operations are
+//! *forwarded* to the leader's RESP port (redis-cli does not follow
+//! redirects) and the leader's reply is relayed.
+//!
+//! Exactly-once: every operation carries a (client id, request id). A plain
+//! Redis client gets a fresh client id per connection and sequential
+//! request ids; a verbatim client sends `RID <client_id> <request_id>`
+//! before a command to name it, so that a retry (on another connection or
+//! replica) is recognised. Forwarding preserves the ids.
+
+use crate::config::Manifest;
+use crate::resp::{self, Command, Frame, Local, RespLimits};
+use crate::service::{ServiceHandle, ServiceReply, ServiceRequest};
+use crate::status_server::StatusSlot;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+use verbatim_core::fabric::MemberId;
+use verbatim_core::kv::{KvLimits, KvOp, KvReply};
+
+/// Connections served at once; more are refused with an error.
+pub const RESP_CONNECTIONS_MAX: usize = 1024;
+/// How long one operation may take, retries and forwarding included.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A running RESP listener.
+pub struct RespServer {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    addr: SocketAddr,
+}
+
+impl RespServer {
+    /// Listens on `addr` for member `me` of `manifest`.
+    pub fn start(
+        addr: &str,
+        handle: ServiceHandle,
+        manifest: Manifest,
+        me: u8,
+        status: Arc<StatusSlot>,
+        shutdown: Arc<AtomicBool>,
+    ) -> std::io::Result<RespServer> {
+        let listener = TcpListener::bind(addr)?;
+        let local = listener.local_addr()?;
+        listener.set_nonblocking(true)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let active = Arc::new(AtomicUsize::new(0));
+        let next_client = Arc::new(AtomicU64::new(client_id_base()));
+        let ctx = Arc::new(Ctx {
+            handle,
+            manifest,
+            me,
+            status,
+        });
+        let thread = std::thread::Builder::new()
+            .name("verbatim-resp".into())
+            .spawn(move || {
+                while !stop2.load(Ordering::Acquire) && !shutdown.load(Ordering::Acquire) {
+                    match listener.accept() {
+                        Ok((mut stream, _)) => {
+                            if active.load(Ordering::Acquire) >= RESP_CONNECTIONS_MAX {
+                                let _ = stream.write_all(b"-ERR max number of clients reached\r\n");
+                                continue;
+                            }
+                            active.fetch_add(1, Ordering::AcqRel);
+                            let (ctx, stop, active) = (ctx.clone(), stop2.clone(), active.clone());
+                            let client_id = next_client.fetch_add(1, Ordering::AcqRel);
+                            let _ = std::thread::Builder::new()
+                                .name("verbatim-resp-conn".into())
+                                .spawn(move || {
+                                    let _ = stream.set_nodelay(true);
+                                    Conn::new(&ctx, stream, client_id).serve(&stop);
+                                    active.fetch_sub(1, Ordering::AcqRel);
+                                });
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                    }
+                }
+            })?;
+        Ok(RespServer {
+            stop,
+            thread: Some(thread),
+            addr: local,
+        })
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for RespServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Client ids of plain connections: high bits from the clock and process,
+/// so that two replicas (or restarts) never hand out the same id.
+fn client_id_base() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    (verbatim_core::checksum::mix64(t ^ u64::from(std::process::id())) & !0xFFFF_FFFF) | 1 << 63
+}
+
+struct Ctx {
+    handle: ServiceHandle,
+    manifest: Manifest,
+    me: u8,
+    status: Arc<StatusSlot>,
+}
+
+struct Upstream {
+    leader: MemberId,
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+struct Conn<'c> {
+    ctx: &'c Ctx,
+    stream: TcpStream,
+    client_id: u64,
+    next_request: u64,
+    named: Option<(u64, u64)>,
+    reply_tx: mpsc::Sender<ServiceReply>,
+    reply_rx: mpsc::Receiver<ServiceReply>,
+    upstream: Option<Upstream>,
+    resp_limits: RespLimits,
+    kv_limits: KvLimits,
+}
+
+impl<'c> Conn<'c> {
+    fn new(ctx: &'c Ctx, stream: TcpStream, client_id: u64) -> Conn<'c> {
+        let (reply_tx, reply_rx) = mpsc::channel();
+        let kv_limits = ctx.manifest.kv_limits();
+        Conn {
+            ctx,
+            stream,
+            client_id,
+            next_request: 1,
+            named: None,
+            reply_tx,
+            reply_rx,
+            upstream: None,
+            resp_limits: RespLimits::for_kv(&kv_limits),
+            kv_limits,
+        }
+    }
+
+    fn serve(&mut self, stop: &AtomicBool) {
+        let _ = self
+            .stream
+            .set_read_timeout(Some(Duration::from_millis(200)));
+        let mut inbuf: Vec<u8> = Vec::with_capacity(16 * 1024);
+        let mut out: Vec<u8> = Vec::with_capacity(16 * 1024);
+        let mut chunk = vec![0u8; 64 * 1024];
+        while !stop.load(Ordering::Acquire) {
+            let n = match self.stream.read(&mut chunk) {
+                Ok(0) => return,
+                Ok(n) => n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    continue
+                }
+                Err(_) => return,
+            };
+            inbuf.extend_from_slice(&chunk[..n]);
+            let mut at = 0;
+            let mut close = false;
+            loop {
+                match resp::parse_frame(&inbuf[at..], &self.resp_limits) {
+                    Ok(Some((frame, used))) => {
+                        let raw = &inbuf[at..at + used];
+                        if self.handle_frame(&frame, raw, &mut out) {
+                            close = true;
+                        }
+                        at += used;
+                        if close {
+                            break;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        e.encode(&mut out);
+                        close = true;
+                        break;
+                    }
+                }
+            }
+            inbuf.drain(..at);
+            if !out.is_empty() {
+                if self.stream.write_all(&out).is_err() {
+                    return;
+                }
+                out.clear();
+            }
+            if close {
+                return;
+            }
+        }
+    }
+
+    /// Handles one request frame; true means close after replying.
+    fn handle_frame(&mut self, frame: &Frame<'_>, raw: &[u8], out: &mut Vec<u8>) -> bool {
+        if let Some(ids) = rid_command(frame) {
+            match ids {
+                Some(ids) => {
+                    self.named = Some(ids);
+                    resp::encode_simple(b"OK", out);
+                }
+                None => resp::encode_error(
+                    b"ERR usage: RID <client_id> <request_id> (positive integers)",
+                    out,
+                ),
+            }
+            return false;
+        }
+        let cmd = match resp::parse_command(frame, &self.kv_limits) {
+            Ok(c) => c,
+            Err(e) => {
+                e.encode(out);
+                return e.closes_connection();
+            }
+        };
+        match resp::reply_local(&cmd, out) {
+            Local::Replied => false,
+            Local::Close => true,
+            Local::Host => {
+                match cmd {
+                    Command::Kv(op) => self.execute(op, raw, out),
+                    Command::Info(section) => self.info(section, out),
+                    Command::Hello { .. } => {
+                        let role = self
+                            .ctx
+                            .status
+                            .get()
+                            .map_or("unknown".to_string(), |s| redis_role(&s.role));
+                        resp::reply_hello(self.client_id as i64 & i64::MAX, role.as_bytes(), out);
+                    }
+                    _ => resp::encode_error(b"ERR internal: unexpected command", out),
+                }
+                false
+            }
+        }
+    }
+
+    fn info(&self, section: Option<&[u8]>, out: &mut Vec<u8>) {
+        let mut text = String::new();
+        if let Some(s) = self.ctx.status.get() {
+            if resp::info_section_selected(section, "server") {
+                text.push_str(&format!(
+                    "# Server\r\nverbatim_version:{}\r\nprocess_id:{}\r\nuptime_in_seconds:{}\r\n\r\n",
+                    env!("CARGO_PKG_VERSION"),
+                    s.pid,
+                    s.uptime_ms / 1000
+                ));
+            }
+            if resp::info_section_selected(section, "replication") {
+                text.push_str(&format!(
+                    "# Replication\r\nrole:{}\r\nconnected_slaves:{}\r\n\r\n",
+                    redis_role(&s.role),
+                    s.peers.iter().filter(|p| p.reachable).count()
+                ));
+            }
+            if resp::info_section_selected(section, "verbatim") {
+                text.push_str(&format!(
+                    "# Verbatim\r\nmember:{}\r\nterm:{}\r\nleader:{}\r\ncommit_index:{}\r\napply_index:{}\r\nfabric:{}\r\n",
+                    s.id,
+                    s.term,
+                    s.leader.map_or("none".to_string(), |l| l.to_string()),
+                    s.log.commit_index,
+                    s.log.apply_index,
+                    s.config.fabric
+                ));
+            }
+        }
+        resp::encode_bulk(text.as_bytes(), out);
+    }
+
+    /// Runs a key-value operation: through our poll loop, or forwarded to
+    /// the leader, retrying while no leader is known.
+    fn execute(&mut self, op: KvOp<'_>, raw: &[u8], out: &mut Vec<u8>) {
+        let (client_id, request_id) = self.named.take().unwrap_or_else(|| {
+            let r = self.next_request;
+            self.next_request += 1;
+            (self.client_id, r)
+        });
+        let mut payload = vec![0u8; self.kv_limits.encoded_bytes_max() as usize];
+        let Ok(n) = op.encode(&mut payload) else {
+            resp::encode_error(b"ERR request too large", out);
+            return;
+        };
+        payload.truncate(n);
+        let deadline = Instant::now() + REQUEST_TIMEOUT;
+        loop {
+            let request = ServiceRequest {
+                client_id,
+                request_id,
+                write: !op.is_read(),
+                payload: payload.clone(),
+                reply: self.reply_tx.clone(),
+                arrived: Instant::now(),
+            };
+            if !self.ctx.handle.submit(request) {
+                resp::encode_error(b"ERR replica shutting down", out);
+                return;
+            }
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let reply = match self.reply_rx.recv_timeout(remaining) {
+                Ok(r) => r,
+                Err(_) => {
+                    resp::encode_error(
+                        b"TRYAGAIN request timed out; it may or may not have been applied",
+                        out,
+                    );
+                    return;
+                }
+            };
+            match reply {
+                ServiceReply::Ok(bytes) => {
+                    encode_result(&op, &bytes, out);
+                    return;
+                }
+                ServiceReply::Error(msg) => {
+                    resp::encode_error(format!("ERR {msg}").as_bytes(), out);
+                    return;
+                }
+                ServiceReply::NotLeader(Some(leader)) if leader.0 != self.ctx.me => {
+                    if self.forward(leader, client_id, request_id, raw, out) {
+                        return;
+                    }
+                }
+                ServiceReply::NotLeader(_) | ServiceReply::Busy => {}
+            }
+            if Instant::now() >= deadline {
+                resp::encode_error(b"TRYAGAIN no leader available, retry", out);
+                return;
+            }
+            // No leader yet (an election is running) or the log is full:
+            // wait a little, then ask again with the same ids.
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    }
+
+    /// Forwards a request (named with its ids) to the leader and relays
+    /// the reply; false if the leader could not be reached.
+    fn forward(
+        &mut self,
+        leader: MemberId,
+        client_id: u64,
+        request_id: u64,
+        raw: &[u8],
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let Some(addr) = self
+            .ctx
+            .manifest
+            .members
+            .get(leader.index())
+            .and_then(|m| m.resp_addr.clone())
+        else {
+            return false;
+        };
+        if self.upstream.as_ref().is_none_or(|u| u.leader != leader) {
+            let Ok(addr) = addr.parse::<SocketAddr>() else {
+                return false;
+            };
+            let Ok(stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+                return false;
+            };
+            let _ = stream.set_nodelay(true);
+            let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
+            self.upstream = Some(Upstream {
+                leader,
+                stream,
+                buf: Vec::new(),
+            });
+        }
+        let up = self.upstream.as_mut().expect("just set");
+        let mut req = Vec::with_capacity(raw.len() + 64);
+        resp::encode_array_header(3, &mut req);
+        resp::encode_bulk(b"RID", &mut req);
+        resp::encode_bulk(client_id.to_string().as_bytes(), &mut req);
+        resp::encode_bulk(request_id.to_string().as_bytes(), &mut req);
+        req.extend_from_slice(raw);
+        if up.stream.write_all(&req).is_err() {
+            self.upstream = None;
+            return false;
+        }
+        // Two replies: +OK for RID, then the command's, which is relayed.
+        let limits = RespLimits::for_kv(&self.kv_limits);
+        let mut chunk = [0u8; 16 * 1024];
+        loop {
+            if let Ok(Some((_, first))) = resp::parse_frame(&up.buf, &limits) {
+                if let Ok(Some((_, second))) = resp::parse_frame(&up.buf[first..], &limits) {
+                    out.extend_from_slice(&up.buf[first..first + second]);
+                    up.buf.drain(..first + second);
+                    return true;
+                }
+            }
+            match up.stream.read(&mut chunk) {
+                Ok(0) | Err(_) => {
+                    self.upstream = None;
+                    return false;
+                }
+                Ok(n) => up.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+}
+
+fn redis_role(role: &str) -> String {
+    if role == "leader" { "master" } else { "slave" }.to_string()
+}
+
+/// `RID <client_id> <request_id>`: `None` when the frame is not RID,
+/// `Some(None)` when it is malformed.
+fn rid_command(frame: &Frame<'_>) -> Option<Option<(u64, u64)>> {
+    let Frame::Array(a) = frame else { return None };
+    let mut it = a.iter();
+    let first = it.next()?;
+    if !first
+        .as_bytes()
+        .is_some_and(|b| b.eq_ignore_ascii_case(b"RID"))
+    {
+        return None;
+    }
+    let num = |f: Option<Frame<'_>>| -> Option<u64> {
+        let b = f?.as_bytes()?;
+        let v = std::str::from_utf8(b).ok()?.parse::<u64>().ok()?;
+        (v > 0).then_some(v)
+    };
+    let (c, r) = (num(it.next()), num(it.next()));
+    if it.next().is_some() {
+        return Some(None);
+    }
+    Some(c.zip(r))
+}
+
+fn encode_result(op: &KvOp<'_>, bytes: &[u8], out: &mut Vec<u8>) {
+    if op.is_read() {
+        match bytes.split_first() {
+            Some((1, value)) => resp::reply_get(Some(value), out),
+            _ => resp::reply_get(None, out),
+        }
+        return;
+    }
+    match KvReply::from_reply(&verbatim_core::Reply::from_bytes(bytes)) {
+        Some(r) => resp::reply_for(&r, out),
+        None => resp::encode_error(b"ERR internal: undecodable reply", out),
+    }
+}

@@ -1,0 +1,174 @@
+//! The fabric conformance suite (from `verbatim-sim`) on the shared-memory
+//! fabric. Members A and B live in this process; member C's segment is
+//! owned by a child process, so that killing it exercises the real pidfd
+//! path.
+
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use verbatim_core::fabric::{Completion, MemberId};
+use verbatim_core::layout::Layout;
+use verbatim_core::mem::Memory;
+use verbatim_core::Config;
+use verbatim_host::shm::{
+    segment_path, spawn_watcher, PeerLiveness, Segment, ShmFabric, ShmMemory,
+};
+use verbatim_sim::conformance::{run_all, FabricHarness};
+
+struct ShmHarness {
+    _dir: tempfile::TempDir,
+    layout: Layout,
+    fabrics: Vec<ShmFabric>,
+    memories: Vec<ShmMemory>,
+    liveness: Vec<Arc<PeerLiveness>>,
+    owner_of_c: Child,
+}
+
+fn shm_dir() -> tempfile::TempDir {
+    let base = if std::path::Path::new("/dev/shm").is_dir() {
+        "/dev/shm"
+    } else {
+        "/tmp"
+    };
+    tempfile::Builder::new()
+        .prefix("verbatim-test-")
+        .tempdir_in(base)
+        .expect("temp dir")
+}
+
+impl ShmHarness {
+    fn new() -> ShmHarness {
+        let dir = shm_dir();
+        let layout = Layout::new(&Config::new(3, MemberId(0))).unwrap();
+        let paths: Vec<PathBuf> = (0..3)
+            .map(|i| segment_path(dir.path(), "conf", i))
+            .collect();
+        let segs: Vec<Arc<Segment>> = (0..3)
+            .map(|i| {
+                Arc::new(Segment::create(&paths[i], &layout, MemberId(i as u8)).expect("segment"))
+            })
+            .collect();
+        // A child process that ends by itself stands for C's owner.
+        let owner_of_c = Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .expect("spawn sleep");
+        segs[2].set_owner_pid(owner_of_c.id() as i32);
+        let clock = Instant::now();
+        let mut fabrics = Vec::new();
+        let mut liveness = Vec::new();
+        for i in 0..3 {
+            let live = Arc::new(PeerLiveness::default());
+            spawn_watcher(live.clone(), segs[i].clone(), clock).expect("watcher");
+            let mut f = ShmFabric::new(
+                MemberId(i as u8),
+                layout,
+                segs[i].clone(),
+                paths.clone(),
+                live.clone(),
+            );
+            assert!(f.connect_peers().is_empty());
+            fabrics.push(f);
+            liveness.push(live);
+        }
+        let memories = segs.iter().map(|s| ShmMemory::new(s.clone())).collect();
+        ShmHarness {
+            _dir: dir,
+            layout,
+            fabrics,
+            memories,
+            liveness,
+            owner_of_c,
+        }
+    }
+}
+
+impl Drop for ShmHarness {
+    fn drop(&mut self) {
+        for l in &self.liveness {
+            l.stop();
+        }
+        let _ = self.owner_of_c.kill();
+        let _ = self.owner_of_c.wait();
+    }
+}
+
+impl FabricHarness for ShmHarness {
+    type F = ShmFabric;
+    fn layout(&self) -> Layout {
+        self.layout
+    }
+    fn fabric(&mut self, m: MemberId) -> &mut ShmFabric {
+        &mut self.fabrics[m.index()]
+    }
+    fn memory(&self, m: MemberId) -> &dyn Memory {
+        &self.memories[m.index()]
+    }
+    fn next_completion(&mut self, m: MemberId) -> Option<Completion> {
+        use verbatim_core::fabric::Fabric;
+        // Operations execute when posted: the completion is already there.
+        self.fabrics[m.index()].poll_completion()
+    }
+    fn kill(&mut self, m: MemberId) {
+        assert_eq!(m, MemberId(2), "only C has an owner process");
+        self.owner_of_c.kill().expect("kill");
+        self.owner_of_c.wait().expect("reap");
+        // The readiness signal: wait (bounded) until every other member's
+        // watcher has seen the exit.
+        let began = Instant::now();
+        while !(self.liveness[0].is_dead(m) && self.liveness[1].is_dead(m)) {
+            assert!(
+                began.elapsed() < Duration::from_secs(5),
+                "pidfd exit not noticed within 5 s"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    fn name(&self) -> &'static str {
+        "shared-memory"
+    }
+}
+
+#[test]
+fn shared_memory_fabric_passes_the_conformance_suite() {
+    let failures = run_all(ShmHarness::new);
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+#[test]
+fn a_second_replica_with_the_same_id_is_refused() {
+    let dir = shm_dir();
+    let layout = Layout::new(&Config::new(3, MemberId(0))).unwrap();
+    let path = segment_path(dir.path(), "dup", 0);
+    let seg = Segment::create(&path, &layout, MemberId(0)).unwrap();
+    let owner = Command::new("sleep").arg("30").spawn().unwrap();
+    seg.set_owner_pid(owner.id() as i32);
+    let err = Segment::create(&path, &layout, MemberId(0))
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("already running"), "{err}");
+    let mut owner = owner;
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    // Once the owner is gone, the stale segment is replaced.
+    assert!(Segment::create(&path, &layout, MemberId(0)).is_ok());
+}
+
+#[test]
+fn a_peer_with_another_layout_is_refused_with_the_reason() {
+    let dir = shm_dir();
+    let layout = Layout::new(&Config::new(3, MemberId(0))).unwrap();
+    let mut other = Config::new(3, MemberId(1));
+    other.log_ring_bytes *= 2;
+    let other_layout = Layout::new(&other).unwrap();
+    let path = segment_path(dir.path(), "mismatch", 1);
+    let _seg = Segment::create(&path, &other_layout, MemberId(1)).unwrap();
+    let err = Segment::open(&path, &layout).err().expect("refused");
+    assert!(err.to_string().contains("log_ring_bytes"), "{err}");
+    std::fs::write(dir.path().join("garbage"), b"not a segment at all").unwrap();
+    let err = Segment::open(&dir.path().join("garbage"), &layout)
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("not a verbatim segment"), "{err}");
+}
