@@ -117,6 +117,9 @@ pub struct ClusterOptions {
     pub net: NetParams,
     /// Torn placement of large writes.
     pub tearing: bool,
+    /// A crash is announced to the other members shortly after (like the
+    /// host's pidfd process-exit notification on one machine).
+    pub crash_notify: bool,
     /// Clock drift of each member (parts per million).
     pub drift_ppm: Vec<i64>,
     /// Faults.
@@ -163,6 +166,7 @@ impl ClusterOptions {
             client_timeout_ns: 1_000_000,
             net: NetParams::DARE,
             tearing: false,
+            crash_notify: false,
             drift_ppm: vec![0; usize::from(members)],
             faults: Vec::new(),
             safety_ns: 20_000_000,
@@ -252,6 +256,10 @@ enum Ev {
     FaultEnd(usize),
     Snapshot,
     Heal,
+    PeerDown {
+        node: usize,
+        peer: MemberId,
+    },
 }
 
 impl Ev {
@@ -269,6 +277,7 @@ impl Ev {
             Ev::FaultEnd(i) => 600 + *i as u64,
             Ev::Snapshot => 700,
             Ev::Heal => 701,
+            Ev::PeerDown { node, .. } => 800 + *node as u64,
         }
     }
 }
@@ -335,6 +344,7 @@ struct SimNode {
     next_wake: u64,
     wake_generation: u64,
     inbox: VecDeque<ClientRequest>,
+    peer_down: Vec<MemberId>,
     pending_reads: BTreeMap<u64, (usize, u64, Vec<u8>)>,
     drift_ppm: i64,
     commit_cursor: Option<(u64, u64)>,
@@ -406,6 +416,7 @@ impl Cluster {
                 next_wake: u64::MAX,
                 wake_generation: 0,
                 inbox: VecDeque::new(),
+                peer_down: Vec::new(),
                 pending_reads: BTreeMap::new(),
                 drift_ppm: opts.drift_ppm.get(i).copied().unwrap_or(0),
                 commit_cursor: None,
@@ -629,6 +640,12 @@ impl Cluster {
                 self.queue
                     .push(self.now + self.opts.snapshot_every_ns, Ev::Snapshot);
             }
+            Ev::PeerDown { node, peer } => {
+                if self.nodes[node].state != NodeState::Crashed {
+                    self.nodes[node].peer_down.push(peer);
+                    self.wake(node, self.now);
+                }
+            }
             Ev::Heal => {
                 self.healed = true;
                 self.log(|| "heal: temporary faults are over; liveness phase".to_string());
@@ -643,6 +660,20 @@ impl Cluster {
             Fault::Crash { node, .. } => {
                 self.nodes[usize::from(node)].state = NodeState::Crashed;
                 self.net.crash(usize::from(node));
+                if self.opts.crash_notify {
+                    for other in 0..self.nodes.len() {
+                        if other != usize::from(node) {
+                            let delay = 1_000 + 10_000 * (other as u64 % 5);
+                            self.queue.push(
+                                self.now + delay,
+                                Ev::PeerDown {
+                                    node: other,
+                                    peer: MemberId(node),
+                                },
+                            );
+                        }
+                    }
+                }
             }
             Fault::Zombie { node, .. } => self.nodes[usize::from(node)].state = NodeState::Zombie,
             Fault::Pause { node, .. } => {
@@ -682,6 +713,9 @@ impl Cluster {
         let local = self.local(i, t);
         while let Some(c) = self.net.nic_mut(i).cq.pop_front() {
             self.nodes[i].node.handle_completion(local, c);
+        }
+        for peer in std::mem::take(&mut self.nodes[i].peer_down) {
+            self.nodes[i].node.handle_peer_down(local, peer);
         }
         let mut answers = Vec::new();
         let inbox = std::mem::take(&mut self.nodes[i].inbox);

@@ -574,11 +574,14 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         let mut min = self.apply_pos;
         for p in self.others() {
             let peer = &self.peers[p.index()];
-            // Members silent for the grace period, or known to be down
-            // (their process exited, or retries were exhausted), do not
-            // hold the log back; they will need recovery to come back.
+            // Members silent for the grace period, known dead (the host saw
+            // their process exit), or already past saving (they need state
+            // transfer) do not hold the log back. A member that is merely
+            // unreachable for a moment (a partition) does: pruning past it
+            // would turn a transient fault into a lost replica.
             if peer.version == 0
-                || !peer.reachable
+                || peer.down
+                || peer.repl.state == ReplState::NeedsRecovery
                 || self.now.saturating_sub(peer.row_changed_ns) > self.cfg.prune_grace_ns
             {
                 continue;

@@ -352,6 +352,9 @@ struct Peer {
     stale_hb_version: u64,
     last_ok_ns: u64,
     repl: Repl,
+    /// The host reported the peer's process gone (it cannot come back
+    /// without state transfer).
+    down: bool,
 }
 
 impl Peer {
@@ -400,6 +403,7 @@ impl Peer {
         stale_hb_version: 0,
         last_ok_ns: 0,
         repl: Repl::IDLE,
+        down: false,
     };
 }
 
@@ -779,6 +783,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         if peer == self.me || peer.index() >= self.member_count {
             return;
         }
+        self.peers[peer.index()].down = true;
         if self.peers[peer.index()].reachable {
             self.peers[peer.index()].reachable = false;
             self.push_event(Event::PeerUnreachable { peer });

@@ -1830,7 +1830,10 @@ mod tests {
         let h = g.history("k", 8, 250, 10);
         let ix: Vec<usize> = (0..h.len()).collect();
         let start = Instant::now();
-        let r = check_key(&h, &ix, 1_000_000_000);
+        let budget = std::env::var("BUDGET")
+            .map(|s| s.parse().unwrap())
+            .unwrap_or(1_000_000_000);
+        let r = check_key(&h, &ix, budget);
         eprintln!("{r:?} {:?}", start.elapsed());
     }
 }

@@ -1,0 +1,429 @@
+//! Multi-process tests: real `verbatim replica` processes on the
+//! shared-memory fabric, real clients, real SIGKILL/SIGSTOP. Histories are
+//! checked with the simulator's linearizability checker.
+//!
+//! The tests in this file share the machine's two cores, so they run one
+//! at a time (a lock), and every wait has a deadline.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use verbatim_core::rng::SplitMix64;
+use verbatim_host::client::{Client, ClientError, ClientOptions, Transport, Wait};
+use verbatim_host::config::PollMode;
+use verbatim_host::local::{LocalCluster, LocalOptions};
+use verbatim_sim::check::linearizability::{check_history, Verdict};
+use verbatim_sim::history::{KvInput, KvOutput, Operation};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_verbatim"))
+}
+
+fn start(tag: &str, base_port: u16) -> LocalCluster {
+    LocalCluster::start(
+        &LocalOptions {
+            name: format!("{tag}{}", std::process::id()),
+            replicas: 3,
+            base_port,
+            poll: PollMode::Adaptive,
+            cores: Vec::new(),
+            overrides: Vec::new(),
+            binary: binary(),
+        },
+        Duration::from_secs(30),
+    )
+    .expect("cluster starts")
+}
+
+/// Runs `clients` threads of a mixed workload on `keys` keys until `stop`,
+/// recording a history with times relative to `epoch`.
+fn workload(
+    cluster: &LocalCluster,
+    clients: usize,
+    keys: u64,
+    stop: Arc<AtomicBool>,
+    epoch: Instant,
+) -> Vec<std::thread::JoinHandle<Vec<Operation>>> {
+    (0..clients)
+        .map(|c| {
+            let manifest = cluster.manifest.clone();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut client = Client::new(
+                    &manifest,
+                    ClientOptions {
+                        transport: Transport::Shm,
+                        wait: Wait::Yield,
+                        total_timeout: Duration::from_secs(10),
+                        ..ClientOptions::default()
+                    },
+                );
+                let mut rng = SplitMix64::new(0xC0FFEE + c as u64);
+                let mut history = Vec::new();
+                let mut n = 0u64;
+                while !stop.load(Ordering::Acquire) {
+                    n += 1;
+                    let key = format!("k{}", rng.range_inclusive(0, keys - 1)).into_bytes();
+                    let value = format!("c{c}n{n}").into_bytes();
+                    let input = match rng.range_inclusive(0, 9) {
+                        0..=3 => KvInput::Get { key },
+                        4..=6 => KvInput::Set { key, value },
+                        7 => KvInput::Incr {
+                            key: b"counter".to_vec(),
+                            delta: 1,
+                        },
+                        8 => KvInput::Cas {
+                            key,
+                            expected: None,
+                            new: value,
+                        },
+                        _ => KvInput::Del { key },
+                    };
+                    let call_ns = epoch.elapsed().as_nanos() as u64;
+                    let output = run(&mut client, &input);
+                    let return_ns = if output.is_some() {
+                        epoch.elapsed().as_nanos() as u64
+                    } else {
+                        u64::MAX
+                    };
+                    history.push(Operation {
+                        client: c as u64,
+                        input,
+                        call_ns,
+                        return_ns,
+                        output,
+                    });
+                }
+                history
+            })
+        })
+        .collect()
+}
+
+fn run(client: &mut Client, input: &KvInput) -> Option<KvOutput> {
+    let r: Result<KvOutput, ClientError> = match input {
+        KvInput::Get { key } => client.get(key).map(KvOutput::Value),
+        KvInput::Set { key, value } => client.set(key, value).map(|()| KvOutput::Ok),
+        KvInput::Del { key } => client.del(key).map(|b| KvOutput::Int(i64::from(b))),
+        KvInput::Incr { key, delta } => client.incr(key, *delta).map(KvOutput::Int),
+        KvInput::Cas { key, expected, new } => client
+            .cas(key, expected.as_deref(), new)
+            .map(|b| KvOutput::Int(i64::from(b))),
+    };
+    // An operation that failed may or may not have taken effect: recorded
+    // as unanswered, which the checker treats as such.
+    r.ok()
+}
+
+fn assert_linearizable(history: &[Operation]) {
+    match check_history(history) {
+        Verdict::Linearizable => {}
+        Verdict::Violation { key, operations } => {
+            let ops: Vec<String> = operations
+                .iter()
+                .take(30)
+                .map(|&i| format!("{:?}", history[i]))
+                .collect();
+            panic!(
+                "not linearizable on key {:?}:\n{}",
+                String::from_utf8_lossy(&key),
+                ops.join("\n")
+            );
+        }
+        Verdict::Unknown { key } => {
+            panic!("linearizability undecided on key {key:?} (search budget)")
+        }
+    }
+}
+
+/// Final reads of every key, appended to the history: an acknowledged
+/// write that vanished would contradict them.
+fn final_reads(cluster: &LocalCluster, keys: u64, epoch: Instant, history: &mut Vec<Operation>) {
+    let mut client = Client::new(&cluster.manifest, ClientOptions::default());
+    let mut all: Vec<Vec<u8>> = (0..keys).map(|k| format!("k{k}").into_bytes()).collect();
+    all.push(b"counter".to_vec());
+    for key in all {
+        let call_ns = epoch.elapsed().as_nanos() as u64;
+        let v = client
+            .get(&key)
+            .expect("the surviving majority serves reads");
+        history.push(Operation {
+            client: 999,
+            input: KvInput::Get { key },
+            call_ns,
+            return_ns: epoch.elapsed().as_nanos() as u64,
+            output: Some(KvOutput::Value(v)),
+        });
+    }
+}
+
+#[test]
+fn killing_the_leader_loses_no_acknowledged_write() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cluster = start("itkill", 0);
+    let (leader, term) = cluster
+        .wait_leader(0, Duration::from_secs(10))
+        .expect("a leader");
+    let epoch = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers = workload(&cluster, 3, 4, stop.clone(), epoch);
+    std::thread::sleep(Duration::from_millis(400));
+    let leader_now = cluster
+        .status()
+        .into_iter()
+        .flatten()
+        .find(|s| s.role == "leader")
+        .map_or(leader, |s| s.id);
+    let kill_ns = epoch.elapsed().as_nanos() as u64;
+    cluster.kill(leader_now).unwrap();
+    let (new_leader, new_term) = cluster
+        .wait_leader(term, Duration::from_secs(10))
+        .expect("a new leader");
+    assert_ne!(new_leader, leader_now);
+    assert!(new_term > term);
+    std::thread::sleep(Duration::from_millis(400));
+    stop.store(true, Ordering::Release);
+    let mut history: Vec<Operation> = workers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    let after_kill = history
+        .iter()
+        .filter(|o| o.output.is_some() && o.call_ns > kill_ns)
+        .count();
+    assert!(
+        after_kill > 20,
+        "writes and reads continue after the kill ({after_kill} completed)"
+    );
+    final_reads(&cluster, 4, epoch, &mut history);
+    assert!(
+        history.len() > 100,
+        "the workload ran ({} operations)",
+        history.len()
+    );
+    assert_linearizable(&history);
+    // The new leader timed its failover.
+    let snap = cluster
+        .status()
+        .into_iter()
+        .flatten()
+        .find(|s| s.id == new_leader)
+        .expect("status");
+    let f = snap
+        .failovers
+        .iter()
+        .find(|f| f.term == new_term)
+        .expect("a failover record");
+    assert_eq!(f.new_leader, new_leader);
+}
+
+#[test]
+fn a_stopped_leader_is_replaced_and_rejoins_as_a_follower() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = start("itstop", 0);
+    let (leader, term) = cluster
+        .wait_leader(0, Duration::from_secs(10))
+        .expect("a leader");
+    let epoch = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers = workload(&cluster, 2, 3, stop.clone(), epoch);
+    std::thread::sleep(Duration::from_millis(200));
+    // DARE's zombie: the CPU stops, the memory stays writable.
+    cluster.pause(leader, true).unwrap();
+    let (new_leader, new_term) = cluster
+        .wait_leader(term, Duration::from_secs(10))
+        .expect("a new leader");
+    assert_ne!(new_leader, leader);
+    std::thread::sleep(Duration::from_millis(300));
+    cluster.pause(leader, false).unwrap();
+    // The old leader learns it is outdated (DARE §4.2.2) and follows.
+    let began = Instant::now();
+    loop {
+        let st = cluster.status();
+        if let Some(Some(s)) = st.get(usize::from(leader)) {
+            if s.role == "follower" && s.term >= new_term && s.leader.is_some() {
+                break;
+            }
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "the old leader did not step down: {:?}",
+            st
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::Release);
+    let mut history: Vec<Operation> = workers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    final_reads(&cluster, 3, epoch, &mut history);
+    assert_linearizable(&history);
+}
+
+#[test]
+fn sigterm_stops_a_replica_cleanly() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cluster = start("itterm", 0);
+    cluster
+        .wait_leader(0, Duration::from_secs(10))
+        .expect("a leader");
+    let segments: Vec<PathBuf> = (0..3).map(|i| cluster.manifest.segment_path(i)).collect();
+    let sockets: Vec<PathBuf> = (0..3).map(|i| cluster.manifest.status_socket(i)).collect();
+    assert!(segments.iter().all(|p| p.exists()));
+    cluster.stop();
+    for p in segments.iter().chain(&sockets) {
+        assert!(!p.exists(), "{} left behind after SIGTERM", p.display());
+    }
+}
+
+fn free_port_base() -> u16 {
+    // Three consecutive free ports: ask the kernel for one and hope its
+    // neighbours are free too (retry a few times).
+    for _ in 0..50 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let p = l.local_addr().unwrap().port();
+        drop(l);
+        if p < 65000 && (1..3).all(|k| std::net::TcpListener::bind(("127.0.0.1", p + k)).is_ok()) {
+            return p;
+        }
+    }
+    panic!("no three consecutive free ports");
+}
+
+fn resp(stream: &mut TcpStream, request: &[u8]) -> String {
+    stream.write_all(request).unwrap();
+    let mut buf = vec![0u8; 4096];
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let n = stream.read(&mut buf).unwrap_or(0);
+        got.extend_from_slice(&buf[..n]);
+        if n == 0 || got.ends_with(b"\r\n") || Instant::now() > deadline {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[test]
+fn the_redis_protocol_is_served_forwarded_and_survives_garbage() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let base = free_port_base();
+    let cluster = start("itresp", base);
+    let (leader, _) = cluster
+        .wait_leader(0, Duration::from_secs(10))
+        .expect("a leader");
+    let follower = (leader + 1) % 3;
+    let connect = |m: u8| {
+        let s = TcpStream::connect(("127.0.0.1", base + u16::from(m))).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    };
+    // A write through a follower is forwarded to the leader.
+    let mut f = connect(follower);
+    assert_eq!(
+        resp(&mut f, b"*3\r\n$3\r\nSET\r\n$3\r\nfoo\r\n$3\r\nbar\r\n"),
+        "+OK\r\n"
+    );
+    assert_eq!(
+        resp(&mut f, b"*2\r\n$3\r\nGET\r\n$3\r\nfoo\r\n"),
+        "$3\r\nbar\r\n"
+    );
+    let mut l = connect(leader);
+    assert_eq!(
+        resp(&mut l, b"GET foo\r\n"),
+        "$3\r\nbar\r\n",
+        "inline commands work too"
+    );
+    assert_eq!(resp(&mut l, b"*2\r\n$4\r\nINCR\r\n$1\r\nn\r\n"), ":1\r\n");
+    assert_eq!(
+        resp(
+            &mut l,
+            b"*4\r\n$3\r\nCAS\r\n$3\r\nfoo\r\n$3\r\nnew\r\n$2\r\nNX\r\n"
+        ),
+        ":0\r\n"
+    );
+    assert_eq!(resp(&mut l, b"PING\r\n"), "+PONG\r\n");
+    // Oversized value: a clear error, and the connection keeps working.
+    let big = vec![b'x'; 5000];
+    let mut req = format!("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n${}\r\n", big.len()).into_bytes();
+    req.extend_from_slice(&big);
+    req.extend_from_slice(b"\r\n");
+    let r = resp(&mut l, &req);
+    assert!(r.starts_with("-ERR value is too large"), "{r}");
+    assert_eq!(resp(&mut l, b"GET foo\r\n"), "$3\r\nbar\r\n");
+    assert!(resp(&mut l, b"FROBNICATE 1\r\n").starts_with("-ERR unknown command"));
+    // Garbage: a protocol error and a closed connection, nothing else.
+    let mut g = connect(leader);
+    let r = resp(&mut g, b"*x\r\n$$$\r\n");
+    assert!(r.starts_with("-ERR Protocol error"), "{r}");
+    let mut rest = Vec::new();
+    let _ = g.read_to_end(&mut rest);
+    // The replica still serves, and lost nothing.
+    let mut again = connect(leader);
+    assert_eq!(resp(&mut again, b"GET foo\r\n"), "$3\r\nbar\r\n");
+    assert_eq!(resp(&mut again, b"GET n\r\n"), "$1\r\n1\r\n");
+    // The verbatim client over TCP, with request ids.
+    let mut c = Client::new(
+        &cluster.manifest,
+        ClientOptions {
+            transport: Transport::Tcp,
+            ..ClientOptions::default()
+        },
+    );
+    c.set(b"tcp", b"path").unwrap();
+    assert_eq!(c.get(b"tcp").unwrap().as_deref(), Some(&b"path"[..]));
+    assert_eq!(c.incr(b"n", 5).unwrap(), 6);
+}
+
+fn tool(name: &str) -> PathBuf {
+    for dir in ["/usr/bin", "/usr/local/bin", "/bin"] {
+        let p = PathBuf::from(dir).join(name);
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!("{name} is not installed: install Debian's redis-tools (the README and .ci/run do)");
+}
+
+#[test]
+fn redis_cli_and_redis_benchmark_work_unchanged() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (cli, bench) = (tool("redis-cli"), tool("redis-benchmark"));
+    let base = free_port_base();
+    let cluster = start("itredis", base);
+    let (leader, _) = cluster
+        .wait_leader(0, Duration::from_secs(10))
+        .expect("a leader");
+    let port = (base + u16::from((leader + 1) % 3)).to_string();
+    let out = std::process::Command::new(&cli)
+        .args(["-p", &port, "set", "greeting", "hello"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK");
+    let out = std::process::Command::new(&cli)
+        .args(["-p", &port, "get", "greeting"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "hello");
+    let out = std::process::Command::new(&bench)
+        .args(["-p", &port, "-t", "set,get", "-n", "2000", "-c", "4", "-q"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).replace('\r', "\n");
+    assert!(out.status.success(), "{text}");
+    for t in ["SET:", "GET:"] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(t) && l.contains("requests per second")),
+            "{t} missing in:\n{text}"
+        );
+    }
+}
