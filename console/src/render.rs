@@ -301,6 +301,7 @@ fn grant_cell(g: Grant) -> Cell<'static> {
         Grant::ToLeader => Cell::from("yes").style(Style::new().fg(Color::Green)),
         Grant::ToOther(id) => Cell::from(format!("r{id}")).style(Style::new().fg(Color::Yellow)),
         Grant::Nobody => Cell::from("no").style(Style::new().fg(Color::Yellow)),
+        Grant::IsLeader => Cell::from("leads").style(Style::new().add_modifier(Modifier::DIM)),
         Grant::Unknown => Cell::from(UNKNOWN),
     }
 }
@@ -1095,7 +1096,7 @@ mod tests {
         );
         assert_eq!(
             lines[5],
-            "│ r1  leader      4     r1  1400    1400    1400            0✗2✓     yes       │"
+            "│ r1  leader      4     r1  1400    1400    1400            0✗2✓     leads     │"
         );
         assert_eq!(
             lines[6],

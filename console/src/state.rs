@@ -254,6 +254,8 @@ pub enum Grant {
     ToOther(u8),
     /// Granted to nobody.
     Nobody,
+    /// The replica is the leader: nobody writes its log (DARE §3.2.1).
+    IsLeader,
     /// No live snapshot, or no leader to compare with.
     Unknown,
 }
@@ -600,6 +602,9 @@ impl Model {
         ) else {
             return Grant::Unknown;
         };
+        if s.id == leader {
+            return Grant::IsLeader;
+        }
         match s.log_granted_to {
             Some(g) if g == leader => Grant::ToLeader,
             Some(g) => Grant::ToOther(g),
@@ -781,7 +786,7 @@ mod tests {
         m.handle(report(1, none), now);
         assert_eq!(
             [m.grant(0), m.grant(1), m.grant(2)],
-            [Grant::ToLeader, Grant::Nobody, Grant::ToOther(1)]
+            [Grant::IsLeader, Grant::Nobody, Grant::ToOther(1)]
         );
         m.handle(down(2, "x"), now);
         assert_eq!(m.grant(2), Grant::Unknown);

@@ -178,7 +178,9 @@ impl LocalCluster {
         Ok(())
     }
 
-    /// Stops every replica with SIGTERM (clean shutdown), SIGKILL after 5 s.
+    /// Stops every replica with SIGTERM (clean shutdown), SIGKILL after 5 s,
+    /// then removes what killed replicas could not (their segments and
+    /// status sockets).
     pub fn stop(&mut self) {
         for c in self.children.iter().flatten() {
             signal(c.id(), libc::SIGCONT);
@@ -188,6 +190,10 @@ impl LocalCluster {
             if let Some(c) = c.take() {
                 reap(c, Duration::from_secs(5));
             }
+        }
+        for id in 0..self.manifest.member_count() {
+            let _ = std::fs::remove_file(self.manifest.segment_path(id));
+            let _ = std::fs::remove_file(self.manifest.status_socket(id));
         }
     }
 

@@ -258,7 +258,8 @@ pub struct NodeStatus {
     pub commit_index: u64,
     /// Tail position.
     pub tail_pos: u64,
-    /// Index after the last entry (exact on the leader).
+    /// Index after the last entry (exact on the leader; on a follower,
+    /// exact once it applied everything, a lower bound before).
     pub tail_index: u64,
     /// Current failure-detector period Δ.
     pub fd_check_period_ns: u64,
@@ -707,7 +708,15 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         let (tail_pos, tail_index) = if self.role == Role::Leader {
             (self.tail_pos, self.tail_index)
         } else {
-            (self.mem.load_u64(self.layout.log_tail()), self.tail_index)
+            // A follower learns indices only as it applies: exact when it
+            // has applied its whole log, a lower bound otherwise.
+            let tail_pos = self.mem.load_u64(self.layout.log_tail());
+            let tail_index = if tail_pos == self.apply_pos {
+                self.apply_index
+            } else {
+                self.tail_index.max(self.apply_index)
+            };
+            (tail_pos, tail_index)
         };
         NodeStatus {
             id: self.me,
