@@ -4,6 +4,7 @@ pub mod config;
 pub mod demo;
 pub mod error;
 pub mod failover;
+pub mod hostfabric;
 pub mod kvstore;
 pub mod local;
 pub mod replica;

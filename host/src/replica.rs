@@ -7,6 +7,7 @@ use crate::config::{Manifest, PollMode};
 use crate::failover::FailoverTracker;
 use crate::kvstore::HashBackend;
 use crate::service::{ServiceHandle, ServiceQueue, ServiceReply, ServiceRequest};
+use crate::hostfabric::HostFabric;
 use crate::shm::{spawn_watcher, PeerLiveness, Segment, ShmFabric, ShmMemory};
 use crate::slots::{SlotKind, SlotRequest, SlotServer, SlotStatus};
 use crate::status::{
@@ -18,7 +19,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use verbatim_core::fabric::{Fabric, MemberId};
+use verbatim_core::fabric::MemberId;
 use verbatim_core::kv::{KvOp, KvStateMachine};
 use verbatim_core::node::{Event, ReplState, Role, SubmitError, Submitted};
 use verbatim_core::{Layout, Node, StateMachine};
@@ -158,13 +159,12 @@ fn unix_ms() -> u64 {
 }
 
 /// Everything the poll loop owns.
-struct Replica {
+struct Replica<F: HostFabric> {
     opts: ReplicaOptions,
     id: MemberId,
     layout: Layout,
     node: Box<ReplicaNode>,
-    fabric: ShmFabric,
-    liveness: Arc<PeerLiveness>,
+    fabric: F,
     segment: Arc<Segment>,
     slots: SlotServer,
     queue: ServiceQueue,
@@ -185,7 +185,7 @@ struct Replica {
     slot_buf: Vec<SlotRequest>,
 }
 
-impl Replica {
+impl<F: HostFabric> Replica<F> {
     fn now_ns(&self) -> u64 {
         self.clock.elapsed().as_nanos() as u64
     }
@@ -325,8 +325,8 @@ impl Replica {
                     // We stopped trusting our leader: heartbeat silence, or
                     // its process exited (pidfd).
                     if let Some(old) = self.failovers_leader() {
-                        let died = self.liveness.died_at_ns(MemberId(old));
-                        let (lost, by) = if self.liveness.is_dead(MemberId(old)) && died > 0 {
+                        let died = self.fabric.liveness().died_at_ns(MemberId(old));
+                        let (lost, by) = if self.fabric.liveness().is_dead(MemberId(old)) && died > 0 {
                             (died, "pidfd")
                         } else {
                             (st.peers[usize::from(old)].row_changed_ns, "heartbeat")
@@ -424,7 +424,7 @@ impl Replica {
             .filter(|&p| p != self.id.0)
             .map(|p| {
                 let ps = &st.peers[usize::from(p)];
-                let dead = self.liveness.is_dead(MemberId(p));
+                let dead = self.fabric.liveness().is_dead(MemberId(p));
                 PeerSnapshot {
                     id: p,
                     reachable: ps.reachable && !dead,
@@ -522,7 +522,7 @@ impl Replica {
                 cluster: m.cluster.name.clone(),
                 members: st.member_count,
                 quorum: st.member_count / 2 + 1,
-                fabric: m.cluster.fabric.to_string(),
+                fabric: self.fabric.name().to_string(),
                 poll: m.cluster.poll.to_string(),
                 core: member.core,
                 numa_node: self.numa_node,
@@ -550,7 +550,7 @@ impl Replica {
             self.node.handle_completion(now, c);
             work = true;
         }
-        for peer in self.liveness.take_newly_dead() {
+        for peer in self.fabric.liveness().take_newly_dead() {
             tracing::warn!(peer = peer.0, "peer process exited");
             self.node.handle_peer_down(now, peer);
             self.event(
@@ -646,11 +646,6 @@ pub fn run(opts: ReplicaOptions, shutdown: Arc<AtomicBool>) -> Result<(), Replic
             n - 1
         )));
     }
-    if m.cluster.fabric != crate::config::FabricKind::Shm {
-        return Err(ReplicaError::Config(
-            "fabric = \"verbs\" needs a build with the `rdma` feature and an RDMA device; this build runs the shared-memory fabric (fabric = \"shm\")".into(),
-        ));
-    }
     let id = MemberId(opts.id);
     let member = m.members[usize::from(opts.id)].clone();
     let cfg = m.core_config(opts.id);
@@ -682,9 +677,57 @@ pub fn run(opts: ReplicaOptions, shutdown: Arc<AtomicBool>) -> Result<(), Replic
     let liveness = Arc::new(PeerLiveness::default());
     let _watcher = spawn_watcher(liveness.clone(), segment.clone(), clock)
         .map_err(io("starting the pidfd watcher".into()))?;
-    let peer_paths = (0..n).map(|i| m.segment_path(i)).collect();
-    let mut fabric = ShmFabric::new(id, layout, segment.clone(), peer_paths, liveness.clone());
+    match m.cluster.fabric {
+        crate::config::FabricKind::Shm => {
+            let peer_paths = (0..n).map(|i| m.segment_path(i)).collect();
+            let fabric = ShmFabric::new(id, layout, segment.clone(), peer_paths, liveness.clone());
+            drive(opts, shutdown, Setup { segment, memory, clock, layout, placement }, fabric)
+        }
+        crate::config::FabricKind::Verbs => {
+            #[cfg(feature = "rdma")]
+            {
+                let fabric = crate::verbs::VerbsFabric::start(&m, id, &layout, segment.clone(), liveness.clone())
+                    .map_err(|e| ReplicaError::Config(e.to_string()))?;
+                drive(opts, shutdown, Setup { segment, memory, clock, layout, placement }, fabric)
+            }
+            #[cfg(not(feature = "rdma"))]
+            {
+                let _ = (memory, clock, placement);
+                segment.unlink();
+                Err(ReplicaError::Config(
+                    "fabric = \"verbs\" needs a build with RDMA support: \
+                     `cargo build --release -p verbatim-host --features rdma` (it needs rdma-core: \
+                     libibverbs-dev, and an RDMA device such as Soft-RoCE `rdma link add rxe0 type rxe netdev eth0`); \
+                     this build runs the shared-memory fabric (fabric = \"shm\")"
+                        .into(),
+                ))
+            }
+        }
+    }
+}
 
+/// What `run` prepared for the loop.
+struct Setup {
+    segment: Arc<Segment>,
+    memory: ShmMemory,
+    clock: Instant,
+    layout: Layout,
+    placement: crate::topology::Placement,
+}
+
+/// Connects, builds the node and the servers, and runs the poll loop.
+fn drive<F: HostFabric>(
+    opts: ReplicaOptions,
+    shutdown: Arc<AtomicBool>,
+    setup: Setup,
+    mut fabric: F,
+) -> Result<(), ReplicaError> {
+    let Setup { segment, memory, clock, layout, placement } = setup;
+    let m = opts.manifest.clone();
+    let id = MemberId(opts.id);
+    let member = m.members[usize::from(opts.id)].clone();
+    let cfg = m.core_config(opts.id);
+    let io = |what: String| move |source| ReplicaError::Io { what, source };
     // Readiness barrier: start once every peer's segment is mapped, or
     // after the timeout (missing peers are retried and count as down).
     let began = Instant::now();
@@ -693,8 +736,8 @@ pub fn run(opts: ReplicaOptions, shutdown: Arc<AtomicBool>) -> Result<(), Replic
         if missing.is_empty() {
             break;
         }
-        if let Some((peer, err)) = missing.iter().find(|(_, e)| !e.is_missing()) {
-            return Err(ReplicaError::Config(format!("member {}: {err}", peer.0)));
+        if let Some((peer, problem)) = missing.iter().find(|(_, p)| !p.retry) {
+            return Err(ReplicaError::Config(format!("member {}: {}", peer.0, problem.message)));
         }
         if began.elapsed() > opts.connect_timeout || shutdown.load(Ordering::Acquire) {
             tracing::warn!(missing = ?missing.iter().map(|(p, _)| p.0).collect::<Vec<_>>(), "starting without every peer");
@@ -740,7 +783,6 @@ pub fn run(opts: ReplicaOptions, shutdown: Arc<AtomicBool>) -> Result<(), Replic
         id,
         node: Box::new(node),
         fabric,
-        liveness: liveness.clone(),
         segment: segment.clone(),
         queue,
         clock,
@@ -810,7 +852,7 @@ pub fn run(opts: ReplicaOptions, shutdown: Arc<AtomicBool>) -> Result<(), Replic
     for (_, (p, _)) in std::mem::take(&mut r.pending_reads) {
         r.answer(&p.route, ServiceReply::NotLeader(None));
     }
-    liveness.stop();
+    r.fabric.liveness().stop();
     segment.unlink();
     Ok(())
 }

@@ -866,6 +866,23 @@ impl ShmFabric {
     }
 }
 
+impl crate::hostfabric::HostFabric for ShmFabric {
+    fn connect_peers(&mut self) -> Vec<(MemberId, crate::hostfabric::PeerProblem)> {
+        ShmFabric::connect_peers(self)
+            .into_iter()
+            .map(|(m, e)| (m, crate::hostfabric::PeerProblem { retry: e.is_missing(), message: e.to_string() }))
+            .collect()
+    }
+
+    fn liveness(&self) -> &PeerLiveness {
+        &self.liveness
+    }
+
+    fn name(&self) -> &'static str {
+        "shm"
+    }
+}
+
 impl Fabric for ShmFabric {
     fn post(&mut self, wr: &WorkRequest) {
         let status = self.execute(wr);
