@@ -73,6 +73,10 @@ pub enum PollMode {
     /// Spin for `spin_us`, then sleep until work or a deadline (so that
     /// several replicas and clients can share a small machine).
     Adaptive,
+    /// Busy while leading, adaptive while following: followers' CPUs are
+    /// not on the replication path (DARE), so only the leader needs a core.
+    #[serde(rename = "leader-busy")]
+    LeaderBusy,
 }
 
 impl fmt::Display for PollMode {
@@ -80,6 +84,7 @@ impl fmt::Display for PollMode {
         f.write_str(match self {
             PollMode::Busy => "busy",
             PollMode::Adaptive => "adaptive",
+            PollMode::LeaderBusy => "leader-busy",
         })
     }
 }

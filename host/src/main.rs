@@ -25,6 +25,7 @@ struct Cli {
 enum Poll {
     Busy,
     Adaptive,
+    LeaderBusy,
 }
 
 impl From<Poll> for PollMode {
@@ -32,6 +33,7 @@ impl From<Poll> for PollMode {
         match p {
             Poll::Busy => PollMode::Busy,
             Poll::Adaptive => PollMode::Adaptive,
+            Poll::LeaderBusy => PollMode::LeaderBusy,
         }
     }
 }

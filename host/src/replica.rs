@@ -830,7 +830,12 @@ fn drive<F: HostFabric>(
             last_work = now;
             continue;
         }
-        if m.cluster.poll == PollMode::Adaptive && now.saturating_sub(last_work) >= spin_ns {
+        let may_park = match m.cluster.poll {
+            PollMode::Busy => false,
+            PollMode::Adaptive => true,
+            PollMode::LeaderBusy => r.node.role() != Role::Leader,
+        };
+        if may_park && now.saturating_sub(last_work) >= spin_ns {
             let deadline = r.node.next_deadline();
             let until_ns = deadline.saturating_sub(now);
             let status_ns = next_status.saturating_duration_since(now_i).as_nanos() as u64;
