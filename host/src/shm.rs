@@ -328,6 +328,15 @@ impl Segment {
         Some(unsafe { self.map.as_mut_ptr().add((off + at.offset) as usize) })
     }
 
+    /// Base pointer and length of a region (for registering it with an
+    /// RDMA device). The memory is shared with other processes: access it
+    /// only through atomics, as [`ShmMemory`] does.
+    pub fn region_base(&self, region: RegionId) -> (*mut u8, u64) {
+        let (off, len) = self.regions[region.index()];
+        // SAFETY: `off` lies inside the mapping (checked at creation/open).
+        (unsafe { self.map.as_mut_ptr().add(off as usize) }, len)
+    }
+
     /// Bytes of a region.
     pub fn region_len(&self, region: RegionId) -> u64 {
         self.regions[region.index()].1
