@@ -103,6 +103,8 @@ pub enum KvDecodeError {
     ValueTooLong,
     /// An invalid flag byte.
     BadFlag,
+    /// A CAS on an absent key carried a non-empty placeholder value.
+    UnexpectedValue,
 }
 
 /// Why an operation could not be encoded.
@@ -209,7 +211,11 @@ impl<'a> KvOp<'a> {
             _ => {
                 let expected = match r.u8()? {
                     0 => {
-                        r.value(limits)?;
+                        // "Absent" carries an empty placeholder: anything
+                        // else would be junk stored in the log.
+                        if !r.value(limits)?.is_empty() {
+                            return Err(KvDecodeError::UnexpectedValue);
+                        }
                         None
                     }
                     1 => Some(r.value(limits)?),
@@ -601,6 +607,11 @@ mod tests {
             Err(KvDecodeError::EmptyKey)
         );
         assert_eq!(KvOp::decode(&[], &LIMITS), Err(KvDecodeError::Empty));
+        // CAS-if-absent with junk in its placeholder is not canonical.
+        assert_eq!(
+            KvOp::decode(&[5, 1, 0, b'k', 0, 2, 0, 0, 0, b'j', b'j', 0, 0, 0, 0], &LIMITS),
+            Err(KvDecodeError::UnexpectedValue)
+        );
         // A huge declared length is refused without overflow.
         assert_eq!(
             KvOp::decode(&[2, 1, 0, b'k', 0xFF, 0xFF, 0xFF, 0xFF], &LIMITS),
