@@ -93,7 +93,9 @@ fn default_fabric() -> FabricKind {
     FabricKind::Shm
 }
 fn default_poll() -> PollMode {
-    PollMode::Adaptive
+    // A replica owns its core and busy-polls unless told otherwise; local
+    // clusters on small machines (`verbatim up`, the demo) ask for adaptive.
+    PollMode::Busy
 }
 fn default_spin_us() -> u64 {
     50
@@ -615,7 +617,7 @@ id = 2
         let m = Manifest::parse(BASE, &[]).unwrap();
         assert_eq!(m.member_count(), 3);
         assert_eq!(m.cluster.fabric, FabricKind::Shm);
-        assert_eq!(m.cluster.poll, PollMode::Adaptive);
+        assert_eq!(m.cluster.poll, PollMode::Busy);
         assert!(m.run_dir().ends_with("verbatim-t"));
         assert_eq!(m.core_config(2).self_id, MemberId(2));
         assert!(m.core_config(0).validate().is_ok());
