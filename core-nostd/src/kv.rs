@@ -609,7 +609,10 @@ mod tests {
         assert_eq!(KvOp::decode(&[], &LIMITS), Err(KvDecodeError::Empty));
         // CAS-if-absent with junk in its placeholder is not canonical.
         assert_eq!(
-            KvOp::decode(&[5, 1, 0, b'k', 0, 2, 0, 0, 0, b'j', b'j', 0, 0, 0, 0], &LIMITS),
+            KvOp::decode(
+                &[5, 1, 0, b'k', 0, 2, 0, 0, 0, b'j', b'j', 0, 0, 0, 0],
+                &LIMITS
+            ),
             Err(KvDecodeError::UnexpectedValue)
         );
         // A huge declared length is refused without overflow.

@@ -5,9 +5,9 @@
 
 use crate::config::{Manifest, PollMode};
 use crate::failover::FailoverTracker;
+use crate::hostfabric::HostFabric;
 use crate::kvstore::HashBackend;
 use crate::service::{ServiceHandle, ServiceQueue, ServiceReply, ServiceRequest};
-use crate::hostfabric::HostFabric;
 use crate::shm::{spawn_watcher, PeerLiveness, Segment, ShmFabric, ShmMemory};
 use crate::slots::{SlotKind, SlotRequest, SlotServer, SlotStatus};
 use crate::status::{
@@ -326,11 +326,12 @@ impl<F: HostFabric> Replica<F> {
                     // its process exited (pidfd).
                     if let Some(old) = self.failovers_leader() {
                         let died = self.fabric.liveness().died_at_ns(MemberId(old));
-                        let (lost, by) = if self.fabric.liveness().is_dead(MemberId(old)) && died > 0 {
-                            (died, "pidfd")
-                        } else {
-                            (st.peers[usize::from(old)].row_changed_ns, "heartbeat")
-                        };
+                        let (lost, by) =
+                            if self.fabric.liveness().is_dead(MemberId(old)) && died > 0 {
+                                (died, "pidfd")
+                            } else {
+                                (st.peers[usize::from(old)].row_changed_ns, "heartbeat")
+                            };
                         self.failovers.suspected(now, lost, by);
                     }
                 }
@@ -681,14 +682,42 @@ pub fn run(opts: ReplicaOptions, shutdown: Arc<AtomicBool>) -> Result<(), Replic
         crate::config::FabricKind::Shm => {
             let peer_paths = (0..n).map(|i| m.segment_path(i)).collect();
             let fabric = ShmFabric::new(id, layout, segment.clone(), peer_paths, liveness.clone());
-            drive(opts, shutdown, Setup { segment, memory, clock, layout, placement }, fabric)
+            drive(
+                opts,
+                shutdown,
+                Setup {
+                    segment,
+                    memory,
+                    clock,
+                    layout,
+                    placement,
+                },
+                fabric,
+            )
         }
         crate::config::FabricKind::Verbs => {
             #[cfg(feature = "rdma")]
             {
-                let fabric = crate::verbs::VerbsFabric::start(&m, id, &layout, segment.clone(), liveness.clone())
-                    .map_err(|e| ReplicaError::Config(e.to_string()))?;
-                drive(opts, shutdown, Setup { segment, memory, clock, layout, placement }, fabric)
+                let fabric = crate::verbs::VerbsFabric::start(
+                    &m,
+                    id,
+                    &layout,
+                    segment.clone(),
+                    liveness.clone(),
+                )
+                .map_err(|e| ReplicaError::Config(e.to_string()))?;
+                drive(
+                    opts,
+                    shutdown,
+                    Setup {
+                        segment,
+                        memory,
+                        clock,
+                        layout,
+                        placement,
+                    },
+                    fabric,
+                )
             }
             #[cfg(not(feature = "rdma"))]
             {
@@ -722,7 +751,13 @@ fn drive<F: HostFabric>(
     setup: Setup,
     mut fabric: F,
 ) -> Result<(), ReplicaError> {
-    let Setup { segment, memory, clock, layout, placement } = setup;
+    let Setup {
+        segment,
+        memory,
+        clock,
+        layout,
+        placement,
+    } = setup;
     let m = opts.manifest.clone();
     let id = MemberId(opts.id);
     let member = m.members[usize::from(opts.id)].clone();
@@ -737,7 +772,10 @@ fn drive<F: HostFabric>(
             break;
         }
         if let Some((peer, problem)) = missing.iter().find(|(_, p)| !p.retry) {
-            return Err(ReplicaError::Config(format!("member {}: {}", peer.0, problem.message)));
+            return Err(ReplicaError::Config(format!(
+                "member {}: {}",
+                peer.0, problem.message
+            )));
         }
         if began.elapsed() > opts.connect_timeout || shutdown.load(Ordering::Acquire) {
             tracing::warn!(missing = ?missing.iter().map(|(p, _)| p.0).collect::<Vec<_>>(), "starting without every peer");

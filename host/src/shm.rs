@@ -879,7 +879,15 @@ impl crate::hostfabric::HostFabric for ShmFabric {
     fn connect_peers(&mut self) -> Vec<(MemberId, crate::hostfabric::PeerProblem)> {
         ShmFabric::connect_peers(self)
             .into_iter()
-            .map(|(m, e)| (m, crate::hostfabric::PeerProblem { retry: e.is_missing(), message: e.to_string() }))
+            .map(|(m, e)| {
+                (
+                    m,
+                    crate::hostfabric::PeerProblem {
+                        retry: e.is_missing(),
+                        message: e.to_string(),
+                    },
+                )
+            })
             .collect()
     }
 

@@ -45,7 +45,10 @@ fn mutate(rng: &mut SplitMix64, base: &[u8]) -> Vec<u8> {
 
 #[test]
 fn resp_frames_and_commands_never_panic() {
-    let kv = KvLimits { key_bytes_max: 64, value_bytes_max: 256 };
+    let kv = KvLimits {
+        key_bytes_max: 64,
+        value_bytes_max: 256,
+    };
     let limits = RespLimits::for_kv(&kv);
     let seeds: [&[u8]; 6] = [
         b"*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$5\r\nvalue\r\n",
@@ -78,13 +81,26 @@ fn resp_frames_and_commands_never_panic() {
 
 #[test]
 fn kv_operations_decode_or_refuse() {
-    let limits = KvLimits { key_bytes_max: 16, value_bytes_max: 64 };
+    let limits = KvLimits {
+        key_bytes_max: 16,
+        value_bytes_max: 64,
+    };
     let mut rng = SplitMix64::new(2);
     let mut buf = [0u8; 256];
-    let n = KvOp::Cas { key: b"key", expected: Some(b"old"), new: b"new" }.encode(&mut buf).unwrap();
+    let n = KvOp::Cas {
+        key: b"key",
+        expected: Some(b"old"),
+        new: b"new",
+    }
+    .encode(&mut buf)
+    .unwrap();
     let valid = buf[..n].to_vec();
     for round in 0..ROUNDS {
-        let input = if round % 2 == 0 { random_bytes(&mut rng, 80) } else { mutate(&mut rng, &valid) };
+        let input = if round % 2 == 0 {
+            random_bytes(&mut rng, 80)
+        } else {
+            mutate(&mut rng, &valid)
+        };
         if let Ok(op) = KvOp::decode(&input, &limits) {
             let mut out = [0u8; 256];
             let m = op.encode(&mut out).expect("an accepted operation fits");
@@ -108,13 +124,21 @@ fn manifests_parse_or_name_the_field() {
             Err(e) => assert!(!e.field.is_empty() && !e.message.is_empty()),
         }
     }
-    assert!(accepted > 0, "some mutations (e.g. inside a comment-free value) stay valid");
+    assert!(
+        accepted > 0,
+        "some mutations (e.g. inside a comment-free value) stay valid"
+    );
 }
 
 #[test]
 fn sst_rows_decode_canonically_or_refuse() {
     let mut rng = SplitMix64::new(4);
-    let good = Row { term: 3, apply_index: 9, ..Row::default() }.encode(7);
+    let good = Row {
+        term: 3,
+        apply_index: 9,
+        ..Row::default()
+    }
+    .encode(7);
     for round in 0..ROUNDS {
         let mut words = [0u64; ROW_WORDS];
         if round % 2 == 0 {
@@ -147,7 +171,8 @@ fn client_slots_from_hostile_clients_stay_in_bounds() {
     for _ in 0..2_000 {
         let garbage = random_bytes(&mut rng, layout.clients_bytes);
         mem.write(Addr::new(RegionId::Clients, 0), &garbage);
-        seg.client_pending(0).store(rng.next_u64(), std::sync::atomic::Ordering::Release);
+        seg.client_pending(0)
+            .store(rng.next_u64(), std::sync::atomic::Ordering::Release);
         out.clear();
         server.take_pending(&mut out);
         for r in &out {
