@@ -14,7 +14,7 @@ use crate::history::{KvInput, KvOutput, Operation};
 use crate::kvsm::RecordingKv;
 use crate::loggp::NetParams;
 use crate::memory::SimMemory;
-use crate::net::{LinkWindow, Net, NetEvent, Schedule};
+use crate::net::{Cuts, DelaySpike, LinkWindow, Net, NetEvent, Schedule, Tearing};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use verbatim_core::checksum::Checksum;
@@ -423,8 +423,11 @@ impl Cluster {
             });
         }
         let mut net = Net::new(opts.net, memories, opts.seed);
-        net.tearing = opts.tearing;
+        if opts.tearing {
+            net.faults.push(Box::new(Tearing));
+        }
         let all: Vec<u8> = (0..opts.members).collect();
+        let mut cuts = Cuts::default();
         for f in &opts.faults {
             match f {
                 Fault::Partition {
@@ -435,20 +438,18 @@ impl Cluster {
                 } => {
                     for &a in side {
                         for &b in all.iter().filter(|b| !side.contains(b)) {
-                            net.cuts.push(LinkWindow {
+                            cuts.0.push(LinkWindow {
                                 from: a,
                                 to: b,
                                 start_ns: *from_ns,
                                 end_ns: *to_ns,
-                                extra_ns: 0,
                             });
                             if *symmetric {
-                                net.cuts.push(LinkWindow {
+                                cuts.0.push(LinkWindow {
                                     from: b,
                                     to: a,
                                     start_ns: *from_ns,
                                     end_ns: *to_ns,
-                                    extra_ns: 0,
                                 });
                             }
                         }
@@ -460,16 +461,19 @@ impl Cluster {
                     from_ns,
                     to_ns,
                     extra_ns,
-                } => net.delays.push(LinkWindow {
-                    from: *from,
-                    to: *to,
-                    start_ns: *from_ns,
-                    end_ns: *to_ns,
+                } => net.faults.push(Box::new(DelaySpike {
+                    window: LinkWindow {
+                        from: *from,
+                        to: *to,
+                        start_ns: *from_ns,
+                        end_ns: *to_ns,
+                    },
                     extra_ns: *extra_ns,
-                }),
+                })),
                 _ => {}
             }
         }
+        net.faults.push(Box::new(cuts));
         let mut seeder = SplitMix64::new(opts.seed ^ 0x00C1_1E17);
         let clients = (0..opts.clients)
             .map(|_| Client {

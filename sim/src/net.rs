@@ -26,7 +26,28 @@ use verbatim_core::fabric::{
 use verbatim_core::mem::Memory;
 use verbatim_core::rng::SplitMix64;
 
-/// A directed link fault active in `[start_ns, end_ns)`.
+/// A fault layer of the network (middleware in the spirit of smoltcp's
+/// `FaultInjector`): the network consults every layer for each request,
+/// so layers compose: a partition, a delay spike and tearing can all be
+/// active at once, and a new kind of fault is a new layer. Faults of the
+/// members themselves (crash, zombie, pause, clock drift) are applied by
+/// the scheduler in `cluster`.
+pub trait NetFault: std::fmt::Debug {
+    /// True when the directed link `from → to` drops packets at `t`.
+    fn cut(&self, _from: usize, _to: usize, _t: u64) -> bool {
+        false
+    }
+    /// Extra latency on `from → to` for a request leaving at `t`.
+    fn extra_delay_ns(&self, _from: usize, _to: usize, _t: u64) -> u64 {
+        0
+    }
+    /// True when large writes land word by word (torn placement).
+    fn tears(&self) -> bool {
+        false
+    }
+}
+
+/// A directed link and a time window `[start_ns, end_ns)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LinkWindow {
     /// Source member.
@@ -37,8 +58,6 @@ pub struct LinkWindow {
     pub start_ns: u64,
     /// End (global time).
     pub end_ns: u64,
-    /// Extra latency for delay windows (ignored for cuts).
-    pub extra_ns: u64,
 }
 
 impl LinkWindow {
@@ -47,6 +66,48 @@ impl LinkWindow {
             && usize::from(self.to) == to
             && self.start_ns <= t
             && t < self.end_ns
+    }
+}
+
+/// Partitions: the listed directed links drop everything in their window
+/// (a symmetric partition lists both directions; an asymmetric one only
+/// cuts a side's outgoing links, so its writes may land while their
+/// acknowledgements are lost).
+#[derive(Clone, Debug, Default)]
+pub struct Cuts(pub Vec<LinkWindow>);
+
+impl NetFault for Cuts {
+    fn cut(&self, from: usize, to: usize, t: u64) -> bool {
+        self.0.iter().any(|w| w.covers(from, to, t))
+    }
+}
+
+/// A delay spike on one directed link.
+#[derive(Clone, Copy, Debug)]
+pub struct DelaySpike {
+    /// The link and window.
+    pub window: LinkWindow,
+    /// Added latency.
+    pub extra_ns: u64,
+}
+
+impl NetFault for DelaySpike {
+    fn extra_delay_ns(&self, from: usize, to: usize, t: u64) -> u64 {
+        if self.window.covers(from, to, t) {
+            self.extra_ns
+        } else {
+            0
+        }
+    }
+}
+
+/// Torn placement of large writes.
+#[derive(Clone, Copy, Debug)]
+pub struct Tearing;
+
+impl NetFault for Tearing {
+    fn tears(&self) -> bool {
+        true
     }
 }
 
@@ -126,12 +187,8 @@ pub struct Net {
     pub params: NetParams,
     nics: Vec<Nic>,
     conns: Vec<Conn>,
-    /// Directed link cuts.
-    pub cuts: Vec<LinkWindow>,
-    /// Directed delay spikes.
-    pub delays: Vec<LinkWindow>,
-    /// Torn placement of large writes.
-    pub tearing: bool,
+    /// Fault layers, consulted in order for every request.
+    pub faults: Vec<Box<dyn NetFault>>,
     rng: SplitMix64,
 }
 
@@ -159,9 +216,7 @@ impl Net {
             params,
             nics,
             conns: vec![Conn::default(); n * n * 2],
-            cuts: Vec::new(),
-            delays: Vec::new(),
-            tearing: false,
+            faults: Vec::new(),
             rng: SplitMix64::new(seed ^ 0x4E45_5457),
         }
     }
@@ -192,15 +247,18 @@ impl Net {
     }
 
     fn cut(&self, from: usize, to: usize, t: u64) -> bool {
-        self.cuts.iter().any(|w| w.covers(from, to, t))
+        self.faults.iter().any(|f| f.cut(from, to, t))
     }
 
     fn extra_delay(&self, from: usize, to: usize, t: u64) -> u64 {
-        self.delays
+        self.faults
             .iter()
-            .filter(|w| w.covers(from, to, t))
-            .map(|w| w.extra_ns)
+            .map(|f| f.extra_delay_ns(from, to, t))
             .sum()
+    }
+
+    fn tearing(&self) -> bool {
+        self.faults.iter().any(|f| f.tears())
     }
 
     /// Crashes a member's NIC: memory gone, requests to it time out.
@@ -341,7 +399,7 @@ impl Net {
         };
         let half_wire = self.wire_ns(&wr.op) / 2;
         let extra = self.extra_delay(src, dst, depart_ns);
-        let spread = if self.tearing && data.as_ref().is_some_and(|d| d.len() > 8) {
+        let spread = if self.tearing() && data.as_ref().is_some_and(|d| d.len() > 8) {
             self.rng.range_inclusive(1, 2 * half_wire.max(1))
         } else {
             0

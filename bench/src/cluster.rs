@@ -1,0 +1,281 @@
+//! Local clusters for the benchmarks: [`LocalCluster`] with the bench's
+//! pins and poll mode, registered with the Ctrl-C handler, plus the core
+//! and port choices shared by every benchmark.
+
+use crate::setup::TimingUs;
+use crate::{BenchError, Result};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+use verbatim_host::client::{Client, ClientOptions, Transport, Wait};
+use verbatim_host::config::PollMode;
+use verbatim_host::local::{LocalCluster, LocalOptions};
+use verbatim_host::status::Snapshot;
+
+/// How long a cluster may take to start (every replica answering).
+pub const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a first leader may take.
+pub const LEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How replicas are run.
+#[derive(Clone, Debug)]
+pub struct ClusterSpec {
+    /// The `verbatim` binary (a release build for real numbers).
+    pub binary: PathBuf,
+    /// Poll mode of every replica.
+    pub poll: PollMode,
+    /// Cores the replicas are pinned to, round-robin (empty: unpinned).
+    pub replica_cores: Vec<usize>,
+    /// Extra `--set` overrides.
+    pub overrides: Vec<String>,
+}
+
+static CLUSTER_SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A running local cluster; dropping it stops its replicas and removes
+/// their segments, sockets and logs.
+pub struct BenchCluster {
+    inner: LocalCluster,
+    owner: u64,
+}
+
+impl BenchCluster {
+    /// Starts `replicas` replicas; with `resp`, each listens for RESP on a
+    /// free loopback port (the leader's is [`BenchCluster::resp_addr`]).
+    pub fn start(spec: &ClusterSpec, replicas: u8, resp: bool) -> Result<BenchCluster> {
+        crate::signals::check()?;
+        let seq = CLUSTER_SEQ.fetch_add(1, Ordering::Relaxed);
+        let name = format!("vb{}x{seq}", std::process::id());
+        let base_port = if resp {
+            free_port_range(replicas)?
+        } else {
+            0
+        };
+        let inner = LocalCluster::start(
+            &LocalOptions {
+                name,
+                replicas,
+                base_port,
+                poll: spec.poll,
+                cores: spec.replica_cores.clone(),
+                overrides: spec.overrides.clone(),
+                binary: spec.binary.clone(),
+            },
+            START_TIMEOUT,
+        )
+        .map_err(BenchError::Cluster)?;
+        let pids = (0..replicas).filter_map(|id| inner.pid(id)).collect();
+        let mut paths: Vec<PathBuf> = (0..replicas)
+            .flat_map(|id| {
+                [
+                    inner.manifest.segment_path(id),
+                    inner.manifest.status_socket(id),
+                ]
+            })
+            .collect();
+        paths.push(inner.manifest_path.clone());
+        let owner = crate::signals::register(pids, paths);
+        tracing::debug!(cluster = %inner.manifest.cluster.name, replicas, "cluster started");
+        Ok(BenchCluster { inner, owner })
+    }
+
+    /// The cluster.
+    pub fn local(&self) -> &LocalCluster {
+        &self.inner
+    }
+
+    /// The cluster, mutably (to kill replicas).
+    pub fn local_mut(&mut self) -> &mut LocalCluster {
+        &mut self.inner
+    }
+
+    /// Waits for a leader above `min_term` that has committed in its term.
+    pub fn wait_leader(&self, min_term: u64, timeout: Duration) -> Result<(u8, u64)> {
+        let began = Instant::now();
+        loop {
+            crate::signals::check()?;
+            let left = timeout.saturating_sub(began.elapsed());
+            match self
+                .inner
+                .wait_leader(min_term, left.min(Duration::from_millis(200)))
+            {
+                Ok(l) => return Ok(l),
+                Err(e) if left.is_zero() => return Err(BenchError::Cluster(e)),
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// The status of one replica (`None` if it does not answer within
+    /// `timeout`; a stopped replica never does).
+    pub fn status_of(&self, id: u8, timeout: Duration) -> Option<Snapshot> {
+        verbatim_host::status_server::query(&self.inner.manifest.status_socket(id), timeout).ok()
+    }
+
+    /// The RESP address of a replica.
+    pub fn resp_addr(&self, id: u8) -> Option<String> {
+        self.inner.manifest.members[usize::from(id)]
+            .resp_addr
+            .clone()
+    }
+
+    /// The protocol timing the replicas run with.
+    pub fn timing(&self) -> TimingUs {
+        timing_of(&self.inner.manifest)
+    }
+
+    /// A shared-memory client of this cluster.
+    pub fn shm_client(&self, wait: Wait, attempt_timeout: Duration) -> Client {
+        Client::new(
+            &self.inner.manifest,
+            ClientOptions {
+                transport: Transport::Shm,
+                wait,
+                attempt_timeout,
+                total_timeout: Duration::from_secs(10),
+                client_id: None,
+            },
+        )
+    }
+}
+
+impl Drop for BenchCluster {
+    fn drop(&mut self) {
+        self.inner.stop();
+        let _ = std::fs::remove_dir_all(self.inner.log_dir());
+        crate::signals::unregister(self.owner);
+    }
+}
+
+/// The timing section of a manifest, in the report's terms.
+pub fn timing_of(m: &verbatim_host::config::Manifest) -> TimingUs {
+    TimingUs {
+        heartbeat_period_us: m.timing.heartbeat_period_us,
+        fd_check_period_us: m.timing.fd_check_period_us,
+        fd_check_period_max_us: m.timing.fd_check_period_max_us,
+        election_timeout_min_us: m.timing.election_timeout_min_us,
+        election_timeout_max_us: m.timing.election_timeout_max_us,
+    }
+}
+
+/// The timing a local manifest with these overrides would have (for the
+/// setup record, before any cluster starts).
+pub fn timing_with(overrides: &[String]) -> TimingUs {
+    let m = verbatim_host::config::Manifest::local("probe", 3, 0);
+    let text = m.to_toml();
+    match verbatim_host::config::Manifest::parse(&text, overrides) {
+        Ok(m) => timing_of(&m),
+        Err(_) => timing_of(&m),
+    }
+}
+
+/// `n` consecutive free TCP ports on 127.0.0.1 (checked by binding).
+pub fn free_port_range(n: u8) -> Result<u16> {
+    let start = 20_000 + (std::process::id() % 2_000) as u16 * 16;
+    let mut base = start;
+    for _ in 0..2_000 {
+        let all_free = (0..u16::from(n)).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok());
+        if all_free {
+            return Ok(base);
+        }
+        base = if base > 60_000 { 20_000 } else { base + 16 };
+    }
+    Err(BenchError::Cluster(format!(
+        "no {n} consecutive free ports on 127.0.0.1"
+    )))
+}
+
+/// One free TCP port on 127.0.0.1.
+pub fn free_port() -> Result<u16> {
+    let l = TcpListener::bind(("127.0.0.1", 0)).map_err(|e| BenchError::Io {
+        path: "127.0.0.1:0".into(),
+        source: e,
+    })?;
+    Ok(l.local_addr().map(|a| a.port()).unwrap_or(0))
+}
+
+/// Online CPU ids.
+pub fn core_ids() -> Vec<usize> {
+    core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| c.id)
+        .collect()
+}
+
+/// The default placement: replicas on the last core, the client on the
+/// first (a client sharing the leader's core pays two context switches
+/// per request). On one core, nothing is pinned.
+pub fn default_cores() -> (Vec<usize>, Option<usize>) {
+    let ids = core_ids();
+    match ids.len() {
+        0 | 1 => (Vec::new(), None),
+        n => (vec![ids[n - 1]], Some(ids[0])),
+    }
+}
+
+/// Cores not used by replicas, for client threads.
+pub fn client_cores(replica_cores: &[usize]) -> Vec<usize> {
+    core_ids()
+        .into_iter()
+        .filter(|c| !replica_cores.contains(c))
+        .collect()
+}
+
+/// Pins the calling thread to `core` (no-op for `None`); false if the
+/// kernel refused.
+pub fn pin_current(core: Option<usize>) -> bool {
+    match core {
+        Some(id) => core_affinity::set_for_current(core_affinity::CoreId { id }),
+        None => true,
+    }
+}
+
+/// Runs `f` on a new thread pinned to `core`, and returns its result.
+pub fn run_pinned<T: Send + 'static>(
+    core: Option<usize>,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    std::thread::spawn(move || {
+        if !pin_current(core) {
+            tracing::warn!(?core, "could not pin the client thread");
+        }
+        f()
+    })
+    .join()
+    .unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
+/// The replica binary: `--binary`, else `$VERBATIM_BIN`, else the
+/// `verbatim` next to this executable.
+pub fn resolve_binary(given: Option<&Path>) -> Result<PathBuf> {
+    let path = given
+        .map(Path::to_path_buf)
+        .or_else(|| std::env::var_os("VERBATIM_BIN").map(PathBuf::from))
+        .or_else(verbatim_host::local::find_binary);
+    match path {
+        Some(p) if p.is_file() => Ok(p),
+        other => Err(BenchError::NoBinary(other)),
+    }
+}
+
+/// "release" or "debug", from the binary's path under `target/`.
+pub fn build_of(binary: &Path) -> String {
+    let s = binary.to_string_lossy();
+    if s.contains("/release/") {
+        "release".into()
+    } else if s.contains("/debug/") {
+        "debug".into()
+    } else {
+        "unknown".into()
+    }
+}
+
+/// Name of a wait mode.
+pub fn wait_name(w: Wait) -> &'static str {
+    match w {
+        Wait::Spin => "spin",
+        Wait::Yield => "yield",
+    }
+}
