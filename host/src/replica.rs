@@ -678,51 +678,31 @@ pub fn run(opts: ReplicaOptions, shutdown: Arc<AtomicBool>) -> Result<(), Replic
     let liveness = Arc::new(PeerLiveness::default());
     let _watcher = spawn_watcher(liveness.clone(), segment.clone(), clock)
         .map_err(io("starting the pidfd watcher".into()))?;
+    let setup = Setup {
+        segment: segment.clone(),
+        memory,
+        clock,
+        layout,
+        placement,
+    };
     match m.cluster.fabric {
         crate::config::FabricKind::Shm => {
             let peer_paths = (0..n).map(|i| m.segment_path(i)).collect();
-            let fabric = ShmFabric::new(id, layout, segment.clone(), peer_paths, liveness.clone());
-            drive(
-                opts,
-                shutdown,
-                Setup {
-                    segment,
-                    memory,
-                    clock,
-                    layout,
-                    placement,
-                },
-                fabric,
-            )
+            let fabric = ShmFabric::new(id, layout, segment, peer_paths, liveness);
+            drive(opts, shutdown, setup, fabric)
         }
         crate::config::FabricKind::Verbs => {
             #[cfg(feature = "rdma")]
             {
-                let fabric = crate::verbs::VerbsFabric::start(
-                    &m,
-                    id,
-                    &layout,
-                    segment.clone(),
-                    liveness.clone(),
-                )
-                .map_err(|e| ReplicaError::Config(e.to_string()))?;
-                drive(
-                    opts,
-                    shutdown,
-                    Setup {
-                        segment,
-                        memory,
-                        clock,
-                        layout,
-                        placement,
-                    },
-                    fabric,
-                )
+                let fabric = crate::verbs::VerbsFabric::start(&m, id, &layout, segment, liveness)
+                    .map_err(|e| ReplicaError::Config(e.to_string()))?;
+                drive(opts, shutdown, setup, fabric)
             }
             #[cfg(not(feature = "rdma"))]
             {
-                let _ = (memory, clock, placement);
+                drop(liveness);
                 segment.unlink();
+                let _ = setup;
                 Err(ReplicaError::Config(
                     "fabric = \"verbs\" needs a build with RDMA support: \
                      `cargo build --release -p verbatim-host --features rdma` (it needs rdma-core: \

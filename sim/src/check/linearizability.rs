@@ -395,6 +395,7 @@ struct KeyOp {
 struct Frame {
     op: u32,
     state: u32,
+    run_base: u32,
     first_call: u32,
     first_ret: u32,
 }
@@ -499,16 +500,14 @@ fn search(ops: &[KeyOp], n_answered: usize, values: &mut Values, budget: u64) ->
         hash: 0,
     };
     let mut memo = Memo::new();
-    // The model state (a value id).
+    // The model state (a value id) and, while the operations applied last
+    // are unanswered, the state before that run of them (else NO_RUN).
     let mut state = 0u32;
-    // While the operations applied last are unanswered (a run): the states
-    // before each of them, oldest first. Part of the configuration.
-    let mut run: Vec<u32> = Vec::new();
-    // Scratch for the run of a child configuration.
-    let mut child_run: Vec<u32> = Vec::new();
-    // Whether some minimal answered operation is invalid in the current
-    // state and every state of the run (None: not computed yet for this
-    // configuration); only then may an unanswered operation be applied.
+    let mut run_base = NO_RUN;
+    // Whether some minimal answered operation is invalid both in the
+    // current state and before the run (None: not computed yet for this
+    // configuration); only then may an unanswered operation be applied,
+    // since a run must end with such an operation.
     let mut stuck: Option<bool> = None;
     // First pending answered operation in invocation order / in response
     // order.
@@ -541,15 +540,14 @@ fn search(ops: &[KeyOp], n_answered: usize, values: &mut Values, budget: u64) ->
         if cursor < n_answered {
             choice = next_zero(&done.answered, cursor.max(first_call), upper_answered);
         }
-        if choice.is_none() {
+        if choice.is_none() && n_answered < n {
             let stuck = *stuck.get_or_insert_with(|| {
                 let mut a = first_call;
                 while let Some(v) = next_zero(&done.answered, a, upper_answered) {
                     let t = ops[v].transition;
-                    if run
-                        .iter()
-                        .chain([&state])
-                        .all(|&s| matches!(values.apply(t, s), Next::Invalid))
+                    if matches!(values.apply(t, state), Next::Invalid)
+                        && (run_base == NO_RUN
+                            || matches!(values.apply(t, run_base), Next::Invalid))
                     {
                         return true;
                     }
@@ -570,24 +568,10 @@ fn search(ops: &[KeyOp], n_answered: usize, values: &mut Values, budget: u64) ->
             let Some(frame) = stack.pop() else {
                 return outcome(KeyOutcome::Violation, steps);
             };
-            memo.record_failure(&done, state, &run);
+            memo.record_failure(&done, state, run_base);
             done.flip(frame.op as usize, &zobrist);
             state = frame.state;
-            if frame.op as usize >= n_answered {
-                run.pop();
-            } else {
-                // The run before the answered operation: the unanswered
-                // frames below it.
-                run.clear();
-                run.extend(
-                    stack
-                        .iter()
-                        .rev()
-                        .take_while(|f| f.op as usize >= n_answered)
-                        .map(|f| f.state),
-                );
-                run.reverse();
-            }
+            run_base = frame.run_base;
             stuck = None;
             first_call = frame.first_call as usize;
             first_ret = frame.first_ret as usize;
@@ -601,7 +585,7 @@ fn search(ops: &[KeyOp], n_answered: usize, values: &mut Values, budget: u64) ->
         // operations no blind write (it would hide the run), the earliest
         // of identical ones first, and none that changes nothing.
         if unanswered {
-            if !run.is_empty() && transition.is_blind() {
+            if run_base != NO_RUN && transition.is_blind() {
                 continue;
             }
             if previous_same[i - n_answered]
@@ -619,34 +603,37 @@ fn search(ops: &[KeyOp], n_answered: usize, values: &mut Values, budget: u64) ->
             Next::Exhausted => return outcome(KeyOutcome::Unknown, steps),
             Next::To(next) => next,
         };
-        child_run.clear();
-        if unanswered {
+        let next_run_base = if unanswered {
             if next == state {
                 continue;
             }
-            child_run.extend_from_slice(&run);
-            child_run.push(state);
-        } else if run
-            .iter()
-            .any(|&s| !matches!(values.apply(transition, s), Next::Invalid))
-        {
+            if run_base == NO_RUN {
+                state
+            } else {
+                run_base
+            }
+        } else {
             // A run of unanswered operations must be needed: the answered
-            // operation after it must be impossible before any of it.
-            continue;
-        }
+            // operation after it must be impossible without it.
+            if run_base != NO_RUN && !matches!(values.apply(transition, run_base), Next::Invalid) {
+                continue;
+            }
+            NO_RUN
+        };
         done.flip(i, &zobrist);
-        if memo.dominated(&done, next, &child_run) {
+        if memo.dominated(&done, next, next_run_base) {
             done.flip(i, &zobrist);
             continue;
         }
         stack.push(Frame {
             op: i as u32,
             state,
+            run_base,
             first_call: first_call as u32,
             first_ret: first_ret as u32,
         });
         state = next;
-        std::mem::swap(&mut run, &mut child_run);
+        run_base = next_run_base;
         stuck = None;
         cursor = 0;
         while first_call < n_answered && is_set(&done.answered, first_call) {
@@ -657,6 +644,9 @@ fn search(ops: &[KeyOp], n_answered: usize, values: &mut Values, budget: u64) ->
         }
     }
 }
+
+/// `run_base` when the last operation applied was answered.
+const NO_RUN: u32 = u32::MAX;
 
 /// The operations linearized so far, answered and unanswered apart: they
 /// play different roles in the memo.
@@ -729,8 +719,6 @@ struct Memo {
     failures: Vec<Failure>,
     /// Trimmed bitsets, back to back.
     words: Vec<u64>,
-    /// Runs of failures, back to back.
-    runs: Vec<u32>,
 }
 
 struct Group {
@@ -752,9 +740,7 @@ struct Failure {
     /// Index of the first stored word (all words before it are zero).
     low: u32,
     len: u32,
-    /// The run it was reached by (empty: none), in `Memo::runs`.
-    run_offset: usize,
-    run_len: u32,
+    run_base: u32,
 }
 
 impl Memo {
@@ -764,7 +750,6 @@ impl Memo {
             groups: Vec::new(),
             failures: Vec::new(),
             words: Vec::new(),
-            runs: Vec::new(),
         }
     }
 
@@ -798,7 +783,7 @@ impl Memo {
     }
 
     /// Is the configuration a known dead end or subsumed by one?
-    fn dominated(&self, done: &Done, state: u32, run: &[u32]) -> bool {
+    fn dominated(&self, done: &Done, state: u32, run_base: u32) -> bool {
         let (_, g) = self.find(done, state);
         if g == 0 {
             return false;
@@ -807,9 +792,7 @@ impl Memo {
         while f != 0 {
             let failure = &self.failures[f as usize - 1];
             let words = &self.words[failure.offset..failure.offset + failure.len as usize];
-            if (failure.run_len == 0
-                || self.runs[failure.run_offset..failure.run_offset + failure.run_len as usize]
-                    == *run)
+            if (failure.run_base == NO_RUN || failure.run_base == run_base)
                 && words
                     .iter()
                     .zip(&done.unanswered[failure.low as usize..])
@@ -823,7 +806,7 @@ impl Memo {
     }
 
     /// Records the configuration as a dead end.
-    fn record_failure(&mut self, done: &Done, state: u32, run: &[u32]) {
+    fn record_failure(&mut self, done: &Done, state: u32, run_base: u32) {
         if self.failures.len() >= u32::MAX as usize - 1
             || self.groups.len() >= u32::MAX as usize - 1
         {
@@ -856,10 +839,8 @@ impl Memo {
             next: group.head,
             low: low as u32,
             len: trimmed.len() as u32,
-            run_offset: self.runs.len(),
-            run_len: run.len() as u32,
+            run_base,
         });
-        self.runs.extend_from_slice(run);
         group.head = self.failures.len() as u32;
         self.words.extend_from_slice(trimmed);
     }
