@@ -16,3 +16,5 @@ pub mod status;
 pub mod status_server;
 pub mod tcp;
 pub mod topology;
+#[cfg(feature = "rdma")]
+pub mod verbs;

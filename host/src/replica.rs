@@ -694,8 +694,12 @@ pub fn run(opts: ReplicaOptions, shutdown: Arc<AtomicBool>) -> Result<(), Replic
         crate::config::FabricKind::Verbs => {
             #[cfg(feature = "rdma")]
             {
-                let fabric = crate::verbs::VerbsFabric::start(&m, id, &layout, segment, liveness)
-                    .map_err(|e| ReplicaError::Config(e.to_string()))?;
+                let fabric =
+                    crate::verbs::VerbsFabric::start(&m, id, &layout, segment.clone(), liveness)
+                        .map_err(|e| {
+                            segment.unlink();
+                            ReplicaError::Config(e.to_string())
+                        })?;
                 drive(opts, shutdown, setup, fabric)
             }
             #[cfg(not(feature = "rdma"))]

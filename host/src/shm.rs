@@ -596,7 +596,12 @@ impl PeerLiveness {
         self.watch.lock().expect("watch list").push((m, pid));
     }
 
-    fn mark_dead(&self, m: MemberId) {
+    /// Reports a peer's process gone (a fabric that learns it another way
+    /// than a pidfd, e.g. its connection closed by the peer's kernel).
+    pub fn mark_dead(&self, m: MemberId) {
+        if m.index() >= MAX_MEMBERS {
+            return;
+        }
         if !self.dead[m.index()].swap(true, Ordering::AcqRel) {
             self.newly_dead.fetch_or(1 << m.0, Ordering::AcqRel);
         }

@@ -58,13 +58,13 @@ impl ShmHarness {
         let clock = Instant::now();
         let mut fabrics = Vec::new();
         let mut liveness = Vec::new();
-        for i in 0..3 {
+        for (i, seg) in segs.iter().enumerate() {
             let live = Arc::new(PeerLiveness::default());
-            spawn_watcher(live.clone(), segs[i].clone(), clock).expect("watcher");
+            spawn_watcher(live.clone(), seg.clone(), clock).expect("watcher");
             let mut f = ShmFabric::new(
                 MemberId(i as u8),
                 layout,
-                segs[i].clone(),
+                seg.clone(),
                 paths.clone(),
                 live.clone(),
             );

@@ -165,7 +165,7 @@ fn the_stale_read_scenario_is_fine_without_the_mutation() {
 }
 
 #[test]
-fn model_mode_tracks_darEs_analytical_bounds() {
+fn model_mode_tracks_dares_analytical_bounds() {
     let rows = verbatim_sim::model::run_model();
     assert_eq!(rows.len(), 18);
     for r in &rows {

@@ -1,0 +1,1332 @@
+//! The ibverbs fabric (feature `rdma`): the core's one-sided operations as
+//! real RDMA WRITE, READ, compare-and-swap and fetch-and-add on reliable
+//! connections (RoCE v2 or InfiniBand; tested on Soft-RoCE, see
+//! `scripts/softroce-vm`).
+//!
+//! # Resources
+//! One device context, one protection domain, and the replica's segment
+//! registered region by region: `Control` with remote read, write and
+//! atomics for every member; `Scratch`, `Sessions` and `Clients` local
+//! only; `Log` once locally, plus **one registration per granted peer**
+//! (its own rkey), so that revoking a peer deregisters exactly its key.
+//!
+//! # Queue pairs
+//! For every peer and each [`Channel`] (DARE §3.1.2: control and log) there
+//! are two RC queue pairs per member, one per direction: an *outbound* QP
+//! on which we post (it accepts no incoming operation at all) and an
+//! *inbound* QP that answers the peer's requests. Directional pairs keep
+//! the consequences of a revoke on the revoked direction: when we refuse a
+//! peer's log write, rxe moves our responder QP to ERROR, and with a
+//! shared bidirectional QP that would also flush our own requests to that
+//! peer. Per-channel ordering is the RC ordering of the outbound QP.
+//!
+//! # Revocation (DARE §3.2.1)
+//! `set_access(peer, Log, Revoked)` first clears the inbound log QP's
+//! access flags (RTS → RTS; later requests are answered with a NAK, which
+//! the peer sees as `REM_INV_REQ_ERR` → [`WcStatus::AccessDenied`], and
+//! memory stays untouched: observed on rxe), then deregisters the peer's
+//! log region. `ibv_dereg_mr` returns only once the device no longer uses
+//! the key: rxe drops the key from its pool and waits for the requests
+//! that hold a reference to the region (a write being executed when the
+//! flags changed), a hardware device destroys the key in firmware. So when
+//! `set_access` returns, no write from that peer lands. A grant registers
+//! a fresh region and pushes its rkey to the peer over the exchange
+//! connection before returning; a reconnect also carries the current rkey.
+//!
+//! # Completions
+//! Every work request is signalled and its completion comes back exactly
+//! once: from the device (mapped from `ibv_wc_status`), or, for requests
+//! the fabric refuses itself (out of bounds, unknown peer, channel already
+//! broken), synthesised and queued *behind* the requests still in flight on
+//! that channel, so per-channel order holds for errors too.
+//!
+//! # Peer death
+//! A dead peer's QPs are gone: our requests time out (`timeout` and
+//! `retry_cnt` below: about 30 ms under rxe) and complete
+//! `RETRY_EXC_ERR` → [`WcStatus::Unreachable`], which the core treats as
+//! a suspicion. The fabric does not watch peer processes (peers are on
+//! other hosts in general), so [`HostFabric::liveness`] only reports what
+//! the host's own watcher learns.
+
+mod device;
+pub mod wire;
+
+pub use device::{device_names, AccessFlags, Context, PortInfo, VerbsError};
+
+use crate::config::Manifest;
+use crate::hostfabric::{HostFabric, PeerProblem};
+use crate::shm::{PeerLiveness, Segment};
+use device::{Cq, Mr, Pd, Qp, QpEndpoint, RcParams, SendOp, Wc};
+use std::collections::VecDeque;
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use verbatim_core::fabric::{
+    Access, Channel, Completion, Fabric, FabricError, MemberId, Op, RegionId, WcStatus,
+    WorkRequest, INLINE_BYTES_MAX, MAX_MEMBERS,
+};
+use verbatim_core::layout::Layout;
+use verbatim_core::node::INFLIGHT_CAP;
+use wire::{Msg, WireError, WireQp, WireRegion};
+
+// The ACK timeout and retry count come from `[members.verbs]`
+// (`qp_timeout`, `qp_retry_count`; defaults 10 and 3: a dead peer shows
+// after about 17–30 ms, 30 ms measured under rxe).
+/// RNR retries: 7 means "forever"; we post no receives, so none happen.
+pub const QP_RNR_RETRY: u8 = 7;
+/// Depth of each outbound send queue: the core never has more than
+/// `INFLIGHT_CAP` requests in flight in total.
+const SEND_QUEUE_DEPTH: u32 = INFLIGHT_CAP as u32 + 16;
+/// Entries of the outbound completion queue, and the bound on requests in
+/// flight through this fabric: one entry per signalled request, so the
+/// queue cannot overflow.
+const CQ_ENTRIES: usize = 2 * INFLIGHT_CAP;
+/// How long a request on the exchange connection may take.
+const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long dialling a peer's exchange address may take.
+const DIAL_TIMEOUT: Duration = Duration::from_millis(200);
+/// Wait between dial attempts to a peer that did not answer.
+const DIAL_BACKOFF: Duration = Duration::from_millis(100);
+/// Poll period of the exchange threads for the stop flag.
+const EXCHANGE_TICK: Duration = Duration::from_millis(50);
+/// Bound on draining a channel's requests before a reconnect.
+const DRAIN_WAIT: Duration = Duration::from_secs(2);
+
+/// Why the fabric could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The manifest lacks what the fabric needs.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// A verb failed.
+    #[error(transparent)]
+    Verbs(#[from] VerbsError),
+    /// The exchange address could not be bound.
+    #[error("cannot listen on exchange_addr {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A region of ours, registered.
+struct LocalRegion {
+    base: u64,
+    len: u64,
+    mr: Mr,
+}
+
+/// What a peer's listening side knows about it (inbound QPs, its log
+/// registration), shared between the poll thread and the exchange threads.
+#[derive(Default)]
+struct Inbound {
+    /// Our responder QPs for the peer's channels.
+    qp: [Option<Qp>; 2],
+    /// The peer's own registration of our log, while granted.
+    log_mr: Option<Mr>,
+    /// Bumped by every grant and revoke.
+    epoch: u64,
+    /// Set once the peer said hello.
+    hello: bool,
+}
+
+/// What we know of a peer's log region (from its grants and connects).
+#[derive(Clone, Copy, Default)]
+struct RemoteLog {
+    region: WireRegion,
+}
+
+/// State shared with the exchange threads.
+struct Shared {
+    me: MemberId,
+    members: u8,
+    layout_hash: u64,
+    incarnation: u64,
+    pd: Arc<Pd>,
+    in_cq: Arc<Cq>,
+    rc: RcParams,
+    local_qp: LocalQpInfo,
+    control: WireRegion,
+    log_base: u64,
+    log_len: u64,
+    inbound: Vec<Mutex<Inbound>>,
+    remote_log: Vec<Mutex<RemoteLog>>,
+    stop: AtomicBool,
+    /// Accepted connections (a clone to shut down) and their threads.
+    served: Mutex<Vec<(TcpStream, std::thread::JoinHandle<()>)>>,
+    /// Keeps the registered memory mapped; dropped after every region.
+    _segment: Arc<Segment>,
+    /// Where a peer's end of its exchange connection closing is reported:
+    /// the kernel closes a dead process's sockets, so this is a
+    /// process-exit notification that works across hosts.
+    liveness: Arc<PeerLiveness>,
+}
+
+/// Our port's addressing, sent with every QP.
+#[derive(Clone, Copy)]
+struct LocalQpInfo {
+    lid: u16,
+    gid: [u8; 16],
+    mtu: u8,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panicking exchange thread must not take the fabric down with it:
+    // the data behind these locks stays consistent at every await point.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn fresh_psn(salt: u32) -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    (t ^ salt.wrapping_mul(0x9E37_79B9)) & 0x00FF_FFFF
+}
+
+impl Shared {
+    fn wire_qp(&self, qp: &Qp, psn: u32) -> WireQp {
+        WireQp {
+            qpn: qp.qpn(),
+            psn,
+            lid: self.local_qp.lid,
+            gid: self.local_qp.gid,
+            mtu: self.local_qp.mtu,
+        }
+    }
+
+    fn rc_towards(&self, remote: &WireQp) -> RcParams {
+        let mut p = self.rc;
+        p.mtu = p.mtu.min(u32::from(remote.mtu));
+        p
+    }
+
+    /// Our log as the peer `m` may see it now.
+    fn log_for(&self, inbound: &Inbound) -> WireRegion {
+        WireRegion {
+            addr: self.log_base,
+            len: self.log_len,
+            rkey: inbound.log_mr.as_ref().map_or(0, Mr::rkey),
+            granted: inbound.log_mr.is_some(),
+            epoch: inbound.epoch,
+        }
+    }
+
+    /// Builds our responder QP for `peer`'s channel, connected to `remote`.
+    fn accept_channel(
+        &self,
+        peer: MemberId,
+        channel: Channel,
+        remote: &WireQp,
+    ) -> Result<Msg, VerbsError> {
+        let mut inbound = lock(&self.inbound[peer.index()]);
+        // The old responder QP (if any) is destroyed: the peer reconnects
+        // only once its side of the channel has drained.
+        inbound.qp[channel.index()] = None;
+        let qp = Qp::new(&self.pd, &self.in_cq, &self.in_cq, 1, 0)?;
+        let access = match channel {
+            Channel::Control => AccessFlags::QP_REMOTE_ALL,
+            Channel::Log if inbound.log_mr.is_some() => AccessFlags::QP_REMOTE_ALL,
+            Channel::Log => AccessFlags::QP_NONE,
+        };
+        let psn = fresh_psn(qp.qpn());
+        let rc = self.rc_towards(remote);
+        qp.to_init(rc.port, access)?;
+        qp.to_rtr(
+            &rc,
+            &QpEndpoint {
+                qpn: remote.qpn,
+                psn: remote.psn,
+                lid: remote.lid,
+                gid: remote.gid,
+            },
+        )?;
+        qp.to_rts(&rc, psn)?;
+        let reply = Msg::Connected {
+            qp: self.wire_qp(&qp, psn),
+            control: self.control,
+            log: self.log_for(&inbound),
+        };
+        inbound.qp[channel.index()] = Some(qp);
+        Ok(reply)
+    }
+
+    fn note_remote_log(&self, peer: MemberId, log: WireRegion) {
+        let mut r = lock(&self.remote_log[peer.index()]);
+        if log.epoch >= r.region.epoch {
+            r.region = log;
+        }
+    }
+}
+
+/// Answers one dialling peer's requests until it hangs up.
+fn serve(shared: Arc<Shared>, mut stream: TcpStream) {
+    // Blocking reads: the fabric's Drop shuts the socket down to stop us.
+    let _ = stream.set_nodelay(true);
+    let _ = stream.set_write_timeout(Some(EXCHANGE_TIMEOUT));
+    let mut peer: Option<MemberId> = None;
+    loop {
+        if shared.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let msg = match wire::recv(&mut stream) {
+            Ok(m) => m,
+            Err(WireError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                if let Some(p) = peer {
+                    tracing::info!(peer = p.0, "exchange connection closed by the peer");
+                    if !shared.stop.load(Ordering::Acquire) {
+                        shared.liveness.mark_dead(p);
+                    }
+                }
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(peer = ?peer.map(|p| p.0), error = %e, "exchange: dropping a malformed connection");
+                return;
+            }
+        };
+        let reply = match (msg, peer) {
+            (
+                Msg::Hello {
+                    magic,
+                    version,
+                    from,
+                    to,
+                    members,
+                    layout_hash,
+                    incarnation: _,
+                },
+                _,
+            ) => {
+                let refuse = if magic != wire::MAGIC {
+                    Some("not a verbatim exchange connection".to_string())
+                } else if version != wire::VERSION {
+                    Some(format!(
+                        "exchange protocol version {version}, this member speaks {}",
+                        wire::VERSION
+                    ))
+                } else if to != shared.me.0 {
+                    Some(format!(
+                        "this exchange address belongs to member {}, not {to} (check exchange_addr in the manifest)",
+                        shared.me.0
+                    ))
+                } else if members != shared.members || from >= members || from == shared.me.0 {
+                    Some(format!(
+                        "member {from} of a group of {members}; this member is {} of {}",
+                        shared.me.0, shared.members
+                    ))
+                } else if layout_hash != shared.layout_hash {
+                    Some(format!(
+                        "layout mismatch: member {from} has layout hash {layout_hash:#018x}, member {} has {:#018x}; every member must run with the same [cluster] settings (log_ring_bytes, value_bytes_max, session_slot_count, client_slot_count)",
+                        shared.me.0, shared.layout_hash
+                    ))
+                } else {
+                    None
+                };
+                match refuse {
+                    Some(reason) => {
+                        tracing::warn!(%reason, "exchange: refused a peer");
+                        let _ = wire::send(&mut stream, &Msg::Refuse { reason });
+                        return;
+                    }
+                    None => {
+                        let p = MemberId(from);
+                        peer = Some(p);
+                        lock(&shared.inbound[p.index()]).hello = true;
+                        Msg::HelloOk {
+                            incarnation: shared.incarnation,
+                        }
+                    }
+                }
+            }
+            (_, None) => {
+                tracing::warn!("exchange: request before hello; dropping the connection");
+                return;
+            }
+            (Msg::Connect { channel, qp }, Some(p)) => {
+                let ch = if channel == 0 {
+                    Channel::Control
+                } else {
+                    Channel::Log
+                };
+                match shared.accept_channel(p, ch, &qp) {
+                    Ok(reply) => {
+                        tracing::debug!(
+                            peer = p.0,
+                            channel = channel,
+                            "exchange: channel connected"
+                        );
+                        reply
+                    }
+                    Err(e) => {
+                        tracing::error!(peer = p.0, error = %e, "exchange: cannot connect a channel");
+                        Msg::Refuse {
+                            reason: e.to_string(),
+                        }
+                    }
+                }
+            }
+            (Msg::Grant { log }, Some(p)) => {
+                shared.note_remote_log(p, log);
+                Msg::Ack
+            }
+            (other, Some(p)) => {
+                tracing::warn!(
+                    peer = p.0,
+                    ?other,
+                    "exchange: unexpected message; dropping the connection"
+                );
+                return;
+            }
+        };
+        if let Err(e) = wire::send(&mut stream, &reply) {
+            tracing::debug!(error = %e, "exchange: reply failed");
+            return;
+        }
+    }
+}
+
+/// Accepts dialling peers until the fabric stops.
+fn listen(shared: Arc<Shared>, listener: TcpListener) {
+    let _ = listener.set_nonblocking(true);
+    while !shared.stop.load(Ordering::Acquire) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let _ = stream.set_nonblocking(false);
+                let Ok(handle) = stream.try_clone() else {
+                    continue;
+                };
+                let s = shared.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("verbatim-xchg".into())
+                    .spawn(move || serve(s, stream));
+                match spawned {
+                    Ok(t) => {
+                        let mut served = lock(&shared.served);
+                        // Forget connections whose thread ended (bounded by
+                        // the number of peers times their restarts).
+                        served.retain(|(_, t)| !t.is_finished());
+                        served.push((handle, t));
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "exchange: cannot start a connection thread")
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "exchange: accept failed");
+                std::thread::sleep(EXCHANGE_TICK);
+            }
+        }
+    }
+}
+
+/// One of our outbound channels.
+struct OutChannel {
+    qp: Qp,
+    /// Device requests posted and not yet reaped.
+    inflight: u32,
+    /// An error completed on it: later requests complete `Flushed`.
+    broken: bool,
+    /// Completions synthesised while requests were in flight, released in
+    /// order once they have all completed.
+    deferred: VecDeque<Completion>,
+}
+
+/// Our dialling side towards one peer.
+struct PeerOut {
+    addr: String,
+    stream: Option<TcpStream>,
+    /// The peer's incarnation at the last hello.
+    incarnation: u64,
+    channels: [Option<OutChannel>; 2],
+    /// The peer's control region (from the last connect).
+    control: Option<WireRegion>,
+    next_dial: Instant,
+    /// A configuration problem that waiting will not fix.
+    fatal: Option<String>,
+}
+
+/// What one posted device request was.
+#[derive(Clone, Copy)]
+struct Slot {
+    wr_id: verbatim_core::fabric::WrId,
+    peer: MemberId,
+    channel: Channel,
+}
+
+/// One member's endpoint on the ibverbs fabric.
+pub struct VerbsFabric {
+    // Field order is drop order: QPs, then regions, then the shared state
+    // (which keeps the segment mapped), then the device.
+    peers: Vec<PeerOut>,
+    /// Our regions by `RegionId` index (the log's local registration).
+    local: Vec<LocalRegion>,
+    out_cq: Arc<Cq>,
+    listener: Option<std::thread::JoinHandle<()>>,
+    shared: Arc<Shared>,
+    ctx: Arc<Context>,
+    slots: Vec<Option<Slot>>,
+    free_slots: Vec<u32>,
+    ready: VecDeque<Completion>,
+    liveness: Arc<PeerLiveness>,
+    wc_buf: [Wc; 32],
+}
+
+fn parse_addr(s: &str) -> Result<SocketAddr, String> {
+    s.to_socket_addrs()
+        .map_err(|e| format!("`{s}`: {e}"))?
+        .next()
+        .ok_or_else(|| format!("`{s}` resolves to no address"))
+}
+
+fn madvise_hugepages(base: *mut u8, len: u64) {
+    // Huge pages when the system offers them for shared memory
+    // (/sys/kernel/mm/transparent_hugepage/shmem_enabled); a no-op otherwise.
+    // SAFETY: advisory only, on a range of our own live mapping.
+    let r = unsafe { libc::madvise(base.cast(), len as usize, libc::MADV_HUGEPAGE) };
+    if r != 0 {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "madvise(MADV_HUGEPAGE) refused; using base pages");
+    }
+}
+
+impl VerbsFabric {
+    /// Opens the configured device and port, registers the segment's
+    /// regions, starts the exchange listener. Peers are connected by
+    /// [`HostFabric::connect_peers`].
+    pub fn start(
+        m: &Manifest,
+        id: MemberId,
+        layout: &Layout,
+        segment: Arc<Segment>,
+        liveness: Arc<PeerLiveness>,
+    ) -> Result<VerbsFabric, StartError> {
+        let n = m.members.len();
+        if n > MAX_MEMBERS || id.index() >= n {
+            return Err(StartError::Config(format!(
+                "member {} of a group of {n}",
+                id.0
+            )));
+        }
+        let mut addrs = Vec::with_capacity(n);
+        for (i, mem) in m.members.iter().enumerate() {
+            let v = mem.verbs.as_ref().ok_or_else(|| {
+                StartError::Config(format!(
+                    "members[{i}].verbs is missing (device, exchange_addr)"
+                ))
+            })?;
+            parse_addr(&v.exchange_addr)
+                .map_err(|e| StartError::Config(format!("members[{i}].verbs.exchange_addr {e}")))?;
+            addrs.push(v.exchange_addr.clone());
+        }
+        let me = m.members[id.index()].verbs.clone().expect("checked above");
+        let ctx = Context::open(&me.device)?;
+        let port = ctx.port(me.port)?;
+        let gid = ctx.gid(me.port, me.gid_index)?;
+        if port.ethernet && gid == [0u8; 16] {
+            return Err(VerbsError::EmptyGid {
+                device: me.device.clone(),
+                port: me.port,
+                index: me.gid_index,
+            }
+            .into());
+        }
+        tracing::info!(
+            device = %me.device,
+            port = me.port,
+            lid = port.lid,
+            roce = port.ethernet,
+            gid_index = me.gid_index,
+            mtu = port.active_mtu,
+            "RDMA port"
+        );
+        let pd = Pd::new(&ctx)?;
+        let out_cq = Cq::new(&ctx, CQ_ENTRIES as i32)?;
+        let in_cq = Cq::new(&ctx, 64)?;
+        let mut local = Vec::with_capacity(RegionId::ALL.len());
+        for r in RegionId::ALL {
+            let (base, len) = segment.region_base(r);
+            if len < layout.region_bytes(r) {
+                return Err(StartError::Config(format!(
+                    "the segment's {} region has {len} bytes, the layout needs {}",
+                    r.name(),
+                    layout.region_bytes(r)
+                )));
+            }
+            madvise_hugepages(base, len);
+            let access = match r {
+                RegionId::Control => AccessFlags::REMOTE_ALL,
+                _ => AccessFlags::LOCAL,
+            };
+            // SAFETY: the region lies inside the segment mapping, which the
+            // fabric keeps alive (`_segment` below) as long as the MR; the
+            // memory is only ever accessed through atomics by the host.
+            let mr = unsafe { Mr::register(&pd, base, len.max(1), access, r.name())? };
+            local.push(LocalRegion {
+                base: base as u64,
+                len,
+                mr,
+            });
+        }
+        let control = WireRegion {
+            addr: local[RegionId::Control.index()].base,
+            len: local[RegionId::Control.index()].len,
+            rkey: local[RegionId::Control.index()].mr.rkey(),
+            granted: true,
+            epoch: 0,
+        };
+        let rc = RcParams {
+            port: me.port,
+            gid_index: me.gid_index,
+            ethernet: port.ethernet,
+            mtu: port.active_mtu,
+            timeout: me.qp_timeout,
+            retry_cnt: me.qp_retry_count,
+            rnr_retry: QP_RNR_RETRY,
+            max_rd_atomic: ctx.max_qp_init_rd_atom().min(16),
+            max_dest_rd_atomic: ctx.max_qp_rd_atom().min(16),
+        };
+        let incarnation = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+            ^ u64::from(std::process::id());
+        let shared = Arc::new(Shared {
+            me: id,
+            members: n as u8,
+            layout_hash: layout.hash,
+            incarnation,
+            pd,
+            in_cq,
+            rc,
+            local_qp: LocalQpInfo {
+                lid: port.lid,
+                gid,
+                mtu: port.active_mtu.clamp(1, 5) as u8,
+            },
+            control,
+            log_base: local[RegionId::Log.index()].base,
+            log_len: local[RegionId::Log.index()].len,
+            inbound: (0..n).map(|_| Mutex::new(Inbound::default())).collect(),
+            remote_log: (0..n).map(|_| Mutex::new(RemoteLog::default())).collect(),
+            stop: AtomicBool::new(false),
+            served: Mutex::new(Vec::new()),
+            _segment: segment,
+            liveness: liveness.clone(),
+        });
+        let listener = TcpListener::bind(
+            parse_addr(&me.exchange_addr).map_err(StartError::Config)?,
+        )
+        .map_err(|source| StartError::Listen {
+            addr: me.exchange_addr.clone(),
+            source,
+        })?;
+        let listener = {
+            let s = shared.clone();
+            std::thread::Builder::new()
+                .name("verbatim-xchg-listen".into())
+                .spawn(move || listen(s, listener))
+                .map_err(|source| StartError::Listen {
+                    addr: me.exchange_addr.clone(),
+                    source,
+                })?
+        };
+        let now = Instant::now();
+        let peers = addrs
+            .into_iter()
+            .map(|addr| PeerOut {
+                addr,
+                stream: None,
+                incarnation: 0,
+                channels: [None, None],
+                control: None,
+                next_dial: now,
+                fatal: None,
+            })
+            .collect();
+        Ok(VerbsFabric {
+            peers,
+            local,
+            out_cq,
+            listener: Some(listener),
+            shared,
+            ctx,
+            slots: vec![None; CQ_ENTRIES],
+            free_slots: (0..CQ_ENTRIES as u32).rev().collect(),
+            ready: VecDeque::new(),
+            liveness,
+            wc_buf: [Wc {
+                wr_id: 0,
+                qp_num: 0,
+                status: 0,
+                vendor_err: 0,
+            }; 32],
+        })
+    }
+
+    /// The device name.
+    pub fn device(&self) -> &str {
+        self.ctx.name()
+    }
+
+    /// One request/answer on our exchange connection to `p`, dialling (and
+    /// saying hello) first if needed; one redial if the connection broke.
+    fn rpc(&mut self, p: usize, req: &Msg) -> Result<Msg, PeerProblem> {
+        let mut attempt = 0;
+        loop {
+            self.ensure_hello(p)?;
+            let res = match self.peers[p].stream.as_mut() {
+                Some(stream) => wire::send(stream, req).and_then(|_| wire::recv(stream)),
+                None => Err(WireError::Invalid("no exchange connection")),
+            };
+            match res {
+                Ok(m) => return Ok(m),
+                Err(e) => {
+                    tracing::debug!(peer = p, attempt, error = %e, "exchange request failed");
+                    self.peers[p].stream = None;
+                    attempt += 1;
+                    if attempt == 2 {
+                        return Err(PeerProblem {
+                            retry: true,
+                            message: format!("exchange with {}: {e}", self.peers[p].addr),
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    fn ensure_hello(&mut self, p: usize) -> Result<(), PeerProblem> {
+        if self.peers[p].stream.is_some() {
+            return Ok(());
+        }
+        if let Some(f) = &self.peers[p].fatal {
+            return Err(PeerProblem {
+                retry: false,
+                message: f.clone(),
+            });
+        }
+        let addr = parse_addr(&self.peers[p].addr).map_err(|message| PeerProblem {
+            retry: false,
+            message,
+        })?;
+        let mut stream =
+            TcpStream::connect_timeout(&addr, DIAL_TIMEOUT).map_err(|e| PeerProblem {
+                retry: true,
+                message: format!(
+                    "exchange address {} does not answer ({e}); not started yet?",
+                    self.peers[p].addr
+                ),
+            })?;
+        let _ = stream.set_nodelay(true);
+        let _ = stream.set_read_timeout(Some(EXCHANGE_TIMEOUT));
+        let _ = stream.set_write_timeout(Some(EXCHANGE_TIMEOUT));
+        let hello = Msg::Hello {
+            magic: wire::MAGIC,
+            version: wire::VERSION,
+            from: self.shared.me.0,
+            to: p as u8,
+            members: self.shared.members,
+            layout_hash: self.shared.layout_hash,
+            incarnation: self.shared.incarnation,
+        };
+        let answer = wire::send(&mut stream, &hello).and_then(|_| wire::recv(&mut stream));
+        match answer {
+            Ok(Msg::HelloOk { incarnation }) => {
+                let old = self.peers[p].incarnation;
+                if old != 0 && old != incarnation {
+                    // The peer restarted: its QPs are new, ours point at
+                    // the old ones. Requests on them fail (Flushed) and the
+                    // core reconnects.
+                    tracing::info!(peer = p, "peer restarted (new incarnation)");
+                    for ch in self.peers[p].channels.iter_mut().flatten() {
+                        ch.broken = true;
+                    }
+                }
+                self.peers[p].incarnation = incarnation;
+                self.peers[p].stream = Some(stream);
+                Ok(())
+            }
+            Ok(Msg::Refuse { reason }) => {
+                let message = format!("refused by member {p}: {reason}");
+                self.peers[p].fatal = Some(message.clone());
+                Err(PeerProblem {
+                    retry: false,
+                    message,
+                })
+            }
+            Ok(other) => Err(PeerProblem {
+                retry: false,
+                message: format!("member {p} answered hello with {other:?}"),
+            }),
+            Err(e) => Err(PeerProblem {
+                retry: true,
+                message: format!("hello to {}: {e}", self.peers[p].addr),
+            }),
+        }
+    }
+
+    /// Creates our outbound QP for `(p, channel)` and connects it through
+    /// the exchange (the peer builds its responder QP).
+    fn connect_channel(&mut self, p: usize, channel: Channel) -> Result<(), PeerProblem> {
+        let device = |e: VerbsError| PeerProblem {
+            retry: false,
+            message: e.to_string(),
+        };
+        let qp = Qp::new(
+            &self.shared.pd,
+            &self.out_cq,
+            &self.out_cq,
+            SEND_QUEUE_DEPTH,
+            INLINE_BYTES_MAX as u32,
+        )
+        .map_err(device)?;
+        let psn = fresh_psn(qp.qpn());
+        // Outbound QPs accept no incoming operation at all.
+        qp.to_init(self.shared.rc.port, AccessFlags::QP_NONE)
+            .map_err(device)?;
+        let req = Msg::Connect {
+            channel: channel as u8,
+            qp: self.shared.wire_qp(&qp, psn),
+        };
+        match self.rpc(p, &req)? {
+            Msg::Connected {
+                qp: remote,
+                control,
+                log,
+            } => {
+                let rc = self.shared.rc_towards(&remote);
+                qp.to_rtr(
+                    &rc,
+                    &QpEndpoint {
+                        qpn: remote.qpn,
+                        psn: remote.psn,
+                        lid: remote.lid,
+                        gid: remote.gid,
+                    },
+                )
+                .map_err(device)?;
+                qp.to_rts(&rc, psn).map_err(device)?;
+                self.peers[p].control = Some(control);
+                self.shared.note_remote_log(MemberId(p as u8), log);
+                self.peers[p].channels[channel.index()] = Some(OutChannel {
+                    qp,
+                    inflight: 0,
+                    broken: false,
+                    deferred: VecDeque::new(),
+                });
+                Ok(())
+            }
+            Msg::Refuse { reason } => Err(PeerProblem {
+                retry: true,
+                message: format!("member {p} could not connect its side: {reason}"),
+            }),
+            other => Err(PeerProblem {
+                retry: false,
+                message: format!("member {p} answered connect with {other:?}"),
+            }),
+        }
+    }
+
+    /// Queues a completion the fabric decided itself, behind the requests
+    /// still in flight on its channel; breaks the channel if it is an error.
+    fn synthesize(&mut self, wr: &WorkRequest, status: WcStatus) {
+        let c = Completion {
+            wr_id: wr.wr_id,
+            peer: wr.peer,
+            status,
+        };
+        let ch = self
+            .peers
+            .get_mut(wr.peer.index())
+            .filter(|_| wr.peer != self.shared.me)
+            .and_then(|p| p.channels[wr.op.channel().index()].as_mut());
+        match ch {
+            Some(ch) => {
+                if !status.is_ok() {
+                    ch.broken = true;
+                }
+                if ch.inflight > 0 {
+                    ch.deferred.push_back(c);
+                } else {
+                    self.ready.push_back(c);
+                }
+            }
+            None => self.ready.push_back(c),
+        }
+    }
+
+    /// Translates a core request into a device request; `Err` is the
+    /// status to complete it with.
+    fn translate(&self, p: usize, op: &Op) -> Result<(SendOp, u64, u32), WcStatus> {
+        let remote = op.remote();
+        let len = op.remote_len();
+        let region = match remote.region {
+            RegionId::Control => self.peers[p].control.ok_or(WcStatus::Unreachable)?,
+            RegionId::Log => lock(&self.shared.remote_log[p]).region,
+            // Never registered for remote access at any member.
+            _ => return Err(WcStatus::AccessDenied),
+        };
+        let end = remote
+            .offset
+            .checked_add(len)
+            .ok_or(WcStatus::InvalidRequest)?;
+        if region.len != 0 && end > region.len {
+            return Err(WcStatus::InvalidRequest);
+        }
+        let remote_addr = region.addr + remote.offset;
+        let local = |at: verbatim_core::fabric::Addr, n: u64| -> Result<(u64, u32), WcStatus> {
+            let r = &self.local[at.region.index()];
+            let e = at.offset.checked_add(n).ok_or(WcStatus::InvalidRequest)?;
+            if e > r.len {
+                return Err(WcStatus::InvalidRequest);
+            }
+            Ok((r.base + at.offset, r.mr.lkey()))
+        };
+        let atomic_ok = |l: verbatim_core::fabric::Addr| {
+            remote.offset.is_multiple_of(8) && l.offset.is_multiple_of(8)
+        };
+        let send = match *op {
+            Op::Write { local: l, len, .. } => {
+                let (a, k) = local(l, u64::from(len))?;
+                SendOp::Write {
+                    local_addr: a,
+                    len,
+                    lkey: k,
+                }
+            }
+            Op::WriteInline { len, data, .. } => {
+                if usize::from(len) > INLINE_BYTES_MAX {
+                    return Err(WcStatus::InvalidRequest);
+                }
+                SendOp::WriteInline {
+                    data,
+                    len: u32::from(len),
+                }
+            }
+            Op::Read { local: l, len, .. } => {
+                let (a, k) = local(l, u64::from(len))?;
+                SendOp::Read {
+                    local_addr: a,
+                    len,
+                    lkey: k,
+                }
+            }
+            Op::CompareSwap {
+                local: l,
+                expect,
+                swap,
+                ..
+            } => {
+                if !atomic_ok(l) {
+                    return Err(WcStatus::InvalidRequest);
+                }
+                let (a, k) = local(l, 8)?;
+                SendOp::CompareSwap {
+                    local_addr: a,
+                    lkey: k,
+                    expect,
+                    swap,
+                }
+            }
+            Op::FetchAdd { local: l, add, .. } => {
+                if !atomic_ok(l) {
+                    return Err(WcStatus::InvalidRequest);
+                }
+                let (a, k) = local(l, 8)?;
+                SendOp::FetchAdd {
+                    local_addr: a,
+                    lkey: k,
+                    add,
+                }
+            }
+        };
+        Ok((send, remote_addr, region.rkey))
+    }
+
+    /// Reaps device completions into `ready` (bounded: one batch).
+    fn reap(&mut self) {
+        let mut buf = self.wc_buf;
+        let n = match self.out_cq.poll(&mut buf) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::error!(error = %e, "polling the completion queue");
+                return;
+            }
+        };
+        for wc in &buf[..n] {
+            let idx = wc.wr_id as usize;
+            let Some(slot) = self.slots.get_mut(idx).and_then(Option::take) else {
+                tracing::error!(wr_id = wc.wr_id, "completion for no posted request");
+                continue;
+            };
+            self.free_slots.push(idx as u32);
+            let status = map_status(wc.status);
+            if !status.is_ok() {
+                tracing::debug!(
+                    peer = slot.peer.0,
+                    channel = ?slot.channel,
+                    qp = wc.qp_num,
+                    status = device::wc_status_name(wc.status),
+                    vendor_err = wc.vendor_err,
+                    "error completion"
+                );
+            }
+            self.ready.push_back(Completion {
+                wr_id: slot.wr_id,
+                peer: slot.peer,
+                status,
+            });
+            if let Some(ch) = self.peers[slot.peer.index()].channels[slot.channel.index()].as_mut()
+            {
+                ch.inflight = ch.inflight.saturating_sub(1);
+                if !status.is_ok() {
+                    ch.broken = true;
+                }
+                if ch.inflight == 0 {
+                    self.ready.extend(ch.deferred.drain(..));
+                }
+            }
+        }
+        self.wc_buf = buf;
+    }
+
+    fn channels_ready(&self, p: usize) -> bool {
+        self.peers[p].channels.iter().all(Option::is_some)
+    }
+}
+
+/// The GID index of `device`'s `port` that holds an IPv4-mapped RoCE v2
+/// address (`::ffff:a.b.c.d`), read from sysfs: the usual choice for
+/// `members.verbs.gid_index` on Soft-RoCE and RoCE NICs. `None` when there
+/// is none (InfiniBand, or no IPv4 address on the netdev).
+pub fn roce_v2_ipv4_gid_index(device: &str, port: u8) -> Option<u8> {
+    let base = std::path::PathBuf::from(format!("/sys/class/infiniband/{device}/ports/{port}"));
+    (0u8..=254).find(|i| {
+        let gid = std::fs::read_to_string(base.join(format!("gids/{i}"))).unwrap_or_default();
+        let kind =
+            std::fs::read_to_string(base.join(format!("gid_attrs/types/{i}"))).unwrap_or_default();
+        gid.trim().starts_with("0000:0000:0000:0000:0000:ffff:") && kind.trim() == "RoCE v2"
+    })
+}
+
+/// `ibv_wc_status` → [`WcStatus`].
+fn map_status(status: u32) -> WcStatus {
+    use ibverbs_sys::ibv_wc_status as S;
+    match status {
+        S::IBV_WC_SUCCESS => WcStatus::Ok,
+        // A revoked (deregistered) key, or a QP whose access flags were
+        // cleared: the target refused (DARE §3.2.1). Bounds are checked
+        // before posting, so a remote refusal is an access decision.
+        S::IBV_WC_REM_ACCESS_ERR | S::IBV_WC_REM_INV_REQ_ERR => WcStatus::AccessDenied,
+        S::IBV_WC_RETRY_EXC_ERR | S::IBV_WC_RNR_RETRY_EXC_ERR => WcStatus::Unreachable,
+        S::IBV_WC_WR_FLUSH_ERR => WcStatus::Flushed,
+        S::IBV_WC_LOC_LEN_ERR
+        | S::IBV_WC_LOC_QP_OP_ERR
+        | S::IBV_WC_LOC_PROT_ERR
+        | S::IBV_WC_REM_OP_ERR
+        | S::IBV_WC_MW_BIND_ERR => WcStatus::InvalidRequest,
+        // Fatal device errors and anything unknown: treat the peer as
+        // unreachable (a suspicion), never as success.
+        _ => WcStatus::Unreachable,
+    }
+}
+
+impl Drop for VerbsFabric {
+    fn drop(&mut self) {
+        // Stop the exchange threads and wait for them, so that every device
+        // resource is released when the fabric is gone (nothing is said to
+        // the peers: they learn from their requests, as after a crash).
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(t) = self.listener.take() {
+            let _ = t.join();
+        }
+        let served = std::mem::take(&mut *lock(&self.shared.served));
+        for (stream, _) in &served {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+        for (_, t) in served {
+            let _ = t.join();
+        }
+        for p in &mut self.peers {
+            p.stream = None;
+        }
+    }
+}
+
+impl Fabric for VerbsFabric {
+    fn post(&mut self, wr: &WorkRequest) {
+        let p = wr.peer.index();
+        if p >= self.peers.len() || wr.peer == self.shared.me {
+            self.synthesize(wr, WcStatus::InvalidRequest);
+            return;
+        }
+        let ch_idx = wr.op.channel().index();
+        let broken = match &self.peers[p].channels[ch_idx] {
+            None => {
+                self.ready.push_back(Completion {
+                    wr_id: wr.wr_id,
+                    peer: wr.peer,
+                    status: WcStatus::Unreachable,
+                });
+                return;
+            }
+            Some(ch) => ch.broken,
+        };
+        if broken {
+            self.synthesize(wr, WcStatus::Flushed);
+            return;
+        }
+        let (send, remote_addr, rkey) = match self.translate(p, &wr.op) {
+            Ok(t) => t,
+            Err(status) => {
+                self.synthesize(wr, status);
+                return;
+            }
+        };
+        let Some(slot) = self.free_slots.pop() else {
+            tracing::error!(
+                cap = CQ_ENTRIES,
+                "more requests in flight than the completion queue holds"
+            );
+            self.synthesize(wr, WcStatus::InvalidRequest);
+            return;
+        };
+        let ch = self.peers[p].channels[ch_idx]
+            .as_mut()
+            .expect("checked above");
+        // SAFETY: local addresses were bounds-checked against our
+        // registered regions, which live as long as the fabric; the core
+        // reuses a local buffer only after reaping this request's
+        // completion (its driving contract), and every request posted here
+        // is reaped through `reap` before the QP is destroyed (reconnect
+        // drains first).
+        let posted = unsafe { ch.qp.post_send(u64::from(slot), &send, remote_addr, rkey) };
+        match posted {
+            Ok(()) => {
+                ch.inflight += 1;
+                self.slots[slot as usize] = Some(Slot {
+                    wr_id: wr.wr_id,
+                    peer: wr.peer,
+                    channel: wr.op.channel(),
+                });
+            }
+            Err(e) => {
+                self.free_slots.push(slot);
+                tracing::warn!(peer = wr.peer.0, error = %e, "post failed");
+                self.synthesize(wr, WcStatus::Unreachable);
+            }
+        }
+    }
+
+    fn poll_completion(&mut self) -> Option<Completion> {
+        if self.ready.is_empty() {
+            self.reap();
+        }
+        self.ready.pop_front()
+    }
+
+    fn set_access(
+        &mut self,
+        peer: MemberId,
+        region: RegionId,
+        access: Access,
+    ) -> Result<(), FabricError> {
+        let p = peer.index();
+        if p >= self.peers.len() || peer == self.shared.me {
+            return Err(FabricError::UnknownPeer);
+        }
+        match (region, access) {
+            (RegionId::Log, Access::Revoked) => {
+                let mut inbound = lock(&self.shared.inbound[p]);
+                if let Some(qp) = inbound.qp[Channel::Log.index()].as_ref() {
+                    if let Err(e) = qp.set_access(AccessFlags::QP_NONE) {
+                        // A QP in ERROR (after a refused request) accepts
+                        // nothing: already as revoked as it can be.
+                        tracing::debug!(peer = peer.0, error = %e, "revoke: access flags unchanged");
+                    }
+                }
+                inbound.epoch += 1;
+                if let Some(mr) = inbound.log_mr.take() {
+                    mr.deregister().map_err(|e| {
+                        tracing::error!(peer = peer.0, error = %e, "revoke failed: the peer's log key may still be valid");
+                        FabricError::Device
+                    })?;
+                }
+                Ok(())
+            }
+            (RegionId::Log, Access::Granted) => {
+                let log = {
+                    let mut inbound = lock(&self.shared.inbound[p]);
+                    if inbound.log_mr.is_none() {
+                        let (base, len) = (self.shared.log_base, self.shared.log_len);
+                        // SAFETY: the log region of the segment, which stays
+                        // mapped as long as the fabric (see `start`).
+                        let mr = unsafe {
+                            Mr::register(
+                                &self.shared.pd,
+                                base as *mut u8,
+                                len,
+                                AccessFlags::REMOTE_ALL,
+                                "log (granted to a peer)",
+                            )
+                        }
+                        .map_err(|e| {
+                            tracing::error!(peer = peer.0, error = %e, "grant failed");
+                            FabricError::Device
+                        })?;
+                        inbound.log_mr = Some(mr);
+                        inbound.epoch += 1;
+                        if let Some(qp) = inbound.qp[Channel::Log.index()].as_ref() {
+                            if let Err(e) = qp.set_access(AccessFlags::QP_REMOTE_ALL) {
+                                tracing::debug!(peer = peer.0, error = %e, "grant: the log QP is rebuilt at the peer's reconnect");
+                            }
+                        }
+                    }
+                    self.shared.log_for(&inbound)
+                };
+                // Tell the peer its key before the core goes on (it learns
+                // of the grant only through our later writes). If the peer
+                // is unreachable, its next reconnect carries the key.
+                match self.rpc(p, &Msg::Grant { log }) {
+                    Ok(Msg::Ack) => {}
+                    Ok(other) => tracing::debug!(peer = peer.0, ?other, "grant: unexpected answer"),
+                    Err(e) => {
+                        tracing::debug!(peer = peer.0, message = %e.message, "grant: key not delivered")
+                    }
+                }
+                Ok(())
+            }
+            (RegionId::Control, Access::Granted) => Ok(()),
+            (RegionId::Control, Access::Revoked) => {
+                tracing::error!(
+                    peer = peer.0,
+                    "the control region stays writable by every member on the verbs fabric"
+                );
+                Err(FabricError::Device)
+            }
+            // Private regions are never accessible remotely.
+            (_, Access::Revoked) => Ok(()),
+            (_, Access::Granted) => Err(FabricError::Device),
+        }
+    }
+
+    fn reconnect(&mut self, peer: MemberId, channel: Channel) -> Result<(), FabricError> {
+        let p = peer.index();
+        if p >= self.peers.len() || peer == self.shared.me {
+            return Err(FabricError::UnknownPeer);
+        }
+        // The core reconnects only drained channels; if requests are still
+        // in flight anyway, flush them (ERROR) and reap them first, so none
+        // is lost.
+        if let Some(ch) = self.peers[p].channels[channel.index()].as_ref() {
+            if ch.inflight > 0 {
+                if let Err(e) = ch.qp.to_error() {
+                    tracing::warn!(peer = peer.0, error = %e, "reconnect: cannot flush the channel");
+                }
+                let began = Instant::now();
+                while self.peers[p].channels[channel.index()]
+                    .as_ref()
+                    .is_some_and(|c| c.inflight > 0)
+                {
+                    if began.elapsed() > DRAIN_WAIT {
+                        tracing::error!(peer = peer.0, "reconnect: requests still in flight");
+                        return Err(FabricError::Device);
+                    }
+                    self.reap();
+                }
+            }
+        }
+        match self.connect_channel(p, channel) {
+            Ok(()) => Ok(()),
+            Err(problem) => {
+                tracing::debug!(peer = peer.0, ?channel, message = %problem.message, "reconnect failed");
+                // Keep the old (broken) channel: requests complete Flushed
+                // until a later reconnect succeeds.
+                if let Some(ch) = self.peers[p].channels[channel.index()].as_mut() {
+                    ch.broken = true;
+                }
+                Err(if problem.retry {
+                    FabricError::PeerGone
+                } else {
+                    FabricError::Device
+                })
+            }
+        }
+    }
+}
+
+impl HostFabric for VerbsFabric {
+    fn connect_peers(&mut self) -> Vec<(MemberId, PeerProblem)> {
+        let mut missing = Vec::new();
+        let now = Instant::now();
+        for p in 0..self.peers.len() {
+            let m = MemberId(p as u8);
+            if m == self.shared.me {
+                continue;
+            }
+            if !self.channels_ready(p) {
+                if let Some(f) = &self.peers[p].fatal {
+                    missing.push((
+                        m,
+                        PeerProblem {
+                            retry: false,
+                            message: f.clone(),
+                        },
+                    ));
+                    continue;
+                }
+                if now < self.peers[p].next_dial {
+                    missing.push((
+                        m,
+                        PeerProblem {
+                            retry: true,
+                            message: "waiting to dial again".into(),
+                        },
+                    ));
+                    continue;
+                }
+                let mut result = Ok(());
+                for ch in Channel::ALL {
+                    if self.peers[p].channels[ch.index()].is_none() {
+                        result = self.connect_channel(p, ch);
+                        if result.is_err() {
+                            break;
+                        }
+                    }
+                }
+                if let Err(problem) = result {
+                    self.peers[p].next_dial = now + DIAL_BACKOFF;
+                    missing.push((m, problem));
+                    continue;
+                }
+            }
+            // Readiness barrier: the peer must also have connected its
+            // channels to us, so that both directions work when we start.
+            let inbound = lock(&self.shared.inbound[p]);
+            if !inbound.hello || inbound.qp.iter().any(Option::is_none) {
+                missing.push((
+                    m,
+                    PeerProblem {
+                        retry: true,
+                        message: format!("waiting for member {p} to connect its channels to us"),
+                    },
+                ));
+            }
+        }
+        missing
+    }
+
+    fn liveness(&self) -> &PeerLiveness {
+        &self.liveness
+    }
+
+    fn name(&self) -> &'static str {
+        "verbs"
+    }
+}

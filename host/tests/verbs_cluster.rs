@@ -1,0 +1,279 @@
+//! Three `verbatim replica` processes on the ibverbs fabric: they elect a
+//! leader, replicate client writes through RDMA WRITEs into each other's
+//! logs, and fail over when the leader is SIGKILLed. Prints the client's
+//! write and read latency and the failover timeline.
+//!
+//! Needs an RDMA device and the release binary built with `--features
+//! rdma` (`VERBATIM_BIN`, or next to this test binary): `scripts/softroce-vm`
+//! runs it inside a VM on Soft-RoCE. Ignored otherwise; run with
+//! `--ignored` it fails loudly when the device is missing.
+#![cfg(feature = "rdma")]
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use verbatim_host::client::{Client, ClientOptions, Transport, Wait};
+use verbatim_host::config::PollMode;
+use verbatim_host::local::{find_binary, LocalCluster, LocalOptions};
+use verbatim_host::verbs::{device_names, roce_v2_ipv4_gid_index};
+
+fn pct(h: &hdrhistogram::Histogram<u64>, q: f64) -> f64 {
+    h.value_at_quantile(q) as f64 / 1000.0
+}
+
+#[test]
+#[ignore = "needs an RDMA device and the rdma release binary: run scripts/softroce-vm"]
+fn three_replicas_over_verbs_elect_replicate_and_fail_over() {
+    let device = std::env::var("VERBATIM_RDMA_DEVICE").unwrap_or_else(|_| {
+        device_names()
+            .ok()
+            .and_then(|n| n.first().cloned())
+            .unwrap_or_else(|| panic!("no RDMA device here; run scripts/softroce-vm"))
+    });
+    let names = device_names().unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        names.contains(&device),
+        "device {device} missing; devices: {names:?}"
+    );
+    let gid_index = roce_v2_ipv4_gid_index(&device, 1).unwrap_or(0);
+    let binary = std::env::var_os("VERBATIM_BIN")
+        .map(PathBuf::from)
+        .or_else(find_binary)
+        .expect("the verbatim binary (set VERBATIM_BIN)");
+    let base_port = 17_900 + (std::process::id() % 500) as u16 * 4;
+    let mut overrides = vec!["cluster.fabric=\"verbs\"".to_string()];
+    for i in 0..3u16 {
+        overrides.push(format!(
+            "members.{i}.verbs={{device=\"{device}\", port=1, gid_index={gid_index}, exchange_addr=\"127.0.0.1:{}\"}}",
+            base_port + i
+        ));
+    }
+    // Software RDMA in an emulated VM is ~20x slower than hardware and its
+    // processes share two virtual CPUs: timings a little more patient than
+    // the defaults (all overridable with VERBATIM_CLUSTER_SET="k=v k=v").
+    overrides.extend(
+        [
+            "timing.heartbeat_period_us=2000",
+            "timing.fd_check_period_us=20000",
+            "timing.fd_check_period_max_us=200000",
+            // Longer than a parked follower's longest sleep (20 ms): the
+            // verbs fabric does not ring doorbells yet, so a vote request
+            // waits until the voter wakes up by itself.
+            "timing.election_timeout_min_us=25000",
+            "timing.election_timeout_max_us=50000",
+            "timing.leader_quorum_timeout_us=200000",
+            // Followers wake for these; fewer wake-ups leave the two
+            // virtual CPUs to the leader, the client and rxe.
+            "timing.apply_publish_period_us=5000",
+            "timing.prune_period_us=10000",
+            // Each grant registers the log for the new leader: a smaller
+            // ring registers faster under emulation.
+            "cluster.log_ring_bytes=1048576",
+        ]
+        .map(String::from),
+    );
+    if let Ok(extra) = std::env::var("VERBATIM_CLUSTER_SET") {
+        overrides.extend(extra.split_whitespace().map(String::from));
+    }
+    // On any failure, show what the replicas said (their logs live in the
+    // VM's /tmp, which is gone once it powers off).
+    let log_dir = std::env::temp_dir().join(format!("verbatim-vc{}", std::process::id()));
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        for i in 0..3 {
+            let f = log_dir.join(format!("replica-{i}.log"));
+            let text = std::fs::read_to_string(&f).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(40).collect();
+            eprintln!("---- {} (last {} lines)", f.display(), tail.len());
+            for l in tail.into_iter().rev() {
+                eprintln!("{l}");
+            }
+        }
+        default_hook(info);
+    }));
+    // leader-busy by default: the leader spins, followers sleep (their
+    // CPUs are not on the replication path). VERBATIM_CLUSTER_POLL=busy
+    // spins everywhere.
+    let poll = match std::env::var("VERBATIM_CLUSTER_POLL").as_deref() {
+        Ok("busy") => PollMode::Busy,
+        Ok("adaptive") => PollMode::Adaptive,
+        _ => PollMode::LeaderBusy,
+    };
+    println!("cluster: poll mode {poll}");
+    let t0 = Instant::now();
+    let mut cluster = LocalCluster::start(
+        &LocalOptions {
+            name: format!("vc{}", std::process::id()),
+            replicas: 3,
+            base_port: 0,
+            poll,
+            cores: Vec::new(),
+            overrides,
+            binary,
+        },
+        Duration::from_secs(60),
+    )
+    .unwrap_or_else(|e| panic!("starting the cluster: {e}"));
+    println!(
+        "cluster: 3 replicas over {device} (gid index {gid_index}) connected in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    let (leader, term) = cluster
+        .wait_leader(0, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("no leader: {e}; logs in {}", cluster.log_dir().display()));
+    println!(
+        "cluster: member {leader} leads term {term} ({:.1} s after start)",
+        t0.elapsed().as_secs_f64()
+    );
+    for s in cluster.status().into_iter().flatten() {
+        assert_eq!(
+            s.config.fabric, "verbs",
+            "member {} runs {}",
+            s.id, s.config.fabric
+        );
+    }
+
+    let mut client = Client::new(
+        &cluster.manifest,
+        ClientOptions {
+            transport: Transport::Shm,
+            wait: Wait::Yield,
+            attempt_timeout: Duration::from_millis(500),
+            total_timeout: Duration::from_secs(20),
+            client_id: None,
+        },
+    );
+    let n: u64 = std::env::var("VERBATIM_CLUSTER_OPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2000);
+    let mut writes = hdrhistogram::Histogram::<u64>::new(3).unwrap();
+    let mut reads = writes.clone();
+    let mut acked: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
+    for k in 0..n {
+        let key = format!("key:{}", k % 200).into_bytes();
+        let value = format!("v{k}:{}", "x".repeat(48)).into_bytes();
+        let t = Instant::now();
+        client
+            .set(&key, &value)
+            .unwrap_or_else(|e| panic!("write {k}: {e}"));
+        if k >= 50 {
+            writes.record(t.elapsed().as_nanos() as u64).unwrap();
+        }
+        acked.insert(key.clone(), value.clone());
+        let t = Instant::now();
+        let got = client.get(&key).unwrap_or_else(|e| panic!("read {k}: {e}"));
+        if k >= 50 {
+            reads.record(t.elapsed().as_nanos() as u64).unwrap();
+        }
+        assert_eq!(
+            got.as_deref(),
+            Some(value.as_slice()),
+            "read-your-write of {k}"
+        );
+    }
+    println!(
+        "cluster: writes (replicated to a majority over rxe): p50 {:.1} us  p99 {:.1} us  max {:.1} us  ({} ops)",
+        pct(&writes, 0.5),
+        pct(&writes, 0.99),
+        writes.max() as f64 / 1000.0,
+        writes.len()
+    );
+    println!(
+        "cluster: reads  (leader, quorum-confirmed):         p50 {:.1} us  p99 {:.1} us  max {:.1} us  ({} ops)",
+        pct(&reads, 0.5),
+        pct(&reads, 0.99),
+        reads.max() as f64 / 1000.0,
+        reads.len()
+    );
+    let leader_status = cluster
+        .status()
+        .into_iter()
+        .flatten()
+        .find(|s| s.role == "leader")
+        .expect("a leader");
+    for p in &leader_status.peers {
+        println!(
+            "cluster: leader's view of member {}: {} acked_pos {} reachable {}",
+            p.id, p.replication, p.acked_pos, p.reachable
+        );
+    }
+
+    // SIGKILL the leader; the others notice through RDMA (heartbeats read
+    // over their QPs and retry-exceeded completions), elect, and serve.
+    let victim = client.leader();
+    let victim_term = cluster
+        .status()
+        .into_iter()
+        .flatten()
+        .find(|s| s.id == victim)
+        .map_or(term, |s| s.term);
+    let kill_at = Instant::now();
+    cluster.kill(victim).expect("kill");
+    println!("cluster: SIGKILLed the leader, member {victim} (term {victim_term})");
+    let key = b"after-failover".to_vec();
+    client
+        .set(&key, b"1")
+        .unwrap_or_else(|e| panic!("first write after the kill: {e}"));
+    let gap = kill_at.elapsed();
+    acked.insert(key, b"1".to_vec());
+    let (new_leader, new_term) = cluster
+        .wait_leader(victim_term, Duration::from_secs(20))
+        .unwrap_or_else(|e| {
+            panic!(
+                "no new leader: {e}; logs in {}",
+                cluster.log_dir().display()
+            )
+        });
+    println!(
+        "cluster: member {new_leader} leads term {new_term}; first client write completed {:.1} ms after the kill",
+        gap.as_secs_f64() * 1e3
+    );
+    if let Some(f) = cluster
+        .status()
+        .into_iter()
+        .flatten()
+        .find(|s| s.id == new_leader)
+        .and_then(|s| s.failovers.into_iter().find(|f| f.term > victim_term))
+    {
+        println!(
+            "cluster: failover timeline (new leader's clock): detection {:.1} ms, election {:.1} ms, first commit {}",
+            f.detection_us as f64 / 1000.0,
+            f.election_us as f64 / 1000.0,
+            f.first_commit_us
+                .map_or("-".to_string(), |v| format!("{:.1} ms", v as f64 / 1000.0))
+        );
+    }
+    let mut after = hdrhistogram::Histogram::<u64>::new(3).unwrap();
+    for k in 0..n.min(500) {
+        let key = format!("post:{k}").into_bytes();
+        let t = Instant::now();
+        client
+            .set(&key, b"y")
+            .unwrap_or_else(|e| panic!("write after failover {k}: {e}"));
+        after.record(t.elapsed().as_nanos() as u64).unwrap();
+        acked.insert(key, b"y".to_vec());
+    }
+    println!(
+        "cluster: writes with 2 of 3 replicas: p50 {:.1} us  p99 {:.1} us",
+        pct(&after, 0.5),
+        pct(&after, 0.99)
+    );
+    let mut lost = 0;
+    for (k, v) in &acked {
+        if client.get(k).ok().flatten().as_deref() != Some(v.as_slice()) {
+            lost += 1;
+        }
+    }
+    println!(
+        "cluster: {} acknowledged keys checked after the failover, {lost} lost",
+        acked.len()
+    );
+    assert_eq!(lost, 0, "acknowledged writes lost");
+    let stats = client.stats();
+    println!(
+        "cluster: client retries {}, redirects {}",
+        stats.retries, stats.redirects
+    );
+    cluster.stop();
+}
