@@ -47,11 +47,7 @@ impl BenchCluster {
         crate::signals::check()?;
         let seq = CLUSTER_SEQ.fetch_add(1, Ordering::Relaxed);
         let name = format!("vb{}x{seq}", std::process::id());
-        let base_port = if resp {
-            free_port_range(replicas)?
-        } else {
-            0
-        };
+        let base_port = if resp { free_port_range(replicas)? } else { 0 };
         let inner = LocalCluster::start(
             &LocalOptions {
                 name,
@@ -74,7 +70,7 @@ impl BenchCluster {
                 ]
             })
             .collect();
-        paths.push(inner.manifest_path.clone());
+        paths.push(inner.log_dir().to_path_buf());
         let owner = crate::signals::register(pids, paths);
         tracing::debug!(cluster = %inner.manifest.cluster.name, replicas, "cluster started");
         Ok(BenchCluster { inner, owner })
@@ -90,20 +86,30 @@ impl BenchCluster {
         &mut self.inner
     }
 
-    /// Waits for a leader above `min_term` that has committed in its term.
+    /// Waits for a leader above `min_term` that has committed in its term;
+    /// of several replicas that believe they lead (a deposed one may not
+    /// know yet), the one with the highest term.
     pub fn wait_leader(&self, min_term: u64, timeout: Duration) -> Result<(u8, u64)> {
         let began = Instant::now();
         loop {
             crate::signals::check()?;
-            let left = timeout.saturating_sub(began.elapsed());
-            match self
+            let best = self
                 .inner
-                .wait_leader(min_term, left.min(Duration::from_millis(200)))
-            {
-                Ok(l) => return Ok(l),
-                Err(e) if left.is_zero() => return Err(BenchError::Cluster(e)),
-                Err(_) => {}
+                .status()
+                .into_iter()
+                .flatten()
+                .filter(|s| s.role == "leader" && s.term > min_term && s.log.commit_index > 1)
+                .max_by_key(|s| s.term);
+            if let Some(s) = best {
+                return Ok((s.id, s.term));
             }
+            if began.elapsed() > timeout {
+                return Err(BenchError::Cluster(format!(
+                    "no leader above term {min_term} within {timeout:?}; replica logs in {}",
+                    self.inner.log_dir().display()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 
@@ -175,7 +181,8 @@ pub fn free_port_range(n: u8) -> Result<u16> {
     let start = 20_000 + (std::process::id() % 2_000) as u16 * 16;
     let mut base = start;
     for _ in 0..2_000 {
-        let all_free = (0..u16::from(n)).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok());
+        let all_free =
+            (0..u16::from(n)).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok());
         if all_free {
             return Ok(base);
         }

@@ -15,6 +15,9 @@ use verbatim_host::client::Wait;
 /// Value sizes of the standard sweep (bytes).
 pub const SIZES_DEFAULT: [usize; 10] = [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096];
 
+/// Writes run on each new cluster before its first point.
+pub const CLUSTER_WARMUP: Duration = Duration::from_millis(300);
+
 /// What to measure.
 #[derive(Clone, Debug)]
 pub struct LatencyOptions {
@@ -101,54 +104,66 @@ pub fn run(spec: &ClusterSpec, o: &LatencyOptions, progress: &Progress) -> Resul
         let manifest = cluster.local().manifest.clone();
         let o2 = o.clone();
         let pr = progress.clone();
-        let mut got = crate::cluster::run_pinned(o.client_core, move || -> Result<Vec<LatencyPoint>> {
-            let mut client = verbatim_host::client::Client::new(
-                &manifest,
-                verbatim_host::client::ClientOptions {
-                    transport: verbatim_host::client::Transport::Shm,
-                    wait: o2.wait,
-                    attempt_timeout: o2.attempt_timeout,
-                    total_timeout: Duration::from_secs(10),
-                    client_id: None,
-                },
-            );
-            let keys = keys(o2.keys.max(1));
-            let mut out = Vec::new();
-            for &size in &o2.value_sizes {
-                let value = vec![b'v'; size];
-                pr.stage(o2.ops * 2, format!("latency {n} replicas, {size} B"));
-                let k = |i: u64| &keys[(i % keys.len() as u64) as usize];
-                // Every key holds a value of this size before the GETs
-                // (and the log has seen this size before the SETs).
-                for key in &keys {
-                    client.set(key, &value)?;
+        let mut got =
+            crate::cluster::run_pinned(o.client_core, move || -> Result<Vec<LatencyPoint>> {
+                let mut client = verbatim_host::client::Client::new(
+                    &manifest,
+                    verbatim_host::client::ClientOptions {
+                        transport: verbatim_host::client::Transport::Shm,
+                        wait: o2.wait,
+                        attempt_timeout: o2.attempt_timeout,
+                        total_timeout: Duration::from_secs(10),
+                        client_id: None,
+                    },
+                );
+                let keys = keys(o2.keys.max(1));
+                // A fresh cluster is slower for its first few hundred ms
+                // (page faults in the log ring and the store, cold caches):
+                // run it in before the first point.
+                let warm = vec![b'w'; 64];
+                let began = std::time::Instant::now();
+                let mut i = 0usize;
+                while began.elapsed() < CLUSTER_WARMUP {
+                    crate::signals::check()?;
+                    client.set(&keys[i % keys.len()], &warm)?;
+                    i += 1;
                 }
-                let w = sequential(o2.ops, o2.warmup, o2.rate_per_s, &pr, |i| {
-                    client.set(k(i), &value).map_err(Into::into)
-                })?;
-                let r = sequential(o2.ops, o2.warmup, o2.rate_per_s, &pr, |i| {
-                    match client.get(k(i))? {
-                        Some(v) if v.len() == size => Ok(()),
-                        other => Err(crate::BenchError::Cluster(format!(
-                            "GET returned {:?} bytes, wrote {size}",
-                            other.map(|v| v.len())
-                        ))),
+                let mut out = Vec::new();
+                for &size in &o2.value_sizes {
+                    let value = vec![b'v'; size];
+                    pr.stage(o2.ops * 2, format!("latency {n} replicas, {size} B"));
+                    let k = |i: u64| &keys[(i % keys.len() as u64) as usize];
+                    // Every key holds a value of this size before the GETs
+                    // (and the log has seen this size before the SETs).
+                    for key in &keys {
+                        client.set(key, &value)?;
                     }
-                })?;
-                for (op, s) in [("set", w), ("get", r)] {
-                    out.push(LatencyPoint {
-                        replicas: n,
-                        value_bytes: size,
-                        op: op.into(),
-                        latency: Summary::of(&s.latency),
-                        service: s.service.as_ref().map(Summary::of),
-                        ops_per_sec: o2.ops as f64 / s.elapsed.as_secs_f64().max(1e-9),
-                        cdf: cdf(&s.latency),
-                    });
+                    let w = sequential(o2.ops, o2.warmup, o2.rate_per_s, &pr, |i| {
+                        client.set(k(i), &value).map_err(Into::into)
+                    })?;
+                    let r = sequential(o2.ops, o2.warmup, o2.rate_per_s, &pr, |i| {
+                        match client.get(k(i))? {
+                            Some(v) if v.len() == size => Ok(()),
+                            other => Err(crate::BenchError::Cluster(format!(
+                                "GET returned {:?} bytes, wrote {size}",
+                                other.map(|v| v.len())
+                            ))),
+                        }
+                    })?;
+                    for (op, s) in [("set", w), ("get", r)] {
+                        out.push(LatencyPoint {
+                            replicas: n,
+                            value_bytes: size,
+                            op: op.into(),
+                            latency: Summary::of(&s.latency),
+                            service: s.service.as_ref().map(Summary::of),
+                            ops_per_sec: o2.ops as f64 / s.elapsed.as_secs_f64().max(1e-9),
+                            cdf: cdf(&s.latency),
+                        });
+                    }
                 }
-            }
-            Ok(out)
-        })?;
+                Ok(out)
+            })?;
         points.append(&mut got);
         drop(cluster);
     }

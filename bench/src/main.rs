@@ -1,1 +1,607 @@
-fn main() {}
+//! `verbatim-bench`: latency, throughput, workload, failover and
+//! comparison benchmarks for Verbatim. See bench/README.md.
+
+use anyhow::{bail, Context};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::time::Duration;
+use verbatim_bench::cluster::{self, ClusterSpec};
+use verbatim_bench::compare::CompareOptions;
+use verbatim_bench::failover::FailoverOptions;
+use verbatim_bench::latency::{LatencyOptions, SIZES_DEFAULT};
+use verbatim_bench::progress::Progress;
+use verbatim_bench::report::{self, Report};
+use verbatim_bench::setup::{CpuState, Machine, Setup};
+use verbatim_bench::throughput::ThroughputOptions;
+use verbatim_bench::workload::{Mix, WorkloadOptions};
+use verbatim_bench::zipf::Zipf;
+use verbatim_host::client::Wait;
+use verbatim_host::config::PollMode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "verbatim-bench",
+    version,
+    about = "Latency, throughput, workload, failover and Redis-comparison benchmarks for Verbatim",
+    long_about = "Starts local Verbatim clusters (the release `verbatim` binary next to this one, \
+                  or --binary) on the shared-memory fabric and measures them. Every result \
+                  records its setup: fabric, poll mode, core pins, group size, machine, CPU state \
+                  before the run, and the date."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args, Debug, Clone)]
+struct Common {
+    /// Print one JSON document (results and setup) on stdout instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Also write the JSON document to this file.
+    #[arg(long, global = true, value_name = "FILE")]
+    json_out: Option<PathBuf>,
+    /// Write SVG plots into this directory.
+    #[arg(long, global = true, value_name = "DIR")]
+    plot: Option<PathBuf>,
+    /// The `verbatim` replica binary (default: next to this executable).
+    #[arg(long, global = true, value_name = "PATH")]
+    binary: Option<PathBuf>,
+    /// Replica poll mode.
+    #[arg(long, global = true, value_enum, default_value_t = Poll::LeaderBusy)]
+    poll: Poll,
+    /// Cores the replicas are pinned to, comma-separated, or "none"
+    /// (default: the last core).
+    #[arg(long, global = true, value_name = "LIST")]
+    replica_cores: Option<String>,
+    /// Core of the measuring client, or "none" (default: the first core).
+    #[arg(long, global = true, value_name = "CORE")]
+    client_core: Option<String>,
+    /// How the shared-memory client waits for a reply (default spin;
+    /// throughput and workload yield when clients outnumber free cores).
+    #[arg(long, global = true, value_enum)]
+    client_wait: Option<ClientWait>,
+    /// Client attempt timeout in µs (default 50000; failover: 10000).
+    #[arg(long, global = true, value_name = "US")]
+    attempt_timeout_us: Option<u64>,
+    /// Manifest override for the replicas (repeatable), e.g.
+    /// timing.heartbeat_period_us=200.
+    #[arg(long = "set", global = true, value_name = "KEY=VALUE")]
+    overrides: Vec<String>,
+    /// Before measuring, wait up to this many seconds for every CPU to be
+    /// under 10 % busy (sampled every 0.5 s); the setup records the result.
+    #[arg(long, global = true, value_name = "SECS", default_value_t = 0)]
+    wait_idle: u64,
+    /// No progress bar.
+    #[arg(long, short, global = true)]
+    quiet: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Poll {
+    Busy,
+    Adaptive,
+    LeaderBusy,
+}
+
+impl From<Poll> for PollMode {
+    fn from(p: Poll) -> PollMode {
+        match p {
+            Poll::Busy => PollMode::Busy,
+            Poll::Adaptive => PollMode::Adaptive,
+            Poll::LeaderBusy => PollMode::LeaderBusy,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ClientWait {
+    Spin,
+    Yield,
+}
+
+impl From<ClientWait> for Wait {
+    fn from(w: ClientWait) -> Wait {
+        match w {
+            ClientWait::Spin => Wait::Spin,
+            ClientWait::Yield => Wait::Yield,
+        }
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+struct LatencyArgs {
+    /// Group sizes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![3u8, 5])]
+    replicas: Vec<u8>,
+    /// Value sizes in bytes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = SIZES_DEFAULT.to_vec())]
+    sizes: Vec<usize>,
+    /// Measured requests per point (per op, size and group size).
+    #[arg(long, default_value_t = 20_000)]
+    ops: u64,
+    /// Warm-up requests per point.
+    #[arg(long, default_value_t = 2_000)]
+    warmup: u64,
+    /// Distinct keys.
+    #[arg(long, default_value_t = 1_000)]
+    keys: u64,
+    /// Open loop: schedule requests at this rate (per second) and measure
+    /// from the intended send time (coordinated-omission correction).
+    #[arg(long, value_name = "PER_S")]
+    rate: Option<f64>,
+}
+
+#[derive(Args, Debug, Clone)]
+struct ThroughputArgs {
+    /// Group size.
+    #[arg(long, default_value_t = 3)]
+    replicas: u8,
+    /// Largest number of client threads (points 1..=N).
+    #[arg(long, default_value_t = 4)]
+    clients: usize,
+    /// Measured window per point (ms).
+    #[arg(long, default_value_t = 2_000)]
+    duration_ms: u64,
+    /// Warm-up per point (ms).
+    #[arg(long, default_value_t = 500)]
+    warmup_ms: u64,
+    /// Cores for the client threads, round-robin, or "none" (default:
+    /// every core without a replica).
+    #[arg(long, value_name = "LIST")]
+    client_cores: Option<String>,
+    /// Value size (bytes).
+    #[arg(long, default_value_t = 64)]
+    value_bytes: usize,
+    /// Distinct keys.
+    #[arg(long, default_value_t = 1_000)]
+    keys: u64,
+}
+
+#[derive(Args, Debug, Clone)]
+struct WorkloadArgs {
+    /// Group size.
+    #[arg(long, default_value_t = 3)]
+    replicas: u8,
+    /// Mixes: a (50/50), b (95/5), c (read-only), w (write-only).
+    #[arg(long, value_delimiter = ',', default_values_t = vec!["a".to_string(), "b".into(), "c".into(), "w".into()])]
+    mixes: Vec<String>,
+    /// Keys preloaded and chosen from.
+    #[arg(long, default_value_t = 100_000)]
+    keys: u64,
+    /// Cores for the client threads, round-robin, or "none" (default:
+    /// every core without a replica).
+    #[arg(long, value_name = "LIST")]
+    client_cores: Option<String>,
+    /// Value size (bytes).
+    #[arg(long, default_value_t = 64)]
+    value_bytes: usize,
+    /// Client threads.
+    #[arg(long, default_value_t = 1)]
+    clients: usize,
+    /// Measured window per mix and distribution (ms).
+    #[arg(long, default_value_t = 2_000)]
+    duration_ms: u64,
+    /// Warm-up per point (ms).
+    #[arg(long, default_value_t = 300)]
+    warmup_ms: u64,
+    /// Zipf skew θ (0 < θ < 1).
+    #[arg(long, default_value_t = Zipf::THETA_YCSB)]
+    theta: f64,
+    /// Seed of the key choice.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+enum SignalKind {
+    Kill,
+    Stop,
+    Both,
+}
+
+#[derive(Args, Debug, Clone)]
+struct FailoverArgs {
+    /// Kills per signal.
+    #[arg(long, default_value_t = 10)]
+    kills: usize,
+    /// SIGKILL, SIGSTOP, or both.
+    #[arg(long, value_enum, default_value_t = SignalKind::Both)]
+    signal: SignalKind,
+    /// Group size.
+    #[arg(long, default_value_t = 3)]
+    replicas: u8,
+    /// Client writes before each kill (ms).
+    #[arg(long, default_value_t = 300)]
+    warmup_ms: u64,
+    /// Value size (bytes).
+    #[arg(long, default_value_t = 64)]
+    value_bytes: usize,
+}
+
+#[derive(Args, Debug, Clone)]
+struct CompareArgs {
+    /// Value sizes in bytes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![64usize])]
+    sizes: Vec<usize>,
+    /// Measured requests per series.
+    #[arg(long, default_value_t = 20_000)]
+    ops: u64,
+    /// Warm-up requests per series.
+    #[arg(long, default_value_t = 2_000)]
+    warmup: u64,
+    /// Distinct keys.
+    #[arg(long, default_value_t = 1_000)]
+    keys: u64,
+    /// Verbatim group size.
+    #[arg(long, default_value_t = 3)]
+    replicas: u8,
+    /// Replicas of the Redis primary (WAIT waits for all of them).
+    #[arg(long, default_value_t = 2)]
+    redis_replicas: usize,
+    /// RESP client polls a non-blocking socket instead of sleeping in read.
+    #[arg(long)]
+    tcp_spin: bool,
+    /// Keep every vCPU busy with SCHED_IDLE spinners (no idle wake-ups).
+    #[arg(long)]
+    keep_busy: bool,
+    /// Skip Redis even if it is installed.
+    #[arg(long)]
+    no_redis: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// One client, sequential SET and GET latency per value size and group size.
+    Latency(LatencyArgs),
+    /// Requests per second for 1..=N client threads, with the leader's batching.
+    Throughput(ThroughputArgs),
+    /// YCSB-style mixes (A, B, C, write-only), uniform and zipfian keys.
+    Workload(WorkloadArgs),
+    /// Kill (SIGKILL) or stop (SIGSTOP) the leader K times; time each phase.
+    Failover(FailoverArgs),
+    /// Single-client latency against Redis (SET, SET+WAIT, GET) and Verbatim (RESP, shm).
+    Compare(CompareArgs),
+    /// Print (and with --plot, plot) saved JSON documents; measures nothing.
+    /// Several files are merged: each section comes from the first file
+    /// that has it, the setup from the first file.
+    Report {
+        /// Files written by --json-out (or --json's output).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+}
+
+fn parse_cores(s: &str) -> anyhow::Result<Vec<usize>> {
+    if s.eq_ignore_ascii_case("none") || s.is_empty() {
+        return Ok(Vec::new());
+    }
+    s.split(',')
+        .map(|c| {
+            c.trim()
+                .parse::<usize>()
+                .with_context(|| format!("`{c}` is not a core number"))
+        })
+        .collect()
+}
+
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            if matches!(
+                e.downcast_ref::<verbatim_bench::BenchError>(),
+                Some(verbatim_bench::BenchError::Interrupted)
+            ) {
+                eprintln!("interrupted; every replica and Redis server was stopped");
+                return std::process::ExitCode::from(130);
+            }
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    verbatim_bench::signals::install().context("installing the Ctrl-C handler")?;
+    let c = &cli.common;
+    if let Cmd::Report { files } = &cli.cmd {
+        let mut merged: Option<Report> = None;
+        for file in files {
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            let r: Report = serde_json::from_str(&text).with_context(|| {
+                format!("{} is not a verbatim-bench JSON document", file.display())
+            })?;
+            match merged.as_mut() {
+                None => merged = Some(r),
+                Some(m) => m.merge(r),
+            }
+        }
+        let mut report = merged.expect("clap requires a file");
+        report.evaluate_goals();
+        return output(&report, c);
+    }
+
+    let (default_replica_cores, default_client_core) = cluster::default_cores();
+    let replica_cores = match &c.replica_cores {
+        Some(s) => parse_cores(s)?,
+        None => default_replica_cores,
+    };
+    let client_core = match &c.client_core {
+        Some(s) => parse_cores(s)?.first().copied(),
+        None => default_client_core,
+    };
+    let all_cores = cluster::core_ids();
+    for core in replica_cores.iter().chain(client_core.iter()) {
+        if !all_cores.contains(core) {
+            bail!("core {core} does not exist here (cores {all_cores:?})");
+        }
+    }
+    let binary = cluster::resolve_binary(c.binary.as_deref())?;
+    let replica_build = cluster::build_of(&binary);
+    let bench_build = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    if replica_build != "release" || bench_build != "release" {
+        eprintln!(
+            "warning: replicas {replica_build}, bench {bench_build}: real numbers need release \
+             builds (cargo build --release -p verbatim-host -p verbatim-bench)"
+        );
+    }
+    let poll: PollMode = c.poll.into();
+    let wait: Wait = c.client_wait.map_or(Wait::Spin, Into::into);
+    let spec = ClusterSpec {
+        binary: binary.clone(),
+        poll,
+        replica_cores: replica_cores.clone(),
+        overrides: c.overrides.clone(),
+    };
+    let show_progress = !c.quiet;
+    let attempt =
+        |default_us: u64| Duration::from_micros(c.attempt_timeout_us.unwrap_or(default_us));
+
+    if !c.json {
+        eprintln!("sampling CPU load before the run…");
+    }
+    let mut cpu = CpuState::sample(Duration::from_millis(500));
+    let idle_deadline = std::time::Instant::now() + Duration::from_secs(c.wait_idle);
+    while cpu.vcpus_before != "idle" && std::time::Instant::now() < idle_deadline {
+        verbatim_bench::signals::check()?;
+        cpu = CpuState::sample(Duration::from_millis(500));
+    }
+    if cpu.vcpus_before != "idle" && !c.json {
+        eprintln!(
+            "warning: the CPUs were busy before the run ({:?} busy, load average {:.2}): \
+             numbers will be noisier",
+            cpu.busy_fraction
+                .iter()
+                .map(|f| format!("{:.0}%", f * 100.0))
+                .collect::<Vec<_>>(),
+            cpu.load_average[0]
+        );
+    }
+    let pins = format!(
+        "replicas {} ({poll}: {}), client {} ({})",
+        if replica_cores.is_empty() {
+            "unpinned".to_string()
+        } else {
+            format!("on core(s) {replica_cores:?}")
+        },
+        match poll {
+            PollMode::LeaderBusy => "the leader spins, followers park",
+            PollMode::Busy => "every replica spins",
+            PollMode::Adaptive => "replicas spin briefly, then park",
+        },
+        client_core.map_or("unpinned".to_string(), |c| format!("on core {c}")),
+        if wait == Wait::Spin {
+            "spinning"
+        } else {
+            "spinning briefly, then yielding"
+        },
+    );
+    cpu.during = pins;
+    let group_sizes = match &cli.cmd {
+        Cmd::Latency(a) => a.replicas.clone(),
+        Cmd::Throughput(a) => vec![a.replicas],
+        Cmd::Workload(a) => vec![a.replicas],
+        Cmd::Failover(a) => vec![a.replicas],
+        Cmd::Compare(a) => vec![a.replicas],
+        Cmd::Report { .. } => unreachable!("handled above"),
+    };
+    let mut setup = Setup {
+        fabric: "shm".into(),
+        poll: poll.to_string(),
+        replica_cores: replica_cores.clone(),
+        client_core,
+        client_wait: cluster::wait_name(wait).into(),
+        group_sizes,
+        machine: Machine::probe(),
+        cpu,
+        date_utc: verbatim_bench::setup::now_utc(),
+        replica_binary: binary.display().to_string(),
+        replica_build,
+        bench_build: bench_build.into(),
+        overrides: c.overrides.clone(),
+        timing: cluster::timing_with(&c.overrides),
+        method: "closed loop (each request's own latency; the next starts when it returns), \
+                 HDR histograms (3 significant digits) after a warm-up, timed with the monotonic \
+                 clock around each client call"
+            .into(),
+        source_revision: verbatim_bench::setup::source_revision(),
+    };
+    let progress = Progress::new(show_progress && !c.json, 1, "starting");
+    let mut report = Report::new(setup.clone());
+    match &cli.cmd {
+        Cmd::Latency(a) => {
+            if a.rate.is_some_and(|r| r <= 0.0 || !r.is_finite()) {
+                bail!("--rate must be a positive number of requests per second");
+            }
+            if a.rate.is_some() {
+                setup.method = "open loop: request i is due at start + i/rate; its latency counts \
+                                from that intended time (coordinated omission corrected, Gil \
+                                Tene), service time from the actual send kept separately; HDR \
+                                histograms after a warm-up"
+                    .into();
+            }
+            report.latency = Some(verbatim_bench::latency::run(
+                &spec,
+                &LatencyOptions {
+                    group_sizes: a.replicas.clone(),
+                    value_sizes: a.sizes.clone(),
+                    ops: a.ops,
+                    warmup: a.warmup,
+                    keys: a.keys,
+                    rate_per_s: a.rate,
+                    client_core,
+                    wait,
+                    attempt_timeout: attempt(50_000),
+                },
+                &progress,
+            )?);
+        }
+        Cmd::Throughput(a) => {
+            if a.clients == 0 {
+                bail!("--clients must be at least 1");
+            }
+            let cores = match &a.client_cores {
+                Some(l) => parse_cores(l)?,
+                None => cluster::client_cores(&replica_cores),
+            };
+            report.throughput = Some(verbatim_bench::throughput::run(
+                &spec,
+                &ThroughputOptions {
+                    replicas: a.replicas,
+                    clients_max: a.clients,
+                    duration: Duration::from_millis(a.duration_ms),
+                    warmup: Duration::from_millis(a.warmup_ms),
+                    value_bytes: a.value_bytes,
+                    keys: a.keys,
+                    wait: c.client_wait.is_some().then_some(wait),
+                    attempt_timeout: attempt(50_000),
+                    client_cores: cores,
+                },
+                &progress,
+            )?);
+        }
+        Cmd::Workload(a) => {
+            let mixes = a
+                .mixes
+                .iter()
+                .map(|m| Mix::parse(m).with_context(|| format!("unknown mix `{m}` (a, b, c, w)")))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            if !(a.theta > 0.0 && a.theta < 1.0) {
+                bail!("--theta must be between 0 and 1 (exclusive)");
+            }
+            if a.clients == 0 {
+                bail!("--clients must be at least 1");
+            }
+            let cores = match &a.client_cores {
+                Some(l) => parse_cores(l)?,
+                None => cluster::client_cores(&replica_cores),
+            };
+            report.workload = Some(verbatim_bench::workload::run(
+                &spec,
+                &WorkloadOptions {
+                    replicas: a.replicas,
+                    mixes,
+                    keys: a.keys,
+                    value_bytes: a.value_bytes,
+                    clients: a.clients,
+                    wait: if c.client_wait.is_some() {
+                        wait
+                    } else {
+                        verbatim_bench::throughput::auto_wait(a.clients, &cores)
+                    },
+                    client_cores: cores,
+                    duration: Duration::from_millis(a.duration_ms),
+                    warmup: Duration::from_millis(a.warmup_ms),
+                    theta: a.theta,
+                    seed: a.seed,
+                    attempt_timeout: attempt(50_000),
+                },
+                &progress,
+            )?);
+        }
+        Cmd::Failover(a) => {
+            if a.kills == 0 {
+                bail!("--kills must be at least 1");
+            }
+            report.failover = Some(verbatim_bench::failover::run(
+                &spec,
+                &FailoverOptions {
+                    kills: a.kills,
+                    sigkill: a.signal != SignalKind::Stop,
+                    sigstop: a.signal != SignalKind::Kill,
+                    replicas: a.replicas,
+                    warmup: Duration::from_millis(a.warmup_ms),
+                    value_bytes: a.value_bytes,
+                    client_core,
+                    wait,
+                    attempt_timeout: attempt(10_000),
+                },
+                &progress,
+            )?);
+        }
+        Cmd::Report { .. } => unreachable!("handled above"),
+        Cmd::Compare(a) => {
+            report.compare = Some(verbatim_bench::compare::run(
+                &spec,
+                &CompareOptions {
+                    value_sizes: a.sizes.clone(),
+                    ops: a.ops,
+                    warmup: a.warmup,
+                    keys: a.keys,
+                    replicas: a.replicas,
+                    redis_replicas: a.redis_replicas,
+                    client_core,
+                    server_cores: replica_cores.clone(),
+                    wait,
+                    attempt_timeout: attempt(50_000),
+                    tcp_spin: a.tcp_spin,
+                    keep_busy: a.keep_busy,
+                    skip_redis: a.no_redis,
+                },
+                &progress,
+            )?);
+        }
+    }
+    progress.finish();
+    report.setup = setup;
+    report.evaluate_goals();
+    output(&report, c)
+}
+
+/// Prints the report (table or JSON), writes --json-out and the plots.
+fn output(report: &Report, c: &Common) -> anyhow::Result<()> {
+    let json = serde_json::to_string_pretty(report).context("serialising the report")?;
+    if let Some(path) = &c.json_out {
+        std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if c.json {
+        println!("{json}");
+    } else {
+        print!("{}", report::render(report));
+    }
+    if let Some(dir) = &c.plot {
+        let files = verbatim_bench::plot::write_all(report, dir)?;
+        if !c.json {
+            for f in files {
+                println!("plot: {}", f.display());
+            }
+        }
+    }
+    Ok(())
+}

@@ -143,30 +143,32 @@ where
         let mut f = make(t);
         let core = (!cores.is_empty()).then(|| cores[t % cores.len()]);
         let (phase, ready, failed) = (phase.clone(), ready.clone(), failed.clone());
-        handles.push(std::thread::spawn(move || -> Result<[Histogram<u64>; 2]> {
-            crate::cluster::pin_current(core);
-            let mut h = [histogram(), histogram()];
-            ready.wait();
-            loop {
-                let p = phase.load(Ordering::Relaxed);
-                if p == PHASE_STOP || crate::signals::interrupted() {
-                    break;
-                }
-                let t0 = Instant::now();
-                let kind = match f() {
-                    Ok(k) => k,
-                    Err(e) => {
-                        failed.fetch_add(1, Ordering::Relaxed);
-                        return Err(e);
+        handles.push(std::thread::spawn(
+            move || -> Result<[Histogram<u64>; 2]> {
+                crate::cluster::pin_current(core);
+                let mut h = [histogram(), histogram()];
+                ready.wait();
+                loop {
+                    let p = phase.load(Ordering::Relaxed);
+                    if p == PHASE_STOP || crate::signals::interrupted() {
+                        break;
                     }
-                };
-                let ns = t0.elapsed().as_nanos() as u64;
-                if phase.load(Ordering::Relaxed) == PHASE_MEASURE && p == PHASE_MEASURE {
-                    record(&mut h[kind as usize], ns);
+                    let t0 = Instant::now();
+                    let kind = match f() {
+                        Ok(k) => k,
+                        Err(e) => {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                            return Err(e);
+                        }
+                    };
+                    let ns = t0.elapsed().as_nanos() as u64;
+                    if phase.load(Ordering::Relaxed) == PHASE_MEASURE && p == PHASE_MEASURE {
+                        record(&mut h[kind as usize], ns);
+                    }
                 }
-            }
-            Ok(h)
-        }));
+                Ok(h)
+            },
+        ));
     }
     ready.wait();
     let sleep_checked = |d: Duration| {

@@ -25,7 +25,8 @@ pub fn find_redis_server() -> Option<PathBuf> {
 }
 
 /// What to say when Redis is missing.
-pub const REDIS_MISSING: &str = "redis-server was not found: the Redis side of `compare` is skipped \
+pub const REDIS_MISSING: &str =
+    "redis-server was not found: the Redis side of `compare` is skipped \
      (install the distribution's package: `apt-get install redis-server`)";
 
 /// The command line of one Redis server: loopback only, no RDB or AOF
@@ -137,15 +138,15 @@ impl RedisGroup {
                 });
             }
         }
-        let child = cmd.spawn().map_err(|e| {
-            BenchError::Redis(format!("starting {}: {e}", server.display()))
-        })?;
+        let child = cmd
+            .spawn()
+            .map_err(|e| BenchError::Redis(format!("starting {}: {e}", server.display())))?;
         self.children.push(child);
         self.ports.push(port);
         crate::signals::unregister(self.owner);
         self.owner = crate::signals::register(
             self.children.iter().map(Child::id).collect(),
-            Vec::new(),
+            vec![self.dir.clone()],
         );
         Ok(())
     }
@@ -189,8 +190,7 @@ impl RedisGroup {
                 .map(|i| i.lines().filter(|l| l.contains("state=online")).count())
                 .unwrap_or(0);
             let links_up = self.ports[1..].iter().all(|p| {
-                info(&format!("127.0.0.1:{p}"))
-                    .is_some_and(|i| i.contains("master_link_status:up"))
+                info(&format!("127.0.0.1:{p}")).is_some_and(|i| i.contains("master_link_status:up"))
             });
             if online == replicas && links_up {
                 return Ok(());
@@ -252,7 +252,10 @@ mod tests {
     fn a_primary_has_no_persistence_and_listens_on_loopback() {
         let a = redis_args(6400, Path::new("/tmp/x"), None);
         let pair = |k: &str| {
-            let i = a.iter().position(|x| x == k).unwrap_or_else(|| panic!("{k} missing"));
+            let i = a
+                .iter()
+                .position(|x| x == k)
+                .unwrap_or_else(|| panic!("{k} missing"));
             a[i + 1].clone()
         };
         assert_eq!(pair("--port"), "6400");
@@ -270,7 +273,10 @@ mod tests {
     fn a_replica_follows_the_primary() {
         let a = redis_args(6401, Path::new("/tmp/x"), Some(6400));
         let i = a.iter().position(|x| x == "--replicaof").unwrap();
-        assert_eq!(&a[i + 1..i + 3], &["127.0.0.1".to_string(), "6400".to_string()]);
+        assert_eq!(
+            &a[i + 1..i + 3],
+            &["127.0.0.1".to_string(), "6400".to_string()]
+        );
         assert!(a.iter().any(|x| x == "dump-6401.rdb"));
     }
 }

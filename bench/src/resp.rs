@@ -190,9 +190,7 @@ impl RespConn {
             match self.stream.read(&mut chunk) {
                 Ok(0) => return Err(self.err("connection closed")),
                 Ok(n) => self.inbuf.extend_from_slice(&chunk[..n]),
-                Err(e) if e.kind() == ErrorKind::WouldBlock && self.spin => {
-                    std::hint::spin_loop()
-                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock && self.spin => std::hint::spin_loop(),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return Err(self.err(format!("read: {e}"))),
             }
@@ -203,10 +201,9 @@ impl RespConn {
     /// Sends a command and fails unless the reply is not an error.
     pub fn expect_ok(&mut self, args: &[&[u8]]) -> Result<Reply> {
         match self.command(args)? {
-            Reply::Error(e) => Err(self.err(format!(
-                "{} answered {e}",
-                String::from_utf8_lossy(args[0])
-            ))),
+            Reply::Error(e) => {
+                Err(self.err(format!("{} answered {e}", String::from_utf8_lossy(args[0]))))
+            }
             r => Ok(r),
         }
     }

@@ -219,6 +219,35 @@ pub struct Setup {
     pub timing: TimingUs,
     /// How latency is measured.
     pub method: String,
+    /// `git rev-parse --short HEAD` of the working directory, with
+    /// "-dirty" when it has uncommitted changes ("unknown" outside git).
+    #[serde(default)]
+    pub source_revision: String,
+}
+
+/// The source revision of the current directory's git work tree.
+pub fn source_revision() -> String {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    match git(&["rev-parse", "--short", "HEAD"]) {
+        Some(rev) => {
+            let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
+                .is_some_and(|s| !s.is_empty());
+            if dirty {
+                format!("{rev}-dirty")
+            } else {
+                rev
+            }
+        }
+        None => "unknown".into(),
+    }
 }
 
 #[cfg(test)]

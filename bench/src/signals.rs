@@ -1,9 +1,10 @@
-//! Ctrl-C and SIGTERM: the first one asks the run to stop (every loop
+//! Ctrl-C, SIGTERM and SIGHUP (a closed terminal): the first one asks the run to stop (every loop
 //! checks [`interrupted`] and unwinds, and the clusters' and Redis
 //! groups' `Drop` stop their processes); if the run has not ended 3 s
 //! later, or on a second signal, every registered process is killed here
 //! and the benchmark exits with status 130. Nothing is left running.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -67,35 +68,43 @@ fn kill_all() {
             }
         }
         for p in &r.paths {
-            let _ = std::fs::remove_file(p);
+            if p.is_dir() {
+                let _ = std::fs::remove_dir_all(p);
+            } else {
+                let _ = std::fs::remove_file(p);
+            }
         }
     }
 }
 
-/// Installs the SIGINT/SIGTERM handling (once, from `main`).
+/// Installs the SIGINT/SIGTERM/SIGHUP handling (once, from `main`).
 pub fn install() -> std::io::Result<()> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
-            let mut forever = signals.forever();
-            if forever.next().is_none() {
-                return;
-            }
-            INTERRUPTED.store(true, Ordering::Relaxed);
-            eprintln!("\ninterrupted: stopping the replicas and Redis servers (Ctrl-C again to force)");
-            let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
-                if forever.next().is_some() {
-                    let _ = tx.send(());
+            for (n, _) in signals.forever().enumerate() {
+                if n > 0 {
+                    // A second Ctrl-C: do not wait for the run to unwind.
+                    kill_all();
+                    std::process::exit(130);
                 }
-            });
-            // Either the run unwinds and exits within the grace period
-            // (the process ends and this thread with it), or we force it.
-            let _ = rx.recv_timeout(Duration::from_secs(3));
-            kill_all();
-            std::process::exit(130);
+                INTERRUPTED.store(true, Ordering::Relaxed);
+                // The run unwinds and exits within the grace period (the
+                // process ends and this thread with it), or is forced.
+                std::thread::spawn(|| {
+                    std::thread::sleep(Duration::from_secs(3));
+                    kill_all();
+                    std::process::exit(130);
+                });
+                // Not eprintln!: after a hang-up stderr is gone, and a
+                // panic here would lose the second signal.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "\ninterrupted: stopping the replicas and Redis servers (Ctrl-C again to force)"
+                );
+            }
         })?;
     Ok(())
 }

@@ -110,7 +110,11 @@ pub fn cdf(h: &Histogram<u64>) -> Vec<CdfPoint> {
     }
     cdf_quantiles()
         .map(|q| CdfPoint {
-            ns: if q == 0.0 { h.min() } else { h.value_at_quantile(q) },
+            ns: if q == 0.0 {
+                h.min()
+            } else {
+                h.value_at_quantile(q)
+            },
             quantile: q,
         })
         .collect()

@@ -55,6 +55,12 @@ impl Zipf {
         }
     }
 
+    /// Restarts the random sequence from `seed` (ζ is kept: it costs n
+    /// powers to compute).
+    pub fn reseed(&mut self, seed: u64) {
+        self.rng = SplitMix64::new(seed);
+    }
+
     /// Number of ranks.
     pub fn n(&self) -> u64 {
         self.n
@@ -164,7 +170,10 @@ mod tests {
         for _ in 0..100_000 {
             counts[k.next_key() as usize] += 1;
         }
-        assert!(counts.iter().all(|&c| (9_000..11_000).contains(&c)), "{counts:?}");
+        assert!(
+            counts.iter().all(|&c| (9_000..11_000).contains(&c)),
+            "{counts:?}"
+        );
     }
 
     #[test]

@@ -486,6 +486,7 @@ impl<F: HostFabric> Replica<F> {
             ("row_pushes", c.row_pushes),
             ("adjustments", c.adjustments),
             ("prunes", c.prunes),
+            ("log_batches", c.log_batches),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -667,6 +668,12 @@ pub fn run(opts: ReplicaOptions, shutdown: Arc<AtomicBool>) -> Result<(), Replic
         cores_online = placement.cores_online,
         "placement"
     );
+    if let Some(core) = member.core {
+        // Before any helper thread exists: they inherit this mask; the
+        // poll loop pins itself to `core` once the servers are up.
+        let helper_cpus = crate::topology::keep_helpers_off(core);
+        tracing::debug!(?helper_cpus, "helper threads kept off the poll core");
+    }
     let io = |what: String| move |source| ReplicaError::Io { what, source };
     std::fs::create_dir_all(m.shm_dir())
         .map_err(io(format!("creating {}", m.shm_dir().display())))?;

@@ -52,6 +52,44 @@ pub fn placement(core: Option<usize>) -> Placement {
     }
 }
 
+/// Restricts the calling thread to every CPU it may use except
+/// `poll_core`, so that the helper threads it spawns next (pidfd watcher,
+/// status and RESP servers, verbs exchange) inherit a mask that keeps them
+/// off the core the poll loop is about to own; otherwise the scheduler may
+/// place them there and every wake-up preempts the busy-polling leader.
+/// Returns the CPUs left to the helpers, or `None` when there is no other
+/// CPU (then helpers share the poll core, which still works).
+pub fn keep_helpers_off(poll_core: usize) -> Option<Vec<usize>> {
+    // SAFETY: cpu_set_t is a plain bit array; all-zero is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: `set` is a valid, writable cpu_set_t of `size` bytes; pid 0
+    // means the calling thread.
+    if unsafe { libc::sched_getaffinity(0, size, &mut set) } != 0 {
+        return None;
+    }
+    let cpus_max = 8 * size;
+    let mut helpers = Vec::new();
+    for cpu in 0..cpus_max {
+        // SAFETY: cpu < CPU_SETSIZE, the capacity of `set`.
+        if cpu != poll_core && unsafe { libc::CPU_ISSET(cpu, &set) } {
+            helpers.push(cpu);
+        }
+    }
+    if helpers.is_empty() {
+        return None;
+    }
+    if poll_core < cpus_max {
+        // SAFETY: poll_core < CPU_SETSIZE, the capacity of `set`.
+        unsafe { libc::CPU_CLR(poll_core, &mut set) };
+    }
+    // SAFETY: as above; the set is non-empty and a subset of the current one.
+    if unsafe { libc::sched_setaffinity(0, size, &set) } != 0 {
+        return None;
+    }
+    Some(helpers)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,5 +101,37 @@ mod tests {
         assert!(!p.smt_siblings.contains(&0));
         let none = placement(None);
         assert_eq!(none.numa_node, None);
+    }
+
+    fn current_cpus() -> Vec<usize> {
+        // SAFETY: as in keep_helpers_off.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        // SAFETY: valid writable set of `size` bytes, calling thread.
+        assert_eq!(unsafe { libc::sched_getaffinity(0, size, &mut set) }, 0);
+        // SAFETY: cpu < CPU_SETSIZE.
+        (0..8 * size)
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+            .collect()
+    }
+
+    #[test]
+    fn helper_threads_inherit_a_mask_without_the_poll_core() {
+        // On a thread of its own: the mask must not leak into other tests.
+        std::thread::spawn(|| {
+            let before = current_cpus();
+            let poll_core = *before.last().expect("at least one CPU");
+            match keep_helpers_off(poll_core) {
+                None => assert_eq!(before.len(), 1, "refused although other CPUs exist"),
+                Some(helpers) => {
+                    assert!(!helpers.contains(&poll_core));
+                    assert_eq!(helpers.len(), before.len() - 1);
+                    let inherited = std::thread::spawn(current_cpus).join().unwrap();
+                    assert_eq!(inherited, helpers, "a spawned helper inherits the mask");
+                }
+            }
+        })
+        .join()
+        .unwrap();
     }
 }

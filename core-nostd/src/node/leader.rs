@@ -489,6 +489,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         let r = &mut self.peers[p.index()].repl;
         r.sent_pos = end;
         r.batches_inflight += 1;
+        self.counters.log_batches += 1;
         self.send_commit(p);
     }
 

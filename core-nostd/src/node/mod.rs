@@ -181,6 +181,9 @@ pub struct Counters {
     pub log_full: u64,
     /// Row pushes posted.
     pub row_pushes: u64,
+    /// Replication batches (entries + tail write) posted to followers;
+    /// `entries_appended / log_batches` is the batching factor.
+    pub log_batches: u64,
     /// Log adjustments done (DARE §3.3.1).
     pub adjustments: u64,
     /// HEAD entries appended (pruning).

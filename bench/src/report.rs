@@ -1,0 +1,594 @@
+//! The result document (`--json` prints it; the schema round-trips through
+//! serde) and its rendering as aligned tables for the terminal.
+
+use crate::compare::CompareReport;
+use crate::failover::{FailoverReport, KillRecord, PhaseDists};
+use crate::latency::LatencyReport;
+use crate::setup::Setup;
+use crate::stats::{us, Dist, Summary};
+use crate::throughput::ThroughputReport;
+use crate::workload::WorkloadReport;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+
+/// Version of the JSON document's schema.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A project goal and where this run stands against it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Goal {
+    /// What is measured.
+    pub name: String,
+    /// The target, in words ("≤ 2 µs").
+    pub target: String,
+    /// The measured value, in `unit`.
+    pub measured: Option<f64>,
+    /// Unit of `measured`.
+    pub unit: String,
+    /// Whether the target is met.
+    pub met: Option<bool>,
+}
+
+/// Everything one invocation measured, with its setup.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// "verbatim-bench <version>".
+    pub tool: String,
+    /// The setup.
+    pub setup: Setup,
+    /// `latency`.
+    pub latency: Option<LatencyReport>,
+    /// `throughput`.
+    pub throughput: Option<ThroughputReport>,
+    /// `workload`.
+    pub workload: Option<WorkloadReport>,
+    /// `failover`.
+    pub failover: Option<FailoverReport>,
+    /// `compare`.
+    pub compare: Option<CompareReport>,
+    /// Goals this run has figures for.
+    pub goals: Vec<Goal>,
+}
+
+impl Report {
+    /// An empty report with this setup.
+    pub fn new(setup: Setup) -> Report {
+        Report {
+            schema_version: SCHEMA_VERSION,
+            tool: format!("verbatim-bench {}", env!("CARGO_PKG_VERSION")),
+            setup,
+            ..Report::default()
+        }
+    }
+
+    /// Takes every section `other` has and `self` lacks.
+    pub fn merge(&mut self, other: Report) {
+        self.latency = self.latency.take().or(other.latency);
+        self.throughput = self.throughput.take().or(other.throughput);
+        self.workload = self.workload.take().or(other.workload);
+        self.failover = self.failover.take().or(other.failover);
+        self.compare = self.compare.take().or(other.compare);
+        for g in other.setup.group_sizes {
+            if !self.setup.group_sizes.contains(&g) {
+                self.setup.group_sizes.push(g);
+            }
+        }
+    }
+
+    /// Fills [`Report::goals`] from the results present.
+    pub fn evaluate_goals(&mut self) {
+        let mut goals = Vec::new();
+        let mut goal =
+            |name: &str, target: &str, v: Option<f64>, unit: &str, ok: fn(f64) -> bool| {
+                goals.push(Goal {
+                    name: name.into(),
+                    target: target.into(),
+                    measured: v,
+                    unit: unit.into(),
+                    met: v.map(ok),
+                });
+            };
+        if let Some(l) = &self.latency {
+            let p50 = |op: &str| l.point(3, 64, op).map(|p| p.latency.p50_ns as f64 / 1000.0);
+            if l.point(3, 64, "set").is_some() {
+                goal(
+                    "write p50 (64 B, 3 replicas, 1 client)",
+                    "≤ 2 µs",
+                    p50("set"),
+                    "µs",
+                    |v| v <= 2.0,
+                );
+                goal(
+                    "read p50 (64 B, 3 replicas, 1 client)",
+                    "≤ 1 µs",
+                    p50("get"),
+                    "µs",
+                    |v| v <= 1.0,
+                );
+            }
+        }
+        if let Some(t) = &self.throughput {
+            goal(
+                "writes per second (best point)",
+                "≥ 1,000,000 /s",
+                t.max_rate("set").map(|p| p.ops_per_sec),
+                "/s",
+                |v| v >= 1e6,
+            );
+        }
+        if let Some(f) = &self.failover {
+            if !f.sigkill.is_empty() {
+                goal(
+                    "client-visible failover, SIGKILL (p50 gap)",
+                    "≤ 100 µs",
+                    Some(f.sigkill_dist.client_gap.p50 as f64),
+                    "µs",
+                    |v| v <= 100.0,
+                );
+            }
+            if !f.sigstop.is_empty() {
+                goal(
+                    "client-visible failover, SIGSTOP (p50 gap)",
+                    "≤ 100 µs",
+                    Some(f.sigstop_dist.client_gap.p50 as f64),
+                    "µs",
+                    |v| v <= 100.0,
+                );
+            }
+        }
+        if let Some(c) = &self.compare {
+            let r = c.ratios.iter().find(|r| {
+                r.value_bytes == 64
+                    && r.numerator == "redis resp-tcp set+wait"
+                    && r.denominator == "verbatim shm set"
+            });
+            if c.redis_skipped.is_none() {
+                goal(
+                    "Redis SET+WAIT p50 / Verbatim shm SET p50 (64 B)",
+                    "≥ 50×",
+                    r.map(|r| r.p50),
+                    "×",
+                    |v| v >= 50.0,
+                );
+            }
+        }
+        self.goals = goals;
+    }
+}
+
+/// A text table: a header row with units, right-aligned numbers.
+#[derive(Clone, Debug, Default)]
+pub struct Table {
+    headers: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// A table with these column headers.
+    pub fn new(headers: &[&str]) -> Table {
+        Table {
+            headers: headers.iter().map(|h| h.to_string()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Adds a row (missing cells are blank).
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    /// Renders with two spaces between columns; the first column is
+    /// left-aligned, the others right-aligned.
+    pub fn render(&self) -> String {
+        let n = self.headers.len();
+        let width = |i: usize| {
+            std::iter::once(&self.headers[i])
+                .chain(self.rows.iter().filter_map(|r| r.get(i)))
+                .map(|c| c.chars().count())
+                .max()
+                .unwrap_or(0)
+        };
+        let widths: Vec<usize> = (0..n).map(width).collect();
+        let line = |cells: &[String]| {
+            let mut s = String::new();
+            for (i, w) in widths.iter().enumerate() {
+                let c = cells.get(i).map(String::as_str).unwrap_or("");
+                let pad = w.saturating_sub(c.chars().count());
+                if i > 0 {
+                    s.push_str("  ");
+                }
+                if i == 0 {
+                    s.push_str(c);
+                    s.push_str(&" ".repeat(pad));
+                } else {
+                    s.push_str(&" ".repeat(pad));
+                    s.push_str(c);
+                }
+            }
+            s.trim_end().to_string()
+        };
+        let mut out = line(&self.headers);
+        out.push('\n');
+        out.push_str(&"-".repeat(widths.iter().sum::<usize>() + 2 * n.saturating_sub(1)));
+        out.push('\n');
+        for r in &self.rows {
+            out.push_str(&line(r));
+            out.push('\n');
+        }
+        out
+    }
+}
+
+fn summary_cells(s: &Summary) -> Vec<String> {
+    vec![
+        s.count.to_string(),
+        us(s.p2_ns),
+        us(s.p50_ns),
+        us(s.p98_ns),
+        us(s.p99_ns),
+        us(s.p999_ns),
+        us(s.max_ns),
+    ]
+}
+
+const SUMMARY_HEADERS: [&str; 7] = [
+    "n",
+    "p2 µs",
+    "p50 µs",
+    "p98 µs",
+    "p99 µs",
+    "p99.9 µs",
+    "max µs",
+];
+
+fn opt(v: Option<u64>) -> String {
+    v.map_or("—".into(), |v| v.to_string())
+}
+
+/// The setup, as a few lines.
+pub fn render_setup(s: &Setup) -> String {
+    let m = &s.machine;
+    let c = &s.cpu;
+    format!(
+        "setup: fabric {}, poll {}, replicas pinned to {:?}, client on core {}, client wait {}, group sizes {:?}\n\
+         machine: {} cores, {}{}, {}, host {}\n\
+         cpus before the run: {} (busy {:?}, load average {:.2} {:.2} {:.2}); during: {}\n\
+         builds: replicas {} ({}), bench {}; source {}; date {}\n\
+         timing: heartbeat {} µs, Δ {} µs (max {} µs), election timeout {}–{} µs{}\n\
+         method: {}\n",
+        s.fabric,
+        s.poll,
+        s.replica_cores,
+        s.client_core.map_or("unpinned".into(), |c| c.to_string()),
+        s.client_wait,
+        s.group_sizes,
+        m.cores,
+        m.cpu_model,
+        if m.virtualized { " (virtual CPUs)" } else { "" },
+        m.kernel,
+        m.hostname,
+        c.vcpus_before,
+        c.busy_fraction
+            .iter()
+            .map(|f| format!("{:.0}%", f * 100.0))
+            .collect::<Vec<_>>(),
+        c.load_average[0],
+        c.load_average[1],
+        c.load_average[2],
+        c.during,
+        s.replica_build,
+        s.replica_binary,
+        s.bench_build,
+        s.source_revision,
+        s.date_utc,
+        s.timing.heartbeat_period_us,
+        s.timing.fd_check_period_us,
+        s.timing.fd_check_period_max_us,
+        s.timing.election_timeout_min_us,
+        s.timing.election_timeout_max_us,
+        if s.overrides.is_empty() {
+            String::new()
+        } else {
+            format!("; overrides {:?}", s.overrides)
+        },
+        s.method,
+    )
+}
+
+/// `latency` tables.
+pub fn render_latency(l: &LatencyReport) -> String {
+    let mut out = format!(
+        "\nLATENCY ({}, {} requests per point after {} warm-up{}; one client, sequential)\n",
+        l.mode,
+        l.ops_per_point,
+        l.warmup_per_point,
+        l.rate_per_s.map_or(String::new(), |r| format!(
+            ", scheduled at {r:.0}/s, latency from the intended send time"
+        ))
+    );
+    let mut headers = vec!["replicas op value B"];
+    headers.extend(SUMMARY_HEADERS);
+    headers.push("ops/s");
+    let mut t = Table::new(&headers);
+    for p in &l.points {
+        let mut row = vec![format!("{} {} {}", p.replicas, p.op, p.value_bytes)];
+        row.extend(summary_cells(&p.latency));
+        row.push(format!("{:.0}", p.ops_per_sec));
+        t.row(row);
+    }
+    out.push_str(&t.render());
+    out
+}
+
+/// `throughput` table.
+pub fn render_throughput(r: &ThroughputReport) -> String {
+    let mut out = format!(
+        "\nTHROUGHPUT ({} replicas, {} B values, closed loop, {:.1} s per point)\nclients: {}; wait: {}\n",
+        r.replicas, r.value_bytes, r.window_s, r.client_placement, r.client_wait
+    );
+    let mut t = Table::new(&[
+        "clients op",
+        "ops/s",
+        "p50 µs",
+        "p99 µs",
+        "max µs",
+        "entries",
+        "reads/round",
+        "entries/batch",
+    ]);
+    for p in &r.points {
+        t.row(vec![
+            format!("{} {}", p.clients, p.op),
+            format!("{:.0}", p.ops_per_sec),
+            us(p.latency.p50_ns),
+            us(p.latency.p99_ns),
+            us(p.latency.max_ns),
+            p.batching.entries_appended.to_string(),
+            p.batching
+                .reads_per_round
+                .map_or("—".into(), |v| format!("{v:.2}")),
+            p.batching
+                .entries_per_batch
+                .map_or("—".into(), |v| format!("{v:.2}")),
+        ]);
+    }
+    out.push_str(&t.render());
+    let _ = writeln!(out, "pipelined: {}", r.pipelined);
+    for n in &r.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    out
+}
+
+/// `workload` table.
+pub fn render_workload(w: &WorkloadReport) -> String {
+    let mut out = format!(
+        "\nWORKLOAD ({} replicas, {} keys preloaded, {} B values, zipfian θ = {}, {:.1} s per point, closed loop, wait {})\n",
+        w.replicas, w.keys, w.value_bytes, w.theta, w.window_s, w.client_wait
+    );
+    let mut t = Table::new(&[
+        "mix / keys",
+        "clients",
+        "ops/s",
+        "read p50 µs",
+        "read p99 µs",
+        "update p50 µs",
+        "update p99 µs",
+    ]);
+    for p in &w.points {
+        let cell = |s: &Summary, f: fn(&Summary) -> u64| {
+            if s.count == 0 {
+                "—".to_string()
+            } else {
+                us(f(s))
+            }
+        };
+        t.row(vec![
+            format!("{} / {}", p.mix, p.distribution),
+            p.clients.to_string(),
+            format!("{:.0}", p.ops_per_sec),
+            cell(&p.reads, |s| s.p50_ns),
+            cell(&p.reads, |s| s.p99_ns),
+            cell(&p.updates, |s| s.p50_ns),
+            cell(&p.updates, |s| s.p99_ns),
+        ]);
+    }
+    out.push_str(&t.render());
+    out
+}
+
+fn dist_row(name: &str, d: &Dist) -> Vec<String> {
+    if d.count == 0 {
+        return vec![name.into(), "0".into()];
+    }
+    vec![
+        name.into(),
+        d.count.to_string(),
+        d.min.to_string(),
+        d.p50.to_string(),
+        d.p90.to_string(),
+        d.max.to_string(),
+    ]
+}
+
+fn render_dists(d: &PhaseDists, kill: bool) -> String {
+    let mut t = Table::new(&["phase", "n", "min µs", "p50 µs", "p90 µs", "max µs"]);
+    if kill {
+        t.row(dist_row("process exit (kill → pidfd)", &d.process_exit));
+    }
+    t.row(dist_row("detection", &d.detection));
+    t.row(dist_row("election", &d.election));
+    t.row(dist_row("first commit", &d.first_commit));
+    t.row(dist_row("client gap (signal → next op)", &d.client_gap));
+    if kill {
+        t.row(dist_row("client gap from process exit", &d.exit_to_client));
+    } else {
+        t.row(dist_row("rejoin after SIGCONT", &d.rejoin));
+    }
+    t.render()
+}
+
+fn kill_rows(kills: &[KillRecord]) -> String {
+    let mut t = Table::new(&[
+        "# signal",
+        "old→new",
+        "exit µs",
+        "detect µs",
+        "by",
+        "elect µs",
+        "commit µs",
+        "gap µs",
+        "Δ µs",
+    ]);
+    for k in kills {
+        t.row(vec![
+            format!("{} {}", k.index + 1, k.signal),
+            format!(
+                "{}→{}",
+                k.old_leader,
+                k.new_leader.map_or("?".into(), |l| l.to_string())
+            ),
+            opt(k.process_exit_us),
+            opt(k.detection_us),
+            k.detected_by.clone().unwrap_or_default(),
+            opt(k.election_us),
+            opt(k.first_commit_us),
+            opt(k.client_gap_us),
+            opt(k.fd_period_us),
+        ]);
+    }
+    t.render()
+}
+
+/// `failover` tables.
+pub fn render_failover(f: &FailoverReport) -> String {
+    let mut out = format!(
+        "\nFAILOVER ({} replicas, {} kills per signal; heartbeat {} µs, Δ {} µs, election timeout {}–{} µs; client attempt timeout {} µs)\n",
+        f.replicas,
+        f.kills,
+        f.timing.heartbeat_period_us,
+        f.timing.fd_check_period_us,
+        f.timing.election_timeout_min_us,
+        f.timing.election_timeout_max_us,
+        f.client_attempt_timeout_us
+    );
+    if !f.sigkill.is_empty() {
+        out.push_str("SIGKILL (fresh cluster per kill)\n");
+        out.push_str(&kill_rows(&f.sigkill));
+        out.push_str(&render_dists(&f.sigkill_dist, true));
+    }
+    if !f.sigstop.is_empty() {
+        out.push_str("SIGSTOP (zombie leader; one cluster, leader stopped then continued)\n");
+        out.push_str(&kill_rows(&f.sigstop));
+        out.push_str(&render_dists(&f.sigstop_dist, false));
+    }
+    out
+}
+
+/// `compare` tables.
+pub fn render_compare(c: &CompareReport) -> String {
+    let mut out = format!(
+        "\nCOMPARE (one client, sequential, {} requests per series; RESP client: {}; vCPUs: {})\n",
+        c.ops_per_series, c.tcp_client, c.vcpus
+    );
+    match (&c.redis_version, &c.redis_skipped) {
+        (_, Some(why)) => {
+            let _ = writeln!(out, "Redis: {why}");
+        }
+        (Some(v), None) => {
+            let _ = writeln!(
+                out,
+                "Redis: {v}; primary + {} replicas; {}",
+                c.redis_replicas, c.redis_wait
+            );
+        }
+        _ => {}
+    }
+    let mut headers = vec!["system path op value B"];
+    headers.extend(SUMMARY_HEADERS);
+    let mut t = Table::new(&headers);
+    for s in &c.series {
+        let mut row = vec![format!(
+            "{} {} {} {}",
+            s.system, s.path, s.op, s.value_bytes
+        )];
+        row.extend(summary_cells(&s.latency));
+        t.row(row);
+    }
+    out.push_str(&t.render());
+    let mut r = Table::new(&["ratio (value B)", "p50 ×", "p99 ×"]);
+    for x in &c.ratios {
+        r.row(vec![
+            format!("{} / {} ({})", x.numerator, x.denominator, x.value_bytes),
+            format!("{:.1}", x.p50),
+            format!("{:.1}", x.p99),
+        ]);
+    }
+    out.push_str(&r.render());
+    out
+}
+
+/// Goals table.
+pub fn render_goals(goals: &[Goal]) -> String {
+    if goals.is_empty() {
+        return String::new();
+    }
+    let mut t = Table::new(&["goal", "target", "measured", "met"]);
+    for g in goals {
+        t.row(vec![
+            g.name.clone(),
+            g.target.clone(),
+            g.measured.map_or("—".into(), |v| {
+                if v >= 1000.0 {
+                    format!("{v:.0} {}", g.unit)
+                } else {
+                    format!("{v:.2} {}", g.unit)
+                }
+            }),
+            g.met
+                .map_or("—".into(), |m| if m { "yes" } else { "no" }.into()),
+        ]);
+    }
+    format!("\nGOALS\n{}", t.render())
+}
+
+/// The whole report for the terminal.
+pub fn render(r: &Report) -> String {
+    let mut out = render_setup(&r.setup);
+    if let Some(l) = &r.latency {
+        out.push_str(&render_latency(l));
+    }
+    if let Some(t) = &r.throughput {
+        out.push_str(&render_throughput(t));
+    }
+    if let Some(w) = &r.workload {
+        out.push_str(&render_workload(w));
+    }
+    if let Some(f) = &r.failover {
+        out.push_str(&render_failover(f));
+    }
+    if let Some(c) = &r.compare {
+        out.push_str(&render_compare(c));
+    }
+    out.push_str(&render_goals(&r.goals));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_their_columns() {
+        let mut t = Table::new(&["name", "p50 µs"]);
+        t.row(vec!["a".into(), "1.5".into()]);
+        t.row(vec!["longer".into(), "1234.5".into()]);
+        let s = t.render();
+        let lines: Vec<&str> = s.lines().collect();
+        assert_eq!(lines[0], "name    p50 µs");
+        assert_eq!(lines[2], "a          1.5");
+        assert_eq!(lines[3], "longer  1234.5");
+    }
+}
