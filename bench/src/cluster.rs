@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use verbatim_host::client::{Client, ClientOptions, Transport, Wait};
 use verbatim_host::config::PollMode;
 use verbatim_host::local::{LocalCluster, LocalOptions};
+use verbatim_host::pipeline::Pipeline;
 use verbatim_host::status::Snapshot;
 
 /// How long a cluster may take to start (every replica answering).
@@ -129,6 +130,28 @@ impl BenchCluster {
     /// The protocol timing the replicas run with.
     pub fn timing(&self) -> TimingUs {
         timing_of(&self.inner.manifest)
+    }
+
+    /// A pipelined shared-memory client of this cluster: `depth` requests
+    /// in flight from one thread.
+    pub fn shm_pipeline(
+        &self,
+        wait: Wait,
+        attempt_timeout: Duration,
+        depth: usize,
+    ) -> crate::Result<Pipeline> {
+        Pipeline::new(
+            &self.inner.manifest,
+            ClientOptions {
+                transport: Transport::Shm,
+                wait,
+                attempt_timeout,
+                total_timeout: Duration::from_secs(10),
+                client_id: None,
+            },
+            depth,
+        )
+        .map_err(Into::into)
     }
 
     /// A shared-memory client of this cluster.

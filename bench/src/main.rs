@@ -158,6 +158,10 @@ struct ThroughputArgs {
     /// Distinct keys.
     #[arg(long, default_value_t = 1_000)]
     keys: u64,
+    /// Pipeline depths measured with one client thread after the
+    /// synchronous points (requests in flight per thread), or "none".
+    #[arg(long, value_name = "LIST", default_value = "4,16,32")]
+    pipeline: String,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -283,6 +287,21 @@ fn parse_cores(s: &str) -> anyhow::Result<Vec<usize>> {
             c.trim()
                 .parse::<usize>()
                 .with_context(|| format!("`{c}` is not a core number"))
+        })
+        .collect()
+}
+
+fn parse_depths(s: &str) -> anyhow::Result<Vec<usize>> {
+    if s.eq_ignore_ascii_case("none") || s.is_empty() {
+        return Ok(Vec::new());
+    }
+    s.split(',')
+        .map(|d| match d.trim().parse::<usize>() {
+            Ok(v) if (1..=verbatim_host::pipeline::PIPELINE_DEPTH_MAX).contains(&v) => Ok(v),
+            _ => bail!(
+                "--pipeline: `{d}` is not a depth from 1 to {} (a list such as 4,16,32, or none)",
+                verbatim_host::pipeline::PIPELINE_DEPTH_MAX
+            ),
         })
         .collect()
 }
@@ -492,6 +511,7 @@ fn run() -> anyhow::Result<()> {
                     wait: c.client_wait.is_some().then_some(wait),
                     attempt_timeout: attempt(50_000),
                     client_cores: cores,
+                    pipeline_depths: parse_depths(&a.pipeline)?,
                 },
                 &progress,
             )?);

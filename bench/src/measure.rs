@@ -129,10 +129,45 @@ pub fn run_clients<F>(
     duration: Duration,
     progress: &Progress,
     make: impl Fn(usize) -> F,
-    mut at_window: impl FnMut(bool),
+    at_window: impl FnMut(bool),
 ) -> Result<ClientsRun>
 where
     F: FnMut() -> Result<OpKind> + Send + 'static,
+{
+    run_clients_recording(
+        threads,
+        cores,
+        warmup,
+        duration,
+        progress,
+        |t| {
+            let mut f = make(t);
+            move |record: &mut dyn FnMut(OpKind, u64)| {
+                let t0 = Instant::now();
+                let kind = f()?;
+                record(kind, t0.elapsed().as_nanos() as u64);
+                Ok(())
+            }
+        },
+        at_window,
+    )
+}
+
+/// [`run_clients`] for request functions that time their own requests:
+/// each call of thread `t`'s function reports every request it completed
+/// through `record(kind, latency_ns)` (a pipelined client completes
+/// several per call, each with its own latency from its submission).
+pub fn run_clients_recording<F>(
+    threads: usize,
+    cores: &[usize],
+    warmup: Duration,
+    duration: Duration,
+    progress: &Progress,
+    make: impl Fn(usize) -> F,
+    mut at_window: impl FnMut(bool),
+) -> Result<ClientsRun>
+where
+    F: FnMut(&mut dyn FnMut(OpKind, u64)) -> Result<()> + Send + 'static,
 {
     assert!(threads > 0, "run_clients needs a thread");
     let phase = Arc::new(AtomicU8::new(PHASE_WARMUP));
@@ -153,17 +188,15 @@ where
                     if p == PHASE_STOP || crate::signals::interrupted() {
                         break;
                     }
-                    let t0 = Instant::now();
-                    let kind = match f() {
-                        Ok(k) => k,
-                        Err(e) => {
-                            failed.fetch_add(1, Ordering::Relaxed);
-                            return Err(e);
+                    let mut completed = |kind: OpKind, ns: u64| {
+                        // Only requests that began and ended in the window.
+                        if p == PHASE_MEASURE && phase.load(Ordering::Relaxed) == PHASE_MEASURE {
+                            record(&mut h[kind as usize], ns);
                         }
                     };
-                    let ns = t0.elapsed().as_nanos() as u64;
-                    if phase.load(Ordering::Relaxed) == PHASE_MEASURE && p == PHASE_MEASURE {
-                        record(&mut h[kind as usize], ns);
+                    if let Err(e) = f(&mut completed) {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        return Err(e);
                     }
                 }
                 Ok(h)

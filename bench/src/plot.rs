@@ -145,13 +145,15 @@ pub fn latency_vs_size(l: &LatencyReport, setup_line: &str) -> Result<String> {
     Ok(svg)
 }
 
-/// Requests per second against client threads.
+/// Requests per second against requests in flight (client threads ×
+/// pipeline depth, log scale): synchronous clients and pipelined ones as
+/// separate series.
 pub fn throughput_vs_clients(t: &ThroughputReport, setup_line: &str) -> Result<String> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
         root.fill(&WHITE).map_err(err("fill"))?;
-        let xmax = t.points.iter().map(|p| p.clients).max().unwrap_or(1) as f64;
+        let xmax = t.points.iter().map(|p| p.in_flight()).max().unwrap_or(1) as f64;
         let ymax = t
             .points
             .iter()
@@ -161,7 +163,7 @@ pub fn throughput_vs_clients(t: &ThroughputReport, setup_line: &str) -> Result<S
         let mut chart = ChartBuilder::on(&root)
             .caption(
                 format!(
-                    "Throughput vs clients ({} replicas, {} B)",
+                    "Throughput vs requests in flight ({} replicas, {} B)",
                     t.replicas, t.value_bytes
                 ),
                 (FONT, 22),
@@ -169,31 +171,39 @@ pub fn throughput_vs_clients(t: &ThroughputReport, setup_line: &str) -> Result<S
             .margin(12)
             .x_label_area_size(50)
             .y_label_area_size(90)
-            .build_cartesian_2d(0.5f64..xmax + 0.5, 0f64..ymax)
+            .build_cartesian_2d((0.8f64..xmax * 1.25).log_scale(), 0f64..ymax)
             .map_err(err("chart"))?;
         chart
             .configure_mesh()
-            .x_desc(format!("client threads — {setup_line}"))
+            .x_desc(format!(
+                "requests in flight (threads × depth) — {setup_line}"
+            ))
             .y_desc("requests per second")
+            .x_label_formatter(&|v| format!("{v:.0}"))
             .y_label_formatter(&|v| format!("{:.0}k", v / 1000.0))
             .draw()
             .map_err(err("mesh"))?;
-        for (i, op) in ["set", "get"].iter().enumerate() {
+        let series = [
+            ("set", false, "writes/s (SET), client threads"),
+            ("get", false, "reads/s (GET), client threads"),
+            ("set", true, "writes/s (SET), 1 thread pipelined"),
+            ("get", true, "reads/s (GET), 1 thread pipelined"),
+        ];
+        for (i, (op, pipelined, label)) in series.into_iter().enumerate() {
             let pts: Vec<(f64, f64)> = t
                 .points
                 .iter()
-                .filter(|p| p.op == *op)
-                .map(|p| (p.clients as f64, p.ops_per_sec))
+                .filter(|p| p.op == op && (p.depth > 1) == pipelined)
+                .map(|p| (p.in_flight() as f64, p.ops_per_sec))
                 .collect();
+            if pts.is_empty() {
+                continue;
+            }
             let c = color(i);
             chart
                 .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
                 .map_err(err("series"))?
-                .label(if *op == "set" {
-                    "writes/s (SET)"
-                } else {
-                    "reads/s (GET)"
-                })
+                .label(label)
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
                 });
@@ -203,6 +213,7 @@ pub fn throughput_vs_clients(t: &ThroughputReport, setup_line: &str) -> Result<S
         }
         chart
             .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .draw()

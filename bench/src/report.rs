@@ -340,7 +340,7 @@ pub fn render_throughput(r: &ThroughputReport) -> String {
     ]);
     for p in &r.points {
         t.row(vec![
-            format!("{} {}", p.clients, p.op),
+            p.label(),
             format!("{:.0}", p.ops_per_sec),
             us(p.latency.p50_ns),
             us(p.latency.p99_ns),

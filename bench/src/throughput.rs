@@ -1,16 +1,14 @@
 //! `throughput`: 1 to N client threads in a closed loop, all SETs, then
-//! all GETs, for a fixed time per point (DARE §6, figure 9). Batching is
-//! made visible from the leader's counters over the measured window: reads
-//! served per read round (one round of row reads confirms every read
-//! queued behind it) and, when the status exposes a replication-batch
-//! counter, log entries per batch.
-//!
-//! The client library is synchronous (one outstanding request per
-//! client), so there is no pipelined variant: concurrency comes from
-//! threads only.
+//! all GETs, for a fixed time per point (DARE §6, figure 9); then one
+//! client thread with a pipeline of D requests in flight (each lane a
+//! sequential client of its own, so exactly-once is unchanged). Batching
+//! is made visible from the leader's counters over the measured window:
+//! reads served per read round (one round of row reads confirms every
+//! read queued behind it) and log entries per replication batch (one
+//! WRITE of the entries and one of the tail to a follower).
 
 use crate::cluster::{BenchCluster, ClusterSpec};
-use crate::measure::{run_clients, OpKind};
+use crate::measure::{run_clients_recording, OpKind};
 use crate::progress::Progress;
 use crate::stats::Summary;
 use crate::Result;
@@ -50,6 +48,8 @@ pub struct ThroughputOptions {
     pub attempt_timeout: Duration,
     /// Cores for the client threads (round-robin; empty: unpinned).
     pub client_cores: Vec<usize>,
+    /// Pipeline depths measured with one client thread (empty: none).
+    pub pipeline_depths: Vec<usize>,
 }
 
 /// Batching seen on the leader over one window.
@@ -109,6 +109,9 @@ pub fn batching(
 pub struct ThroughputPoint {
     /// Client threads.
     pub clients: usize,
+    /// Requests each thread keeps in flight (1: synchronous client).
+    #[serde(default = "one")]
+    pub depth: usize,
     /// "set" or "get".
     pub op: String,
     /// Requests completed in the window.
@@ -121,6 +124,27 @@ pub struct ThroughputPoint {
     pub latency: Summary,
     /// The leader's batching.
     pub batching: Batching,
+}
+
+fn one() -> usize {
+    1
+}
+
+impl ThroughputPoint {
+    /// Requests in flight: threads × depth.
+    pub fn in_flight(&self) -> usize {
+        self.clients * self.depth.max(1)
+    }
+
+    /// "2 set" for two synchronous clients, "1×16 set" for one thread with
+    /// a pipeline of 16.
+    pub fn label(&self) -> String {
+        if self.depth > 1 {
+            format!("{}×{} {}", self.clients, self.depth, self.op)
+        } else {
+            format!("{} {}", self.clients, self.op)
+        }
+    }
 }
 
 /// The `throughput` result.
@@ -138,7 +162,7 @@ pub struct ThroughputReport {
     pub window_s: f64,
     /// Every point.
     pub points: Vec<ThroughputPoint>,
-    /// Why there is no pipelined variant.
+    /// How the pipelined points were measured (or why there are none).
     pub pipelined: String,
     /// Batching caveats (missing counters).
     pub notes: Vec<String>,
@@ -187,17 +211,30 @@ pub fn run(
     let mut points = Vec::new();
     let mut waits = Vec::new();
     let mut notes = Vec::new();
-    for clients in 1..=o.clients_max {
+    let shapes = (1..=o.clients_max).map(|c| (c, 1)).chain(
+        o.pipeline_depths
+            .iter()
+            .filter(|&&d| d > 1)
+            .map(|&d| (1, d)),
+    );
+    for (clients, depth) in shapes {
         let wait = o
             .wait
             .unwrap_or_else(|| auto_wait(clients, &o.client_cores));
-        waits.push(format!("{clients}: {}", crate::cluster::wait_name(wait)));
+        if depth == 1 {
+            waits.push(format!("{clients}: {}", crate::cluster::wait_name(wait)));
+        }
         for op in [OpKind::Write, OpKind::Read] {
             let name = if op == OpKind::Write { "set" } else { "get" };
             // The leader can change under a loaded machine: take the
             // current one for this point's counters.
             (leader, term) = cluster.wait_leader(0, crate::cluster::LEADER_TIMEOUT)?;
-            progress.stage(1000, format!("throughput {clients} clients, {name}"));
+            let shape = if depth > 1 {
+                format!("1 client, pipeline {depth}")
+            } else {
+                format!("{clients} clients")
+            };
+            progress.stage(1000, format!("throughput {shape}, {name}"));
             let (before, after) = (
                 std::cell::RefCell::new(BTreeMap::new()),
                 std::cell::RefCell::new(BTreeMap::new()),
@@ -208,27 +245,53 @@ pub fn run(
                     .map(|s| s.counters)
                     .unwrap_or_default()
             };
-            let run = run_clients(
+            let make = |t: usize| -> Result<RequestFn> {
+                let (keys, value) = (keys.clone(), value.clone());
+                let mut i = t as u64 * 7919;
+                if depth > 1 {
+                    let mut pipe = PipelinedOps::new(
+                        cluster.shm_pipeline(wait, o.attempt_timeout, depth)?,
+                        wait,
+                    );
+                    return Ok(Box::new(move |record: &mut dyn FnMut(OpKind, u64)| {
+                        pipe.step(
+                            op,
+                            record,
+                            || {
+                                i += 1;
+                                keys[(i % keys.len() as u64) as usize].clone()
+                            },
+                            &value,
+                        )
+                    }));
+                }
+                let mut client = cluster.shm_client(wait, o.attempt_timeout);
+                Ok(Box::new(move |record: &mut dyn FnMut(OpKind, u64)| {
+                    i += 1;
+                    let k = &keys[(i % keys.len() as u64) as usize];
+                    let t0 = std::time::Instant::now();
+                    match op {
+                        OpKind::Write => client.set(k, &value)?,
+                        OpKind::Read => {
+                            client.get(k)?;
+                        }
+                    }
+                    record(op, t0.elapsed().as_nanos() as u64);
+                    Ok(())
+                }))
+            };
+            let fns = (0..clients).map(make).collect::<Result<Vec<_>>>()?;
+            let fns = std::sync::Mutex::new(fns.into_iter().map(Some).collect::<Vec<_>>());
+            let run = run_clients_recording(
                 clients,
                 &o.client_cores,
                 o.warmup,
                 o.duration,
                 progress,
                 |t| {
-                    let mut client = cluster.shm_client(wait, o.attempt_timeout);
-                    let (keys, value) = (keys.clone(), value.clone());
-                    let mut i = t as u64 * 7919;
-                    move || {
-                        i += 1;
-                        let k = &keys[(i % keys.len() as u64) as usize];
-                        match op {
-                            OpKind::Write => client.set(k, &value)?,
-                            OpKind::Read => {
-                                client.get(k)?;
-                            }
-                        }
-                        Ok(op)
-                    }
+                    fns.lock().expect("not poisoned")[t]
+                        .take()
+                        .expect("one function per thread")
                 },
                 |start| {
                     if start {
@@ -258,6 +321,7 @@ pub fn run(
             let secs = run.window.as_secs_f64();
             points.push(ThroughputPoint {
                 clients,
+                depth,
                 op: name.into(),
                 ops: run.ops(),
                 window_s: secs,
@@ -292,11 +356,84 @@ pub fn run(
         },
         window_s: o.duration.as_secs_f64(),
         points,
-        pipelined: "not measured: the client API is synchronous (one outstanding request per \
-                    client); concurrency comes from client threads only"
-            .into(),
+        pipelined: if o.pipeline_depths.iter().any(|&d| d > 1) {
+            "1×D rows: one client thread keeps D requests in flight (verbatim_host::pipeline: D \
+             lanes, each a sequential client with its own id and slot); each latency runs from \
+             the request's submission to its completion"
+                .into()
+        } else {
+            "not measured (--pipeline none)".into()
+        },
         notes,
     })
+}
+
+/// One client thread's request function for `run_clients_recording`.
+type RequestFn = Box<dyn FnMut(&mut dyn FnMut(OpKind, u64)) -> Result<()> + Send>;
+
+/// Keeps a pipeline full of one kind of request and reports each
+/// completion with its latency from submission.
+struct PipelinedOps {
+    pipe: verbatim_host::pipeline::Pipeline,
+    wait: Wait,
+    submitted_at: std::collections::HashMap<u64, std::time::Instant>,
+    done: Vec<(
+        u64,
+        std::result::Result<verbatim_host::client::Outcome, verbatim_host::client::ClientError>,
+    )>,
+}
+
+impl PipelinedOps {
+    fn new(pipe: verbatim_host::pipeline::Pipeline, wait: Wait) -> PipelinedOps {
+        PipelinedOps {
+            wait,
+            submitted_at: std::collections::HashMap::with_capacity(pipe.depth()),
+            done: Vec::with_capacity(pipe.depth()),
+            pipe,
+        }
+    }
+
+    /// Fills every free lane, then polls until at least one request
+    /// completed (bounded by the pipeline's own timeouts).
+    fn step(
+        &mut self,
+        op: OpKind,
+        record: &mut dyn FnMut(OpKind, u64),
+        mut next_key: impl FnMut() -> Vec<u8>,
+        value: &[u8],
+    ) -> Result<()> {
+        use verbatim_core::kv::KvOp;
+        while self.pipe.in_flight() < self.pipe.depth() {
+            let key = next_key();
+            let kv = match op {
+                OpKind::Write => KvOp::Set { key: &key, value },
+                OpKind::Read => KvOp::Get { key: &key },
+            };
+            let now = std::time::Instant::now();
+            match self.pipe.submit(&kv)? {
+                Some(t) => {
+                    self.submitted_at.insert(t, now);
+                }
+                None => break,
+            }
+        }
+        let mut idle = 0u32;
+        while self.pipe.poll(&mut self.done) == 0 {
+            idle += 1;
+            match self.wait {
+                Wait::Yield if idle > 64 => std::thread::yield_now(),
+                _ => std::hint::spin_loop(),
+            }
+        }
+        let now = std::time::Instant::now();
+        for (ticket, outcome) in self.done.drain(..) {
+            outcome?;
+            if let Some(t0) = self.submitted_at.remove(&ticket) {
+                record(op, now.duration_since(t0).as_nanos() as u64);
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

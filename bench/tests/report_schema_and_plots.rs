@@ -79,6 +79,7 @@ fn sample() -> Report {
             .flat_map(|c| {
                 ["set", "get"].map(|op| ThroughputPoint {
                     clients: c,
+                    depth: 1,
                     op: op.into(),
                     ops: 100_000 * c as u64,
                     window_s: 1.0,

@@ -83,6 +83,11 @@ pub struct ServiceQueue {
 impl ServiceQueue {
     /// The next request, if any (never blocks).
     pub fn try_next(&self) -> Option<ServiceRequest> {
+        // The counter is raised before the send: a plain load is cheaper
+        // than the channel's try_recv on the busy loop's empty path.
+        if self.is_empty() {
+            return None;
+        }
         let r = self.rx.try_recv().ok()?;
         self.queued.fetch_sub(1, Ordering::AcqRel);
         Some(r)

@@ -584,6 +584,10 @@ impl PeerLiveness {
 
     /// Peers that died since the last call.
     pub fn take_newly_dead(&self) -> Vec<MemberId> {
+        // Polled on every iteration: read before the read-modify-write.
+        if self.newly_dead.load(Ordering::Acquire) == 0 {
+            return Vec::new();
+        }
         let bits = self.newly_dead.swap(0, Ordering::AcqRel);
         (0..MAX_MEMBERS as u8)
             .filter(|m| bits & (1 << m) != 0)

@@ -268,6 +268,94 @@ fn a_stopped_leader_is_replaced_and_rejoins_as_a_follower() {
 }
 
 #[test]
+fn a_pipelined_client_applies_every_increment_once_across_a_leader_kill() {
+    use verbatim_core::kv::{KvOp, KvReply};
+    use verbatim_host::client::Outcome;
+    use verbatim_host::pipeline::Pipeline;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cluster = start("itpipe", 0);
+    let (leader, term) = cluster
+        .wait_leader(0, Duration::from_secs(10))
+        .expect("a leader");
+    let mut pipe = Pipeline::new(
+        &cluster.manifest,
+        ClientOptions {
+            transport: Transport::Shm,
+            wait: Wait::Yield,
+            attempt_timeout: Duration::from_millis(20),
+            total_timeout: Duration::from_secs(20),
+            client_id: None,
+        },
+        16,
+    )
+    .expect("a pipeline of 16");
+    let total = 3_000u64;
+    let kill_after = 1_000u64;
+    let (mut submitted, mut killed) = (0u64, false);
+    let mut returned = Vec::new();
+    let mut done = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while returned.len() < total as usize {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {total} increments completed",
+            returned.len()
+        );
+        while submitted < total {
+            match pipe
+                .submit(&KvOp::Incr {
+                    key: b"ctr",
+                    delta: 1,
+                })
+                .expect("valid op")
+            {
+                Some(_) => submitted += 1,
+                None => break,
+            }
+        }
+        if pipe.poll(&mut done) == 0 {
+            std::thread::yield_now();
+        }
+        for (_, outcome) in done.drain(..) {
+            match outcome {
+                Ok(Outcome::Write(KvReply::Int(v))) => returned.push(v),
+                other => panic!("an increment failed: {other:?}"),
+            }
+        }
+        if !killed && returned.len() as u64 >= kill_after {
+            // Sixteen increments are in flight at the leader that dies.
+            cluster.kill(leader).unwrap();
+            killed = true;
+        }
+    }
+    let (new_leader, new_term) = cluster
+        .wait_leader(term, Duration::from_secs(10))
+        .expect("a new leader");
+    assert_ne!(new_leader, leader);
+    assert!(new_term > term);
+    // Exactly once: the replies are 1..=total, each once, and the counter
+    // holds the number of increments (a retried increment applied twice
+    // would leave a gap in the replies and a larger counter).
+    returned.sort_unstable();
+    let expected: Vec<i64> = (1..=total as i64).collect();
+    assert_eq!(returned, expected, "each increment applied once");
+    let mut client = Client::new(
+        &cluster.manifest,
+        ClientOptions {
+            transport: Transport::Shm,
+            wait: Wait::Yield,
+            ..ClientOptions::default()
+        },
+    );
+    let v = client.get(b"ctr").expect("read the counter");
+    assert_eq!(v.as_deref(), Some(total.to_string().as_bytes()));
+    assert!(
+        pipe.stats().retries + pipe.stats().redirects > 0,
+        "the kill was noticed"
+    );
+}
+
+#[test]
 fn sigterm_stops_a_replica_cleanly() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut cluster = start("itterm", 0);

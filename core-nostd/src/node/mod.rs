@@ -675,6 +675,18 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     }
 
     /// A status snapshot.
+    /// Index of the last committed entry (cheap, unlike [`Node::status`]).
+    pub fn commit_index(&self) -> u64 {
+        self.commit_index
+    }
+
+    /// The member our log access is granted to, if any.
+    pub fn log_granted_to(&self) -> Option<MemberId> {
+        self.granted_to
+    }
+
+    /// Everything a status endpoint shows. Builds a copy of every peer's
+    /// row: call it when asked, not on every poll.
     pub fn status(&self) -> NodeStatus {
         let mut peers = [PeerStatus {
             id: MemberId(0),
