@@ -66,6 +66,7 @@ impl BenchCluster {
         let mut paths: Vec<PathBuf> = (0..replicas)
             .flat_map(|id| {
                 [
+                    verbatim_host::notice::notice_path(&inner.manifest.segment_path(id)),
                     inner.manifest.segment_path(id),
                     inner.manifest.status_socket(id),
                 ]

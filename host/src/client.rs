@@ -298,8 +298,10 @@ impl Client {
                 }
                 Attempt::NotLeader(_) | Attempt::Busy => {
                     // No leader known here yet: give the election a moment,
-                    // a little longer each time (20 µs up to 1.3 ms).
-                    std::thread::sleep(Duration::from_micros(20 << busy.min(6)));
+                    // a little longer each time (20 µs up to 160 µs: an
+                    // election over shared memory takes a few hundred µs,
+                    // and a longer pause would add to the failover gap).
+                    std::thread::sleep(Duration::from_micros(20 << busy.min(3)));
                     busy += 1;
                     self.target = (self.target + 1) % n;
                 }
@@ -319,7 +321,7 @@ impl Client {
     fn segment(&mut self, m: usize) -> Option<Arc<Segment>> {
         if self.segments[m].is_none() {
             let seg = Segment::open(&self.manifest.segment_path(m as u8), &self.layout).ok()?;
-            let watch = ProcessWatch::open(seg.pid());
+            let watch = ProcessWatch::replica(&self.manifest.segment_path(m as u8), seg.pid());
             watch.as_ref()?;
             self.segments[m] = Some((Arc::new(seg), watch));
         }
@@ -331,7 +333,7 @@ impl Client {
     }
 
     fn replica_exited(&self, m: usize) -> bool {
-        exited(&self.segments[m])
+        exited(&self.segments[m], true)
     }
 
     fn attempt_shm(
@@ -373,7 +375,8 @@ impl Client {
             }
             spins += 1;
             // Yielding can take a scheduler tick per look on a busy host,
-            // so time is checked on every yield, liveness every 64 looks.
+            // so time and the death notice are checked on every yield, the
+            // pidfd every 64 looks.
             let check = match self.opts.wait {
                 Wait::Spin => spins.is_multiple_of(1024),
                 Wait::Yield => spins >= 64,
@@ -383,8 +386,12 @@ impl Client {
                     tracing::debug!(member = m, ?seq, "attempt timed out");
                     return Ok(Attempt::Failed);
                 }
-                if spins.is_multiple_of(64) && exited(&self.segments[m]) {
-                    tracing::debug!(member = m, "replica process gone");
+                if exited(&self.segments[m], spins.is_multiple_of(64)) {
+                    tracing::debug!(
+                        member = m,
+                        waited_us = began.elapsed().as_micros() as u64,
+                        "replica process gone"
+                    );
                     // The replica died (its pidfd would say so too): move on.
                     self.slot = None;
                     self.segments[m] = None;
@@ -447,9 +454,14 @@ impl Client {
     }
 }
 
-pub(crate) fn exited(segment: &Option<(Arc<Segment>, Option<ProcessWatch>)>) -> bool {
+/// Whether the replica behind `segment` is gone: its death notice (one
+/// load) always, its pidfd (a syscall) only when `poll_pidfd`.
+pub(crate) fn exited(
+    segment: &Option<(Arc<Segment>, Option<ProcessWatch>)>,
+    poll_pidfd: bool,
+) -> bool {
     match segment {
-        Some((_, Some(w))) => w.exited(),
+        Some((_, Some(w))) => w.notice_gone() || (poll_pidfd && w.exited()),
         Some((_, None)) => true,
         None => false,
     }

@@ -55,14 +55,20 @@ pub struct FailoverUs {
     pub new_leader: Option<u8>,
     /// Term after the failover.
     pub new_term: Option<u64>,
-    /// Death to suspicion (new leader's view; pidfd).
+    /// Death to suspicion (new leader's view).
     pub detection: Option<u64>,
+    /// How the new leader learned of the death ("notice", "pidfd",
+    /// "heartbeat").
+    pub detected_by: Option<String>,
     /// Suspicion to leadership.
     pub election: Option<u64>,
     /// Leadership to the first commit of the new term.
     pub first_commit: Option<u64>,
     /// From the kill to the client's first completed operation afterwards.
     pub client_gap: u64,
+    /// From the kill to the victim's death notice (robust futex released
+    /// early in the kernel's exit path).
+    pub death_notice: Option<u64>,
     /// From the kill to the process-exit notification (kernel teardown).
     pub process_exit: Option<u64>,
 }
@@ -165,6 +171,7 @@ pub fn run(opts: &DemoOptions, mut progress: impl FnMut(&str)) -> Result<DemoRep
     let began = Instant::now();
     let mut killed: Option<(Instant, u8, u64)> = None;
     let mut exit_seen: Option<std::thread::JoinHandle<Instant>> = None;
+    let mut notice_seen: Option<std::thread::JoinHandle<Instant>> = None;
     let mut first_after_kill: Option<Instant> = None;
     let mut version = 0u64;
     while began.elapsed() < opts.duration {
@@ -183,13 +190,42 @@ pub fn run(opts: &DemoOptions, mut progress: impl FnMut(&str)) -> Result<DemoRep
             let watch = cluster
                 .pid(victim)
                 .and_then(|p| crate::shm::ProcessWatch::open(p as i32));
-            let kill_at = Instant::now();
+            // And the moment its death notice turns (see `notice`): we
+            // wait on the mutex of the first id that is not a member.
+            let observer = verbatim_core::fabric::MemberId(opts.replicas);
+            let notice = crate::notice::NoticeWatch::open(&crate::notice::notice_path(
+                &cluster.manifest.segment_path(victim),
+            ))
+            .ok()
+            .filter(|_| observer.index() < verbatim_core::fabric::MAX_MEMBERS - 1);
+            // Both watchers block before the kill (the kill time must not
+            // include their thread starts).
+            let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+            let ready = ready_tx.clone();
+            notice_seen = notice.map(|w| {
+                std::thread::spawn(move || {
+                    let param = libc::sched_param { sched_priority: 1 };
+                    // SAFETY: our own thread's policy; failure is harmless.
+                    let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+                    let stop = std::sync::atomic::AtomicBool::new(false);
+                    let _ = ready.send(());
+                    w.wait_owner_gone(observer, &stop, Duration::from_millis(50));
+                    Instant::now()
+                })
+            });
+            let ready = ready_tx;
             exit_seen = watch.map(|w| {
                 std::thread::spawn(move || {
+                    let _ = ready.send(());
                     w.wait_exit(Duration::from_secs(5));
                     Instant::now()
                 })
             });
+            let watchers = usize::from(notice_seen.is_some()) + usize::from(exit_seen.is_some());
+            for _ in 0..watchers {
+                let _ = ready_rx.recv_timeout(Duration::from_secs(5));
+            }
+            let kill_at = Instant::now();
             cluster.kill(victim)?;
             progress(&format!(
                 "SIGKILLed the leader, member {victim} (term {victim_term})"
@@ -248,6 +284,9 @@ pub fn run(opts: &DemoOptions, mut progress: impl FnMut(&str)) -> Result<DemoRep
     progress(&format!(
         "first operation after the kill completed {gap} µs later"
     ));
+    let notice_us = notice_seen
+        .and_then(|h| h.join().ok())
+        .map(|t| t.duration_since(kill_at).as_micros() as u64);
 
     // Every acknowledged write must still be readable (the last value).
     let mut lost = 0u64;
@@ -287,9 +326,11 @@ pub fn run(opts: &DemoOptions, mut progress: impl FnMut(&str)) -> Result<DemoRep
             new_leader,
             new_term,
             detection: failover.as_ref().map(|f| f.detection_us),
+            detected_by: failover.as_ref().map(|f| f.detected_by.clone()),
             election: failover.as_ref().map(|f| f.election_us),
             first_commit: failover.as_ref().and_then(|f| f.first_commit_us),
             client_gap: gap,
+            death_notice: notice_us,
             process_exit: exit_us,
         },
         checked_writes: acked.len() as u64,
@@ -314,11 +355,11 @@ pub fn render(r: &DemoReport) -> String {
          writes       p50 {:.1} µs   p99 {:.1} µs\n\
          reads        p50 {:.1} µs   p99 {:.1} µs\n\
          failover     member {} killed (SIGKILL); member {} leads term {}\n\
-         \x20 detection    {}   (process exit seen through its pidfd)\n\
+         \x20 detection    {}   (death seen through its {})\n\
          \x20 election     {}\n\
          \x20 first commit {}\n\
          \x20 client gap   {} µs (SIGKILL to the client's next completed operation;\n\
-         \x20              the kernel took {} of them to tear the process down)\n\
+         \x20              its death notice turned after {}, its pidfd after {})\n\
          durability   {} keys checked, {} acknowledged writes lost\n\
          client       {} retries, {} redirects\n",
         r.replicas,
@@ -340,9 +381,11 @@ pub fn render(r: &DemoReport) -> String {
         f.new_leader.map_or("?".to_string(), |l| l.to_string()),
         f.new_term.map_or("?".to_string(), |t| t.to_string()),
         opt(f.detection),
+        f.detected_by.as_deref().unwrap_or("?"),
         opt(f.election),
         opt(f.first_commit),
         f.client_gap,
+        opt(f.death_notice),
         opt(f.process_exit),
         r.checked_writes,
         r.lost_writes,

@@ -7,6 +7,7 @@ pub mod failover;
 pub mod hostfabric;
 pub mod kvstore;
 pub mod local;
+pub mod notice;
 pub mod pipeline;
 pub mod replica;
 pub mod resp;

@@ -229,11 +229,11 @@ impl Pipeline {
                     self.backoff(lane, member, now);
                 }
                 None => {
-                    // Liveness is cheap (a pidfd poll) but not free: only
-                    // once the reply is overdue enough to matter.
+                    // The death notice is one load; the pidfd poll is a
+                    // syscall: only once the reply is overdue enough.
                     let waited = now.duration_since(sent_at);
                     if waited > self.opts.attempt_timeout
-                        || (waited > Duration::from_micros(100) && exited(&self.segments[member]))
+                        || exited(&self.segments[member], waited > Duration::from_micros(100))
                     {
                         self.stats.retries += 1;
                         self.fail_member(member);
@@ -294,7 +294,8 @@ impl Pipeline {
         }
         if let Some(op) = &mut self.lanes[lane].op {
             op.sent = None;
-            op.resend_at = now + Duration::from_micros(20 << op.busy_count.min(6));
+            // 20 µs up to 160 µs, as `Client` does.
+            op.resend_at = now + Duration::from_micros(20 << op.busy_count.min(3));
             op.busy_count += 1;
         }
     }
@@ -306,7 +307,7 @@ impl Pipeline {
         if self.target == member {
             self.target = (member + 1) % self.segments.len();
         }
-        if exited(&self.segments[member]) {
+        if exited(&self.segments[member], true) {
             self.segments[member] = None;
             for l in &mut self.lanes {
                 if l.slot.as_ref().is_some_and(|(m, _)| *m == member) {
@@ -359,11 +360,11 @@ impl Pipeline {
     fn segment(&mut self, m: usize) -> Option<Arc<Segment>> {
         if self.segments[m].is_none() {
             let seg = Segment::open(&self.manifest.segment_path(m as u8), &self.layout).ok()?;
-            let watch = ProcessWatch::open(seg.pid());
+            let watch = ProcessWatch::replica(&self.manifest.segment_path(m as u8), seg.pid());
             watch.as_ref()?;
             self.segments[m] = Some((Arc::new(seg), watch));
         }
-        if exited(&self.segments[m]) {
+        if exited(&self.segments[m], true) {
             self.segments[m] = None;
             return None;
         }

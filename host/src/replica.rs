@@ -7,8 +7,9 @@ use crate::config::{Manifest, PollMode};
 use crate::failover::FailoverTracker;
 use crate::hostfabric::HostFabric;
 use crate::kvstore::HashBackend;
+use crate::notice::{notice_path, DeathNotices};
 use crate::service::{ServiceHandle, ServiceQueue, ServiceReply, ServiceRequest};
-use crate::shm::{spawn_watcher, PeerLiveness, Segment, ShmFabric, ShmMemory};
+use crate::shm::{spawn_watcher, DeathSeen, PeerLiveness, Segment, ShmFabric, ShmMemory};
 use crate::slots::{SlotKind, SlotRequest, SlotServer, SlotStatus};
 use crate::status::{
     ConfigSnapshot, EventRecord, LatencySummary, LogPointers, PeerSnapshot, Percentiles, Snapshot,
@@ -34,6 +35,9 @@ const STATUS_PERIOD: Duration = Duration::from_millis(50);
 const LATENCY_WINDOW: Duration = Duration::from_secs(1);
 /// Longest sleep of an adaptive poll loop (it also wakes on its doorbell).
 const PARK_MAX: Duration = Duration::from_millis(20);
+/// Scheduler slice asked for a poll loop that parks (the kernel's minimum
+/// is 100 µs).
+const POLL_SLICE_NS: u64 = 100_000;
 
 /// Why a replica could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -339,12 +343,13 @@ impl<F: HostFabric> Replica<F> {
                     // its process exited (pidfd).
                     if let Some(old) = self.failovers_leader() {
                         let died = self.fabric.liveness().died_at_ns(MemberId(old));
-                        let (lost, by) =
-                            if self.fabric.liveness().is_dead(MemberId(old)) && died > 0 {
-                                (died, "pidfd")
-                            } else {
-                                (st.peers[usize::from(old)].row_changed_ns, "heartbeat")
-                            };
+                        let liveness = self.fabric.liveness();
+                        let (lost, by) = if liveness.is_dead(MemberId(old)) && died > 0 {
+                            let how = liveness.death_seen_by(MemberId(old));
+                            (died, how.map_or("pidfd", DeathSeen::label))
+                        } else {
+                            (st.peers[usize::from(old)].row_changed_ns, "heartbeat")
+                        };
                         self.failovers.suspected(now, lost, by);
                     }
                 }
@@ -570,9 +575,14 @@ impl<F: HostFabric> Replica<F> {
         for peer in self.fabric.liveness().take_newly_dead() {
             tracing::warn!(peer = peer.0, "peer process exited");
             self.node.handle_peer_down(now, peer);
+            let how = self
+                .fabric
+                .liveness()
+                .death_seen_by(peer)
+                .map_or("connection", DeathSeen::label);
             self.event(
                 "replica-lost",
-                format!("member {} process exited (pidfd)", peer.0),
+                format!("member {} process exited ({how})", peer.0),
             );
             work = true;
         }
@@ -711,6 +721,15 @@ pub fn run(opts: ReplicaOptions, shutdown: Arc<AtomicBool>) -> Result<(), Replic
         .map_err(io(format!("creating {}", m.shm_dir().display())))?;
     std::fs::create_dir_all(m.run_dir())
         .map_err(io(format!("creating {}", m.run_dir().display())))?;
+    // Death notices first, on this (the poll) thread, before the segment
+    // that makes peers look for them; dropped (unlinked) on every return.
+    let _notices = match DeathNotices::hold(&notice_path(&m.segment_path(opts.id))) {
+        Ok(n) => Some(n),
+        Err(e) => {
+            tracing::warn!(error = %e, "no death notices: peers learn of this replica's exit from its pidfd only");
+            None
+        }
+    };
     let segment = Arc::new(Segment::create(&m.segment_path(opts.id), &layout, id)?);
     let memory = ShmMemory::new(segment.clone());
     let clock = Instant::now();
@@ -860,6 +879,11 @@ fn drive<F: HostFabric>(
         if !core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
             tracing::warn!(core, "could not pin the poll loop to its core");
         }
+    }
+    if m.cluster.poll != PollMode::Busy {
+        // A parked loop must run as soon as it is rung (see the function).
+        let short = crate::topology::request_short_slice(POLL_SLICE_NS);
+        tracing::debug!(short, "short scheduler slice for the poll loop");
     }
     let mut r = Replica {
         slots: SlotServer::new(memory.clone(), &layout),

@@ -11,12 +11,15 @@
 //!   increments the count, checks the bit, copies, decrements. A revoke
 //!   clears the bit and waits for the count to drain: once it returns, no
 //!   write from that peer lands (DARE §3.2.1).
-//! * **Peer death** is learned at once from a pidfd (Linux ≥ 5.3), the
-//!   spirit of uKharon's "deadbeat" notification without a kernel module:
-//!   a watcher thread sleeps in `poll(2)` on the peers' pidfds and flags a
-//!   peer dead when its process exits; later operations to it complete
-//!   `Unreachable`. A stopped (SIGSTOP) peer is not dead: its memory is
-//!   still written, like DARE's zombie server.
+//! * **Peer death** is learned from the kernel, the spirit of uKharon's
+//!   "deadbeat" notification without a kernel module: first from the
+//!   peer's death notice (a robust futex its poll thread holds, released
+//!   early in the kernel's exit path, ~0.05–0.4 ms after a SIGKILL here;
+//!   see `notice`), one waiter thread per peer; and as a fallback from its
+//!   pidfd (Linux ≥ 5.3), readable only once the whole process is torn
+//!   down (1–3 ms). A dead peer's later operations complete `Unreachable`.
+//!   A stopped (SIGSTOP) peer is not dead: its memory is still written,
+//!   like DARE's zombie server.
 //! * **Doorbells**: a replica that parks (adaptive polling) sleeps on a
 //!   futex word in its own header. Writers ring it for work requests that
 //!   carry the `notify` hint (election traffic) and clients ring it for
@@ -26,13 +29,14 @@
 //! that concurrent writers in other processes are never a data race.
 
 use crate::error::ShmError;
+use crate::notice::{notice_path, NoticeWait, NoticeWatch};
 use memmap2::MmapRaw;
 use std::collections::VecDeque;
 use std::fs::OpenOptions;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use verbatim_core::fabric::{
     Access, Addr, Channel, Completion, Fabric, FabricError, MemberId, Op, RegionId, WcStatus,
@@ -426,8 +430,12 @@ pub fn process_alive(pid: i32) -> bool {
 
 /// Watches one process through a pidfd: exited (or a zombie not reaped
 /// yet) shows at once, and a recycled pid can never be mistaken for it.
+/// When the process is a replica with death notices, their one-load check
+/// comes first: it turns within ~0.2 ms of a kill, the pidfd only after the
+/// kernel has torn the whole process down.
 pub struct ProcessWatch {
     fd: OwnedFd,
+    notice: Option<NoticeWatch>,
 }
 
 impl ProcessWatch {
@@ -436,7 +444,29 @@ impl ProcessWatch {
         if pid <= 0 {
             return None;
         }
-        pidfd_open(pid).map(|fd| ProcessWatch { fd })
+        pidfd_open(pid).map(|fd| ProcessWatch { fd, notice: None })
+    }
+
+    /// Watches the replica that owns the segment at `segment_path`
+    /// (process `pid`), through its death notices too when it has them.
+    pub fn replica(segment_path: &Path, pid: i32) -> Option<ProcessWatch> {
+        let mut w = ProcessWatch::open(pid)?;
+        w.notice = match NoticeWatch::open(&notice_path(segment_path)) {
+            Ok(n) if n.owner_pid() == pid => Some(n),
+            Ok(n) => {
+                tracing::debug!(
+                    pid,
+                    owner = n.owner_pid(),
+                    "stale death notice; the pidfd remains"
+                );
+                None
+            }
+            Err(e) => {
+                tracing::debug!(pid, error = %e, "no death notice; the pidfd remains");
+                None
+            }
+        };
+        Some(w)
     }
 
     /// Waits (at most `timeout`) for the process to exit; true if it did.
@@ -452,8 +482,18 @@ impl ProcessWatch {
         n > 0 && p.revents != 0
     }
 
-    /// True once the process has exited (one non-blocking poll(2)).
+    /// True once a replica's death notice shows its poll thread gone (one
+    /// load; false when it has none).
+    pub fn notice_gone(&self) -> bool {
+        self.notice.as_ref().is_some_and(|n| !n.owner_alive())
+    }
+
+    /// True once the process has exited or (for a replica) its poll
+    /// thread has: one load, then one non-blocking poll(2).
     pub fn exited(&self) -> bool {
+        if self.notice_gone() {
+            return true;
+        }
         let mut p = libc::pollfd {
             fd: self.fd.as_raw_fd(),
             events: libc::POLLIN,
@@ -562,16 +602,40 @@ impl Memory for ShmMemory {
     }
 }
 
-// ----- peer liveness (pidfd) -----------------------------------------------------
+// ----- peer liveness (death notices, pidfd) -----------------------------------
 
-/// Which peers are known dead; written by the watcher thread.
+/// How a peer's death was learned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum DeathSeen {
+    /// Its death notice (robust futex, early in the kernel's exit path).
+    Notice = 1,
+    /// Its pidfd (after the kernel tore the process down).
+    Pidfd = 2,
+}
+
+impl DeathSeen {
+    /// The label used in status and failover records.
+    pub fn label(self) -> &'static str {
+        match self {
+            DeathSeen::Notice => "notice",
+            DeathSeen::Pidfd => "pidfd",
+        }
+    }
+}
+
+/// Which peers are known dead; written by the watcher threads.
 #[derive(Default)]
 pub struct PeerLiveness {
     dead: [AtomicBool; MAX_MEMBERS],
     /// Peers that died since the poll loop last looked (bitmask).
     newly_dead: AtomicU64,
-    /// When each peer was seen to die (ns since the watcher started).
+    /// When each peer was seen to die (ns since `epoch`).
     died_at: [AtomicU64; MAX_MEMBERS],
+    /// `DeathSeen` of the detector that saw it first (0: none).
+    seen_by: [AtomicU8; MAX_MEMBERS],
+    /// The replica's clock, set by `spawn_watcher`.
+    epoch: OnceLock<Instant>,
     watch: Mutex<Vec<(MemberId, i32)>>,
     stop: AtomicBool,
 }
@@ -611,10 +675,44 @@ impl PeerLiveness {
         }
     }
 
-    /// Monotonic time of death (ns on the clock given to the watcher), 0
-    /// when unknown.
+    /// Records a death seen by `how` now, unless another detector saw it
+    /// first, and reports it to the poll loop.
+    pub fn record_death(&self, m: MemberId, how: DeathSeen) {
+        if m.index() >= MAX_MEMBERS {
+            return;
+        }
+        let now = self
+            .epoch
+            .get()
+            .map_or(0, |e| e.elapsed().as_nanos() as u64)
+            .max(1);
+        if self.died_at[m.index()]
+            .compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            self.seen_by[m.index()].store(how as u8, Ordering::Release);
+        }
+        self.mark_dead(m);
+    }
+
+    /// Monotonic time of death (ns on the replica's clock), 0 when
+    /// unknown.
     pub fn died_at_ns(&self, m: MemberId) -> u64 {
         self.died_at[m.index()].load(Ordering::Acquire)
+    }
+
+    /// Which detector saw the peer's death first, if one did.
+    pub fn death_seen_by(&self, m: MemberId) -> Option<DeathSeen> {
+        match self.seen_by.get(m.index())?.load(Ordering::Acquire) {
+            1 => Some(DeathSeen::Notice),
+            2 => Some(DeathSeen::Pidfd),
+            _ => None,
+        }
+    }
+
+    /// True once the watchers were asked to stop.
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
     }
 
     /// Stops the watcher thread.
@@ -640,6 +738,7 @@ pub fn spawn_watcher(
     wake: Arc<Segment>,
     clock: Instant,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let _ = liveness.epoch.set(clock);
     std::thread::Builder::new()
         .name("verbatim-pidfd".into())
         .spawn(move || {
@@ -649,9 +748,7 @@ pub fn spawn_watcher(
                     match pidfd_open(pid) {
                         Some(fd) => watched.push((m, fd)),
                         None => {
-                            liveness.died_at[m.index()]
-                                .store(clock.elapsed().as_nanos() as u64, Ordering::Release);
-                            liveness.mark_dead(m);
+                            liveness.record_death(m, DeathSeen::Pidfd);
                             wake.ring();
                         }
                     }
@@ -669,14 +766,12 @@ pub fn spawn_watcher(
                 // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs.
                 let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 50) };
                 if n > 0 {
-                    let now = clock.elapsed().as_nanos() as u64;
                     let mut i = 0;
                     while i < fds.len() {
                         if fds[i].revents != 0 {
                             let (m, _) = watched.remove(i);
                             fds.remove(i);
-                            liveness.died_at[m.index()].store(now, Ordering::Release);
-                            liveness.mark_dead(m);
+                            liveness.record_death(m, DeathSeen::Pidfd);
                             wake.ring();
                         } else {
                             i += 1;
@@ -685,6 +780,40 @@ pub fn spawn_watcher(
                 }
             }
         })
+}
+
+/// Spawns a thread that waits on `peer`'s death notice for us (`me`) and
+/// reports the death the moment the kernel marks it, well before the
+/// pidfd fires (see `notice`). Ends when the liveness watchers stop.
+pub fn spawn_notice_waiter(
+    liveness: Arc<PeerLiveness>,
+    wake: Arc<Segment>,
+    me: MemberId,
+    peer: MemberId,
+    watch: NoticeWatch,
+) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name(format!("verbatim-notice-{}", peer.0))
+        .spawn(move || {
+            // A short slice lets the wake-up preempt at once. Not a
+            // real-time policy: when our own process is killed this thread
+            // may be the last one out, and the kernel's teardown of the
+            // whole address space would then run at real-time priority,
+            // starving the survivors and clients on its core.
+            crate::topology::request_short_slice(100_000);
+            let stop = &liveness.stop;
+            match watch.wait_owner_gone(me, stop, Duration::from_millis(50)) {
+                NoticeWait::OwnerGone => {
+                    liveness.record_death(peer, DeathSeen::Notice);
+                    wake.ring();
+                }
+                NoticeWait::Stopped => {}
+                NoticeWait::Unusable => {
+                    tracing::debug!(peer = peer.0, "death notice unusable; the pidfd remains");
+                }
+            }
+        })
+        .map(drop)
 }
 
 // ----- the fabric -------------------------------------------------------------
@@ -738,6 +867,25 @@ impl ShmFabric {
             match Segment::open(&self.peer_paths[i], &self.layout) {
                 Ok(seg) if seg.member_id() == i as u64 => {
                     self.liveness.watch(m, seg.pid());
+                    // The notice file is published before the segment, so
+                    // a replica that has one is seen with it.
+                    match NoticeWatch::open(&notice_path(&self.peer_paths[i])) {
+                        Ok(w) if w.owner_pid() == seg.pid() => {
+                            if let Err(e) = spawn_notice_waiter(
+                                self.liveness.clone(),
+                                self.local.clone(),
+                                self.me,
+                                m,
+                                w,
+                            ) {
+                                tracing::warn!(peer = i, error = %e, "no death-notice thread; the pidfd remains");
+                            }
+                        }
+                        Ok(_) => tracing::debug!(peer = i, "stale death notice; the pidfd remains"),
+                        Err(e) => {
+                            tracing::debug!(peer = i, error = %e, "no death notice; the pidfd remains")
+                        }
+                    }
                     self.peers[i] = Some(Arc::new(seg));
                 }
                 Ok(_) => missing.push((

@@ -364,9 +364,13 @@ fn sigterm_stops_a_replica_cleanly() {
         .expect("a leader");
     let segments: Vec<PathBuf> = (0..3).map(|i| cluster.manifest.segment_path(i)).collect();
     let sockets: Vec<PathBuf> = (0..3).map(|i| cluster.manifest.status_socket(i)).collect();
-    assert!(segments.iter().all(|p| p.exists()));
+    let notices: Vec<PathBuf> = segments
+        .iter()
+        .map(|p| verbatim_host::notice::notice_path(p))
+        .collect();
+    assert!(segments.iter().chain(&notices).all(|p| p.exists()));
     cluster.stop();
-    for p in segments.iter().chain(&sockets) {
+    for p in segments.iter().chain(&sockets).chain(&notices) {
         assert!(!p.exists(), "{} left behind after SIGTERM", p.display());
     }
 }

@@ -172,3 +172,47 @@ fn a_peer_with_another_layout_is_refused_with_the_reason() {
         .expect("refused");
     assert!(err.to_string().contains("not a verbatim segment"), "{err}");
 }
+
+/// A peer whose poll thread ends (as at its process's death) is reported
+/// dead through its death notice, while its process (this one) lives on,
+/// so the pidfd cannot be what saw it.
+#[test]
+fn a_peer_is_seen_dead_through_its_death_notice() {
+    use verbatim_host::notice::{notice_path, DeathNotices};
+    use verbatim_host::shm::DeathSeen;
+    let dir = shm_dir();
+    let layout = Layout::new(&Config::new(2, MemberId(0))).unwrap();
+    let paths: Vec<PathBuf> = (0..2)
+        .map(|i| segment_path(dir.path(), "notice", i))
+        .collect();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
+    let p1 = paths[1].clone();
+    let peer = std::thread::spawn(move || {
+        let notices = DeathNotices::hold(&notice_path(&p1)).unwrap();
+        let seg = Segment::create(&p1, &layout, MemberId(1)).unwrap();
+        ready_tx.send(()).unwrap();
+        end_rx.recv().unwrap();
+        // The thread ends holding its notices; the kernel releases them.
+        std::mem::forget(notices);
+        seg
+    });
+    ready_rx.recv().unwrap();
+    let seg0 = Arc::new(Segment::create(&paths[0], &layout, MemberId(0)).unwrap());
+    let live = Arc::new(PeerLiveness::default());
+    spawn_watcher(live.clone(), seg0.clone(), Instant::now()).unwrap();
+    let mut f = ShmFabric::new(MemberId(0), layout, seg0, paths.clone(), live.clone());
+    assert!(f.connect_peers().is_empty());
+    assert!(!live.is_dead(MemberId(1)));
+    end_tx.send(()).unwrap();
+    let _seg1 = peer.join().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !live.is_dead(MemberId(1)) {
+        assert!(Instant::now() < deadline, "the death notice was not seen");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(live.take_newly_dead(), vec![MemberId(1)]);
+    assert_eq!(live.death_seen_by(MemberId(1)), Some(DeathSeen::Notice));
+    assert!(live.died_at_ns(MemberId(1)) > 0);
+    live.stop();
+}

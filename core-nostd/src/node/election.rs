@@ -91,7 +91,11 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         for l in self.others() {
             let peer = &self.peers[l.index()];
             let hb = peer.row.heartbeat;
-            if peer.version == 0
+            // A peer whose process is gone is never followed again, even
+            // if its last heartbeat, written just before it died, is only
+            // observed after the death notification.
+            if peer.down
+                || peer.version == 0
                 || peer.row.role != RoleCode::Leader
                 || hb.term == 0
                 || hb.term != peer.row.term

@@ -711,6 +711,51 @@ fn followers_suspect_a_silent_leader_and_grow_delta_on_stale_heartbeats() {
     assert!(h.nodes[1].fd_period_ns > delta || h.nodes[2].fd_period_ns > delta);
 }
 
+/// A leader reported dead (its process exited) is not followed again when
+/// its last heartbeat, written just before it died, is observed only after
+/// the notification: the followers elect a new leader at once instead of
+/// waiting Δ for that heartbeat to go stale.
+#[test]
+fn a_leader_reported_dead_is_not_trusted_again_by_its_last_heartbeat() {
+    let mut h = Harness::new(3);
+    h.elect_zero();
+    h.settle(2);
+    // The leader's last heartbeat lands in the followers' memory ...
+    h.now += h.nodes[0].cfg.heartbeat_period_ns;
+    h.tick(0);
+    h.down[0] = true;
+    // ... but they hear of its death before they look at their rows.
+    for i in 1..3 {
+        h.nodes[i].handle_peer_down(h.now, MemberId(0));
+        assert_eq!(h.nodes[i].leader(), None, "member {i} suspects at once");
+    }
+    // Well within Δ, one of them leads.
+    let delta = h.nodes[1].fd_period_ns;
+    let mut elected = None;
+    for _ in 0..40 {
+        h.now += 20_000;
+        h.tick(1);
+        h.tick(2);
+        for i in 1..3 {
+            assert_ne!(
+                h.nodes[i].leader(),
+                Some(MemberId(0)),
+                "member {i} follows the dead leader again"
+            );
+        }
+        if let Some(l) = (1..3).find(|&i| h.nodes[i].role() == Role::Leader) {
+            elected = Some(l);
+            break;
+        }
+    }
+    assert!(
+        elected.is_some(),
+        "a new leader within {} µs (Δ is {} µs)",
+        40 * 20,
+        delta / 1000
+    );
+}
+
 /// §3.3.2 "Log pruning": the head follows the group's minimum apply pointer
 /// through HEAD entries; a full log is reported, never overwritten.
 #[test]
