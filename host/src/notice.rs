@@ -197,21 +197,8 @@ pub enum NoticeWait {
 impl NoticeWatch {
     /// Maps the notice file at `path` if it is complete.
     pub fn open(path: &Path) -> Result<NoticeWatch, ShmError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| ShmError::io(path, "open", e))?;
-        let len = file
-            .metadata()
-            .map_err(|e| ShmError::io(path, "stat", e))?
-            .len();
-        if len < FILE_BYTES as u64 {
-            return Err(ShmError::Malformed {
-                path: path.to_owned(),
-                what: "death-notice file too short",
-            });
-        }
+        let (file, _) =
+            crate::shm::open_shared_file(path, FILE_BYTES as u64, "death-notice file too short")?;
         let map = MmapRaw::map_raw(&file).map_err(|e| ShmError::io(path, "map", e))?;
         let base = map.as_mut_ptr();
         if word32(base, N_READY).load(Ordering::Acquire) != 1

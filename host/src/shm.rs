@@ -180,21 +180,7 @@ impl Segment {
     }
 
     fn open_any(path: &Path) -> Result<Segment, ShmError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| ShmError::io(path, "open", e))?;
-        let len = file
-            .metadata()
-            .map_err(|e| ShmError::io(path, "stat", e))?
-            .len();
-        if len < HEADER_BYTES {
-            return Err(ShmError::Malformed {
-                path: path.to_owned(),
-                what: "shorter than its header",
-            });
-        }
+        let (file, len) = open_shared_file(path, HEADER_BYTES, "shorter than its header")?;
         let map = MmapRaw::map_raw(&file).map_err(|e| ShmError::io(path, "map", e))?;
         let mut seg = Segment {
             map,
@@ -390,6 +376,31 @@ impl Segment {
     pub fn unlink(&self) {
         let _ = std::fs::remove_file(&self.path);
     }
+}
+
+/// Opens a shared file for mapping (read and write) and returns it with its
+/// length, refusing one shorter than `min_len` with `too_short`.
+pub(crate) fn open_shared_file(
+    path: &Path,
+    min_len: u64,
+    too_short: &'static str,
+) -> Result<(std::fs::File, u64), ShmError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| ShmError::io(path, "open", e))?;
+    let len = file
+        .metadata()
+        .map_err(|e| ShmError::io(path, "stat", e))?
+        .len();
+    if len < min_len {
+        return Err(ShmError::Malformed {
+            path: path.to_owned(),
+            what: too_short,
+        });
+    }
+    Ok((file, len))
 }
 
 fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
