@@ -93,6 +93,14 @@ impl DeathNotices {
     /// mutexes and locks them all on the calling thread, which must live
     /// as long as the replica: its exit is what the notices announce.
     pub fn hold(path: &Path) -> Result<DeathNotices, ShmError> {
+        // A live replica's notices are never replaced (a second replica
+        // with the same id is refused by its segment right after).
+        if NoticeWatch::open(path).is_ok_and(|w| w.owner_alive()) {
+            return Err(ShmError::Malformed {
+                path: path.to_owned(),
+                what: "death notices held by a running replica",
+            });
+        }
         let tmp = {
             let mut s = path.as_os_str().to_owned();
             s.push(format!(".tmp{}", std::process::id()));
@@ -366,6 +374,18 @@ mod tests {
             ),
             NoticeWait::Unusable
         );
+    }
+
+    #[test]
+    fn live_notices_are_not_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = notice_path(&dir.path().join("seg"));
+        let n = DeathNotices::hold(&path).unwrap();
+        assert!(
+            DeathNotices::hold(&path).is_err(),
+            "a running owner keeps its file"
+        );
+        assert!(NoticeWatch::open(&path).unwrap().owner_alive() && n.held());
     }
 
     #[test]

@@ -340,7 +340,7 @@ impl<F: HostFabric> Replica<F> {
                 let st = self.node.status();
                 if self.last_role == Role::Follower && role != Role::Leader && leader.is_none() {
                     // We stopped trusting our leader: heartbeat silence, or
-                    // its process exited (pidfd).
+                    // its process exited (death notice or pidfd).
                     if let Some(old) = self.failovers_leader() {
                         let died = self.fabric.liveness().died_at_ns(MemberId(old));
                         let liveness = self.fabric.liveness();
