@@ -278,6 +278,15 @@ enum Cmd {
     },
 }
 
+/// The cores of the client threads: `--client-cores`, else every core
+/// without a replica.
+fn client_cores(list: Option<&str>, replica_cores: &[usize]) -> anyhow::Result<Vec<usize>> {
+    match list {
+        Some(l) => parse_cores(l),
+        None => Ok(cluster::client_cores(replica_cores)),
+    }
+}
+
 fn parse_cores(s: &str) -> anyhow::Result<Vec<usize>> {
     if s.eq_ignore_ascii_case("none") || s.is_empty() {
         return Ok(Vec::new());
@@ -495,10 +504,7 @@ fn run() -> anyhow::Result<()> {
             if a.clients == 0 {
                 bail!("--clients must be at least 1");
             }
-            let cores = match &a.client_cores {
-                Some(l) => parse_cores(l)?,
-                None => cluster::client_cores(&replica_cores),
-            };
+            let cores = client_cores(a.client_cores.as_deref(), &replica_cores)?;
             report.throughput = Some(verbatim_bench::throughput::run(
                 &spec,
                 &ThroughputOptions {
@@ -528,10 +534,7 @@ fn run() -> anyhow::Result<()> {
             if a.clients == 0 {
                 bail!("--clients must be at least 1");
             }
-            let cores = match &a.client_cores {
-                Some(l) => parse_cores(l)?,
-                None => cluster::client_cores(&replica_cores),
-            };
+            let cores = client_cores(a.client_cores.as_deref(), &replica_cores)?;
             report.workload = Some(verbatim_bench::workload::run(
                 &spec,
                 &WorkloadOptions {
