@@ -24,6 +24,10 @@ pub enum Mutation {
     VoteWithoutLogCheck,
     /// Serve reads without confirming the term with a majority.
     ReadWithoutTermCheck,
+    /// Heartbeat engine: re-read a peer's counter at once instead of
+    /// waiting `counter_read_gap_ns` (uKharon §4.2), so a running peer
+    /// that had no chance to increment is reported stalled.
+    CounterReadWithoutGap,
 }
 
 /// Configuration of one member. Construct with [`Config::new`], adjust
@@ -75,6 +79,14 @@ pub struct Config {
     pub apply_batch_max: u32,
     /// Seed of the PRNG that randomizes timeouts.
     pub seed: u64,
+    /// Heartbeat engine (uKharon §4.2): the member bumps its counter on
+    /// every call and at least this often.
+    pub counter_increment_period_ns: u64,
+    /// Heartbeat engine: wait this long after a READ of a peer's counter
+    /// completes before the next one. Two READs that return the same value
+    /// report the peer stalled, so this must comfortably exceed the
+    /// increment period plus the host's scheduling jitter.
+    pub counter_read_gap_ns: u64,
     /// A deliberately broken rule, for mutation tests.
     #[cfg(feature = "mutation-testing")]
     pub mutation: Mutation,
@@ -105,6 +117,8 @@ impl Config {
             reconnect_backoff_ns: 1_000_000,
             apply_batch_max: 256,
             seed: 0x5EED,
+            counter_increment_period_ns: 1_000_000,
+            counter_read_gap_ns: 20_000_000,
             #[cfg(feature = "mutation-testing")]
             mutation: Mutation::None,
         }
@@ -191,6 +205,11 @@ impl Config {
             ("prune_period_ns", self.prune_period_ns),
             ("prune_grace_ns", self.prune_grace_ns),
             ("reconnect_backoff_ns", self.reconnect_backoff_ns),
+            (
+                "counter_increment_period_ns",
+                self.counter_increment_period_ns,
+            ),
+            ("counter_read_gap_ns", self.counter_read_gap_ns),
         ] {
             if v == 0 || v > 3_600_000_000_000 {
                 return Err(OutOfRange {
@@ -223,6 +242,12 @@ impl Config {
             return Err(Inconsistent {
                 field: "leader_quorum_timeout_ns",
                 reason: "must be at least fd_check_period_ns",
+            });
+        }
+        if self.counter_read_gap_ns < 2 * self.counter_increment_period_ns {
+            return Err(Inconsistent {
+                field: "counter_read_gap_ns",
+                reason: "must be at least twice counter_increment_period_ns, or a running peer is reported stalled",
             });
         }
         if self.apply_batch_max == 0 || self.apply_batch_max > 1 << 16 {

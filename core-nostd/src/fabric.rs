@@ -42,63 +42,65 @@ impl MemberId {
     }
 }
 
-/// A registered memory region of a member. The layout of each one is in
-/// [`crate::layout::Layout`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum RegionId {
-    /// The shared state table: one row per member. Every member may write
-    /// (its own row) into every other member's control region.
-    Control = 0,
-    /// The log: pointers written by the leader, the adjustment list, the
-    /// ring. Writable only by the leader this member granted access to.
-    Log = 1,
-    /// Local only: staging copies of rows being pushed, landing zones for
-    /// READs, results of atomics. Never granted to a peer.
-    Scratch = 2,
-    /// Local only: the client-session (deduplication) table, part of the
-    /// replicated state machine.
-    Sessions = 3,
-    /// Request/reply slots for the host's shared-memory clients.
-    Clients = 4,
-}
+/// Largest number of registered regions a member has (every engine's
+/// regions together). Per-region arrays in the fabrics have this length.
+pub const REGIONS_MAX: usize = 8;
 
+/// A registered memory region of a member. The set is open: each engine
+/// declares the regions it needs ([`crate::layout::RegionSpec`]) and the
+/// [`crate::layout::Layout`] gives each one its size. The constants below
+/// are the regions of the engines the core ships.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RegionId(pub u8);
+
+#[allow(non_upper_case_globals)]
 impl RegionId {
-    /// Every region, in layout order.
-    pub const ALL: [RegionId; 5] = [
-        RegionId::Control,
-        RegionId::Log,
-        RegionId::Scratch,
-        RegionId::Sessions,
-        RegionId::Clients,
-    ];
+    /// Log engine: the shared state table, one row per member. Every
+    /// member may write (its own row) into every other member's control
+    /// region.
+    pub const Control: RegionId = RegionId(0);
+    /// Log engine: pointers written by the leader, the adjustment list,
+    /// the ring. Writable only by the leader this member granted access to.
+    pub const Log: RegionId = RegionId(1);
+    /// Log engine, local only: staging copies of rows being pushed,
+    /// landing zones for READs, results of atomics.
+    pub const Scratch: RegionId = RegionId(2);
+    /// Log engine, local only: the client-session (deduplication) table,
+    /// part of the replicated state machine.
+    pub const Sessions: RegionId = RegionId(3);
+    /// Request/reply slots for the host's shared-memory clients (moving
+    /// to a host-owned segment of its own).
+    pub const Clients: RegionId = RegionId(4);
+    /// Heartbeat engine (uKharon §4.2): the member's own counter, which
+    /// peers READ, and landing words for the counters it reads.
+    pub const Heartbeat: RegionId = RegionId(5);
 
-    /// The index of this region in per-region arrays.
+    /// The index of this region in per-region arrays (`< REGIONS_MAX`).
     #[inline]
     pub const fn index(self) -> usize {
-        self as usize
+        self.0 as usize
     }
 
     /// A short lowercase name, for logs and errors.
     pub const fn name(self) -> &'static str {
-        match self {
-            RegionId::Control => "control",
-            RegionId::Log => "log",
-            RegionId::Scratch => "scratch",
-            RegionId::Sessions => "sessions",
-            RegionId::Clients => "clients",
+        match self.0 {
+            0 => "control",
+            1 => "log",
+            2 => "scratch",
+            3 => "sessions",
+            4 => "clients",
+            5 => "heartbeat",
+            _ => "region",
         }
     }
 
-    /// The region from its index, for decoding.
+    /// The region from its index, for decoding (`None` past
+    /// [`REGIONS_MAX`]).
     pub const fn from_index(i: usize) -> Option<RegionId> {
-        match i {
-            0 => Some(RegionId::Control),
-            1 => Some(RegionId::Log),
-            2 => Some(RegionId::Scratch),
-            3 => Some(RegionId::Sessions),
-            4 => Some(RegionId::Clients),
-            _ => None,
+        if i < REGIONS_MAX {
+            Some(RegionId(i as u8))
+        } else {
+            None
         }
     }
 }
@@ -147,9 +149,10 @@ impl Channel {
     /// The channel that carries requests addressed to `region` of a peer.
     #[inline]
     pub const fn for_region(region: RegionId) -> Channel {
-        match region {
-            RegionId::Log => Channel::Log,
-            _ => Channel::Control,
+        if region.0 == RegionId::Log.0 {
+            Channel::Log
+        } else {
+            Channel::Control
         }
     }
 

@@ -20,7 +20,7 @@
 //! the simulator and the replica apply operations identically.
 
 use crate::log::EntryHeader;
-use crate::sm::{ReadError, Reply, StateMachine};
+use crate::sm::{ReadError, Reply, RequestError, StateMachine};
 
 const OP_GET: u8 = 1;
 const OP_SET: u8 = 2;
@@ -478,6 +478,14 @@ impl<B: KvBackend> StateMachine for KvStateMachine<B> {
             Err(_) => KvReply::Err(KvError::Malformed),
         };
         reply.to_reply()
+    }
+
+    fn check_request(&self, payload: &[u8], write: bool) -> Result<(), RequestError> {
+        match KvOp::decode(payload, &self.limits) {
+            Ok(op) if op.is_read() != write => Ok(()),
+            Ok(_) => Err(RequestError::WrongKind),
+            Err(_) => Err(RequestError::Malformed),
+        }
     }
 
     fn read(&self, query: &[u8], out: &mut [u8]) -> Result<usize, ReadError> {

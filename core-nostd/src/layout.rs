@@ -13,14 +13,47 @@
 //! Scratch  | staging rows (8×192) | row landing (P×192) | adjust landing (P×…) | atomics (P×64) |
 //! Sessions | slot × session_slot_count (64 each) |
 //! Clients  | slot × client_slot_count (client_slot_bytes each) |
+//! Heartbeat| own counter (64) | landing word per member (P×64) |
 //! ```
+//!
+//! The set of regions is open: each engine declares what it needs as a
+//! [`RegionSpec`] (id, size from the configuration, who may access it) and
+//! [`Layout::regions`] lists them all, so a fabric registers and maps every
+//! region without knowing which engine owns it.
 
 use crate::checksum::Checksum;
 use crate::config::{Config, ConfigError};
-use crate::fabric::{Addr, MemberId, RegionId};
+use crate::fabric::{Addr, MemberId, RegionId, REGIONS_MAX};
 
 /// Bumped whenever the meaning of any byte of the layout changes.
-pub const LAYOUT_VERSION: u64 = 1;
+pub const LAYOUT_VERSION: u64 = 2;
+
+/// Who may access a region remotely.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RemoteAccess {
+    /// Nobody: local memory (staging, landing zones, session table).
+    Local,
+    /// Every member, from the start (rows of the SST, heartbeat counters).
+    Members,
+    /// Only the peer the owner grants it to ([`crate::fabric::Action::SetAccess`]).
+    Granted,
+}
+
+/// One registered region as an engine declares it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RegionSpec {
+    /// The region.
+    pub id: RegionId,
+    /// Its size in bytes (a multiple of 64, possibly 0).
+    pub bytes: u64,
+    /// Who may access it remotely.
+    pub remote: RemoteAccess,
+}
+
+/// Bytes of the heartbeat engine's own counter line.
+pub const HEARTBEAT_COUNTER_BYTES: u64 = 64;
+/// Bytes of one landing line for a peer's counter.
+pub const HEARTBEAT_LANDING_BYTES: u64 = 64;
 
 /// 64-bit words in one SST row.
 pub const ROW_WORDS: usize = 24;
@@ -106,6 +139,8 @@ pub struct Layout {
     pub client_slot_bytes: u64,
     /// Bytes of the clients region.
     pub clients_bytes: u64,
+    /// Bytes of the heartbeat engine's region.
+    pub heartbeat_bytes: u64,
     /// Version and shape hash, compared by peers at connect time.
     pub hash: u64,
 }
@@ -161,6 +196,7 @@ impl Layout {
             client_slot_count,
             client_slot_bytes,
             clients_bytes: round_up((client_slot_count * client_slot_bytes).max(64), 64),
+            heartbeat_bytes: HEARTBEAT_COUNTER_BYTES + members * HEARTBEAT_LANDING_BYTES,
             hash: 0,
         };
         layout.hash = layout.compute_hash();
@@ -192,6 +228,7 @@ impl Layout {
             self.client_slot_count,
             self.client_slot_bytes,
             self.clients_bytes,
+            self.heartbeat_bytes,
         ] {
             c.word(w);
         }
@@ -206,7 +243,64 @@ impl Layout {
             RegionId::Scratch => self.scratch.region_bytes,
             RegionId::Sessions => self.sessions_bytes,
             RegionId::Clients => self.clients_bytes,
+            RegionId::Heartbeat => self.heartbeat_bytes,
+            // Not a region of this layout: nothing is inside it.
+            _ => 0,
         }
+    }
+
+    /// Every registered region of every engine, in id order: the log
+    /// engine's (control, log, scratch, sessions, clients) and the
+    /// heartbeat engine's.
+    pub fn regions(&self) -> impl Iterator<Item = RegionSpec> {
+        let specs = [
+            RegionSpec {
+                id: RegionId::Control,
+                bytes: self.control_bytes,
+                remote: RemoteAccess::Members,
+            },
+            RegionSpec {
+                id: RegionId::Log,
+                bytes: self.log.region_bytes,
+                remote: RemoteAccess::Granted,
+            },
+            RegionSpec {
+                id: RegionId::Scratch,
+                bytes: self.scratch.region_bytes,
+                remote: RemoteAccess::Local,
+            },
+            RegionSpec {
+                id: RegionId::Sessions,
+                bytes: self.sessions_bytes,
+                remote: RemoteAccess::Local,
+            },
+            RegionSpec {
+                id: RegionId::Clients,
+                bytes: self.clients_bytes,
+                remote: RemoteAccess::Local,
+            },
+            RegionSpec {
+                id: RegionId::Heartbeat,
+                bytes: self.heartbeat_bytes,
+                remote: RemoteAccess::Members,
+            },
+        ];
+        const { assert!(6 <= REGIONS_MAX) };
+        specs.into_iter()
+    }
+
+    /// The heartbeat engine's own counter (peers READ it).
+    pub fn heartbeat_counter(&self) -> Addr {
+        Addr::new(RegionId::Heartbeat, 0)
+    }
+
+    /// Where a READ of `member`'s heartbeat counter lands.
+    pub fn heartbeat_landing(&self, member: MemberId) -> Addr {
+        assert!(member.0 < self.member_count);
+        Addr::new(
+            RegionId::Heartbeat,
+            HEARTBEAT_COUNTER_BYTES + u64::from(member.0) * HEARTBEAT_LANDING_BYTES,
+        )
     }
 
     /// True when `[at, at+len)` lies inside its region.
@@ -308,9 +402,19 @@ mod tests {
             l.adjust_landing(MemberId(4)).offset + s.adjust_landing_stride,
             s.atomic_offset
         );
-        for r in RegionId::ALL {
-            assert_eq!(l.region_bytes(r) % 8, 0, "{}", r.name());
+        for r in l.regions() {
+            assert_eq!(r.bytes % 8, 0, "{}", r.id.name());
+            assert_eq!(l.region_bytes(r.id), r.bytes);
         }
+        let ids: heapless::Vec<u8, 8> = l.regions().map(|r| r.id.0).collect();
+        assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "ids unique and ordered"
+        );
+        assert_eq!(
+            l.heartbeat_landing(MemberId(4)).offset + HEARTBEAT_LANDING_BYTES,
+            l.heartbeat_bytes
+        );
         assert!(l.contains(Addr::new(RegionId::Log, 0), l.log.region_bytes));
         assert!(!l.contains(Addr::new(RegionId::Log, 1), l.log.region_bytes));
         assert!(!l.contains(Addr::new(RegionId::Log, u64::MAX), 2));

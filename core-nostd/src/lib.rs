@@ -71,7 +71,11 @@
 //! * [`layout`]: the registered memory layout and its hash.
 //! * [`sst`]: rows of the shared state table, guarded against tearing.
 //! * [`log`]: the ring, entries, the adjustment list.
-//! * [`node`]: the protocol (election, replication, commit, pruning, reads).
+//! * [`engine`]: the seam between the driver and the engines (work-request
+//!   id ranges, the [`Engine`] trait).
+//! * [`node`]: the log engine (election, replication, commit, pruning,
+//!   reads).
+//! * [`heartbeat`]: the heartbeat-counter engine (uKharon §4.2).
 //! * [`sessions`]: exactly-once bookkeeping.
 //! * [`sm`], [`kv`]: the state-machine trait and the key-value store.
 
@@ -81,7 +85,9 @@
 
 pub mod checksum;
 pub mod config;
+pub mod engine;
 pub mod fabric;
+pub mod heartbeat;
 pub mod kv;
 pub mod layout;
 pub mod log;
@@ -95,11 +101,13 @@ pub mod sst;
 mod test_memory;
 
 pub use config::{Config, ConfigError};
+pub use engine::{Engine, EngineTag};
 pub use fabric::{
     Access, Action, Addr, Channel, Completion, Fabric, MemberId, Op, RegionId, WcStatus,
     WorkRequest, WrId,
 };
+pub use heartbeat::{CounterEvent, HeartbeatEngine};
 pub use layout::Layout;
 pub use mem::Memory;
 pub use node::{Event, Node, NodeStatus, Role, SubmitError, Submitted};
-pub use sm::{Reply, StateMachine};
+pub use sm::{Reply, RequestError, StateMachine};

@@ -43,6 +43,15 @@ pub enum ReadError {
     OutputTooSmall,
 }
 
+/// Why a client request is refused before it reaches the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestError {
+    /// The payload is not an operation of this service.
+    Malformed,
+    /// A read was sent as a write, or a write as a read.
+    WrongKind,
+}
+
 /// A deterministic state machine replicated through the log.
 ///
 /// `apply` is called on every member, once per committed operation, in
@@ -57,4 +66,9 @@ pub trait StateMachine {
     /// Answers a read-only query against the current state; the host calls
     /// it once the node reports the read as ready (linearizable).
     fn read(&self, query: &[u8], out: &mut [u8]) -> Result<usize, ReadError>;
+
+    /// Validates a client request before it is submitted: a malformed
+    /// operation must never become a committed entry. `write` says which
+    /// path the client asked for.
+    fn check_request(&self, payload: &[u8], write: bool) -> Result<(), RequestError>;
 }

@@ -1,24 +1,28 @@
 //! A plain in-process [`Memory`] for the core's own unit tests.
 
-use crate::fabric::{Addr, RegionId};
+use crate::fabric::{Addr, RegionId, REGIONS_MAX};
 use crate::layout::Layout;
 use crate::mem::Memory;
 use core::cell::RefCell;
 extern crate std;
+use std::rc::Rc;
 use std::vec;
 use std::vec::Vec;
 
-/// Regions as byte vectors.
+/// Regions as byte vectors; clones share them (like two engines sharing a
+/// member's registered memory).
+#[derive(Clone)]
 pub struct TestMemory {
-    regions: [RefCell<Vec<u8>>; 5],
+    regions: Rc<[RefCell<Vec<u8>>; REGIONS_MAX]>,
 }
 
 impl TestMemory {
     /// Zeroed regions sized by the layout.
     pub fn new(layout: &Layout) -> TestMemory {
         TestMemory {
-            regions: RegionId::ALL
-                .map(|r| RefCell::new(vec![0u8; layout.region_bytes(r) as usize])),
+            regions: Rc::new(core::array::from_fn(|i| {
+                RefCell::new(vec![0u8; layout.region_bytes(RegionId(i as u8)) as usize])
+            })),
         }
     }
 }

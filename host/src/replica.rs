@@ -1,7 +1,8 @@
-//! The replica process: one `verbatim-core` node, its shared-memory
-//! segment and fabric, the client paths (shared-memory slots, RESP over
-//! TCP), the status endpoint, and the busy-polling loop that drives the
-//! node exactly as the core's driving contract prescribes.
+//! The replica process: the engines (through `verbatim-driver`, the one
+//! driving loop the simulator runs too), its shared-memory segment and
+//! fabric, the client paths (shared-memory slots, RESP over TCP), the
+//! status endpoint, and the poll loop that calls the driver and parks or
+//! spins between steps.
 
 use crate::config::{Manifest, PollMode};
 use crate::failover::FailoverTracker;
@@ -16,14 +17,16 @@ use crate::status::{
     STATUS_VERSION,
 };
 use crate::status_server::{StatusServer, StatusSlot};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use verbatim_core::fabric::MemberId;
-use verbatim_core::kv::{KvOp, KvStateMachine};
-use verbatim_core::node::{Event, ReplState, Role, SubmitError, Submitted};
-use verbatim_core::{Layout, Node, StateMachine};
+use verbatim_core::heartbeat::CounterEvent;
+use verbatim_core::kv::KvStateMachine;
+use verbatim_core::node::{Event, ReplState, Role};
+use verbatim_core::Layout;
+use verbatim_driver::{Answer, Driver, DriverEvent, Engines, Host, Incoming};
 
 /// Keys a replica holds at most (the store answers "full" beyond).
 pub const KEYS_MAX_DEFAULT: usize = 10_000_000;
@@ -75,26 +78,20 @@ pub struct ReplicaOptions {
 }
 
 type Kv = KvStateMachine<HashBackend>;
-type ReplicaNode = Node<ShmMemory, Kv>;
+/// Requests taken from the RESP threads' queue in one step at most (the
+/// rest wait for the next step, so a flood cannot hold the loop).
+const QUEUE_REQUESTS_PER_STEP: usize = 1024;
 
-#[derive(Clone)]
 enum Route {
     Slot { slot: u64, seq: u64 },
     Channel(std::sync::mpsc::Sender<ServiceReply>),
 }
 
-struct Pending {
-    route: Route,
+/// Where an answer goes, and what the latency histogram needs.
+struct HostRoute {
+    to: Route,
     arrived: Instant,
-}
-
-struct Incoming {
-    client_id: u64,
-    request_id: u64,
     write: bool,
-    payload: Vec<u8>,
-    route: Route,
-    arrived: Instant,
 }
 
 struct Latency {
@@ -167,33 +164,41 @@ struct Replica<F: HostFabric> {
     opts: ReplicaOptions,
     id: MemberId,
     layout: Layout,
-    node: Box<ReplicaNode>,
+    driver: Driver<ShmMemory, Kv, HostRoute>,
     fabric: F,
+    gw: Gateway,
     segment: Arc<Segment>,
-    slots: SlotServer,
-    queue: ServiceQueue,
     clock: Instant,
     started: Instant,
-    pending_writes: HashMap<(u64, u64), Pending, FastHash>,
-    pending_reads: HashMap<u64, (Pending, Vec<u8>), FastHash>,
-    next_token: u64,
+    status: Arc<StatusSlot>,
+    numa_node: Option<usize>,
+    last_granted: Option<MemberId>,
+}
+
+/// The replica process as the driver sees it ([`Host`]): the client
+/// gateways (shared-memory slots, the RESP threads' queue), process-exit
+/// notifications, and what becomes status (events, failovers, latency).
+struct Gateway {
+    id: MemberId,
+    slots: SlotServer,
+    queue: ServiceQueue,
+    liveness: Arc<PeerLiveness>,
+    /// Slot requests taken this step, answered in order.
+    slot_buf: VecDeque<SlotRequest>,
+    slots_taken: bool,
+    queue_taken: usize,
+    /// Peers reported dead, not yet handed to the driver.
+    dead_buf: Vec<MemberId>,
+    /// When this step's requests arrived (one clock read per step).
+    step_started: Instant,
     failovers: FailoverTracker,
     events: VecDeque<EventRecord>,
     latency: Latency,
-    status: Arc<StatusSlot>,
-    numa_node: Option<usize>,
     host_counters: BTreeMap<&'static str, u64>,
     last_role: Role,
-    last_granted: Option<MemberId>,
-    read_buf: Vec<u8>,
-    slot_buf: Vec<SlotRequest>,
 }
 
-impl<F: HostFabric> Replica<F> {
-    fn now_ns(&self) -> u64 {
-        self.clock.elapsed().as_nanos() as u64
-    }
-
+impl Gateway {
     fn event(&mut self, kind: &str, detail: String) {
         tracing::info!(kind, %detail, "event");
         if self.events.len() == EVENTS_KEPT {
@@ -210,140 +215,26 @@ impl<F: HostFabric> Replica<F> {
         *self.host_counters.entry(name).or_insert(0) += 1;
     }
 
-    fn answer(&mut self, route: &Route, reply: ServiceReply) {
-        match route {
-            Route::Channel(tx) => {
-                let _ = tx.send(reply);
-            }
-            Route::Slot { slot, seq } => {
-                let (status, bytes): (SlotStatus, &[u8]) = match &reply {
-                    ServiceReply::Ok(b) => (SlotStatus::Ok, b),
-                    ServiceReply::NotLeader(h) => (SlotStatus::NotLeader(*h), &[]),
-                    ServiceReply::Busy => (SlotStatus::Busy, &[]),
-                    ServiceReply::Error(e) => (SlotStatus::Error, e.as_bytes()),
-                };
-                self.slots.reply(*slot, *seq, status, bytes);
-            }
-        }
+    /// A new step: slot requests are taken once per step, and the queue
+    /// is drained up to a bound.
+    fn begin_step(&mut self, now: Instant) {
+        self.step_started = now;
+        self.slots_taken = false;
+        self.queue_taken = 0;
     }
 
-    /// Validates and submits one client request (DARE §3.3).
-    fn submit(&mut self, now: u64, r: Incoming) {
-        let limits = self.opts.manifest.kv_limits();
-        let valid = match KvOp::decode(&r.payload, &limits) {
-            Ok(op) => op.is_read() != r.write,
-            Err(_) => false,
-        };
-        if !valid {
-            // Refused before it reaches the log: a malformed operation must
-            // not become a committed entry.
-            self.count("requests_malformed");
-            self.answer(&r.route, ServiceReply::Error("malformed operation".into()));
-            return;
-        }
-        let pending = Pending {
-            route: r.route.clone(),
-            arrived: r.arrived,
-        };
-        if r.write {
-            match self
-                .node
-                .submit_write(now, r.client_id, r.request_id, &r.payload)
-            {
-                Ok(Submitted::Appended { .. }) => {
-                    // A retry replaces the route: the latest asker is answered.
-                    self.pending_writes
-                        .insert((r.client_id, r.request_id), pending);
-                }
-                Ok(Submitted::Duplicate(reply)) => {
-                    self.answer(&r.route, ServiceReply::Ok(reply.as_bytes().to_vec()));
-                }
-                Err(SubmitError::NotLeader { leader }) => {
-                    self.answer(&r.route, ServiceReply::NotLeader(leader))
-                }
-                Err(SubmitError::Stale) => self.answer(
-                    &r.route,
-                    ServiceReply::Error("superseded by a newer request".into()),
-                ),
-                Err(SubmitError::TooLarge) => {
-                    self.answer(&r.route, ServiceReply::Error("request too large".into()))
-                }
-                Err(SubmitError::LogFull | SubmitError::NotReady | SubmitError::ReadQueueFull) => {
-                    self.answer(&r.route, ServiceReply::Busy)
-                }
-            }
-        } else {
-            let token = self.next_token;
-            self.next_token += 1;
-            match self.node.submit_read(now, token) {
-                Ok(()) => {
-                    self.pending_reads.insert(token, (pending, r.payload));
-                }
-                Err(SubmitError::NotLeader { leader }) => {
-                    self.answer(&r.route, ServiceReply::NotLeader(leader))
-                }
-                Err(_) => self.answer(&r.route, ServiceReply::Busy),
-            }
-        }
-    }
-
-    fn on_event(&mut self, now: u64, e: Event) {
+    fn on_log_event(&mut self, now: u64, engines: &Engines<ShmMemory, Kv>, e: Event) {
         match e {
-            Event::Reply {
-                client_id,
-                request_id,
-                reply,
-                stale,
-                ..
-            } => {
-                if let Some(p) = self.pending_writes.remove(&(client_id, request_id)) {
-                    let r = if stale {
-                        ServiceReply::Error("superseded by a newer request".into())
-                    } else {
-                        ServiceReply::Ok(reply.as_bytes().to_vec())
-                    };
-                    self.latency
-                        .record(true, p.arrived.elapsed().as_nanos() as u64);
-                    self.answer(&p.route, r);
-                }
-            }
-            Event::ReadReady { token } => {
-                if let Some((p, query)) = self.pending_reads.remove(&token) {
-                    let r = match self.node.state_machine().read(&query, &mut self.read_buf) {
-                        Ok(n) => match p.route {
-                            // Straight from the read buffer into the slot:
-                            // no copy on the fast path.
-                            Route::Slot { slot, seq } => {
-                                self.slots
-                                    .reply(slot, seq, SlotStatus::Ok, &self.read_buf[..n]);
-                                None
-                            }
-                            Route::Channel(_) => {
-                                Some(ServiceReply::Ok(self.read_buf[..n].to_vec()))
-                            }
-                        },
-                        Err(e) => Some(ServiceReply::Error(format!("read failed: {e:?}"))),
-                    };
-                    self.latency
-                        .record(false, p.arrived.elapsed().as_nanos() as u64);
-                    if let Some(r) = r {
-                        self.answer(&p.route, r);
-                    }
-                }
-            }
-            Event::ReadAborted { token } => {
-                if let Some((p, _)) = self.pending_reads.remove(&token) {
-                    self.answer(&p.route, ServiceReply::NotLeader(None));
-                }
-            }
+            // Answered by the driver.
+            Event::Reply { .. } | Event::ReadReady { .. } | Event::ReadAborted { .. } => {}
             Event::RoleChanged { role, term, leader } => {
-                let st = self.node.status();
+                let st = engines.log.status();
                 if self.last_role == Role::Follower && role != Role::Leader && leader.is_none() {
                     // We stopped trusting our leader: heartbeat silence, or
                     // its process exited (death notice or pidfd).
-                    if let Some(old) = self.failovers_leader() {
-                        let died = self.fabric.liveness().died_at_ns(MemberId(old));
-                        let liveness = self.fabric.liveness();
+                    if let Some(old) = failovers_leader(&st, self.id) {
+                        let died = self.liveness.died_at_ns(MemberId(old));
+                        let liveness = &self.liveness;
                         let (lost, by) = if liveness.is_dead(MemberId(old)) && died > 0 {
                             let how = liveness.death_seen_by(MemberId(old));
                             (died, how.map_or("pidfd", DeathSeen::label))
@@ -364,14 +255,6 @@ impl<F: HostFabric> Replica<F> {
                     leader.map(|l| l.0),
                     st.commit_index,
                 );
-                if role != Role::Leader {
-                    // Our pending writes may still commit under the next
-                    // leader; clients retry there (exactly-once).
-                    let hint = leader.filter(|&l| l != self.id);
-                    for (_, p) in std::mem::take(&mut self.pending_writes) {
-                        self.answer(&p.route, ServiceReply::NotLeader(hint));
-                    }
-                }
                 {
                     let detail = match role {
                         Role::Leader => format!("member {} leads term {term}", self.id.0),
@@ -419,19 +302,156 @@ impl<F: HostFabric> Replica<F> {
         }
     }
 
-    /// The leader we followed most recently (for failover timing).
-    fn failovers_leader(&self) -> Option<u8> {
-        // The row of each peer says whether it led; the freshest leader row
-        // that is not us is the one we lost.
-        let st = self.node.status();
-        (0..st.member_count)
-            .filter(|&m| m != self.id.0)
-            .filter(|&m| st.peers[usize::from(m)].row.role == verbatim_core::sst::RoleCode::Leader)
-            .max_by_key(|&m| st.peers[usize::from(m)].row.term)
+    fn on_counter_event(&mut self, e: CounterEvent) {
+        match e {
+            CounterEvent::Stalled { peer, counter, .. } => {
+                self.count("counter_stalls");
+                self.event(
+                    "counter-stalled",
+                    format!(
+                        "member {} has not incremented its heartbeat counter (stuck at {counter}): stopped, or stuck in the kernel",
+                        peer.0
+                    ),
+                );
+            }
+            CounterEvent::Resumed { peer } => self.event(
+                "counter-resumed",
+                format!("member {} increments its heartbeat counter again", peer.0),
+            ),
+        }
+    }
+}
+
+/// The leader we followed most recently (for failover timing): the row of
+/// each peer says whether it led; the freshest leader row that is not us
+/// is the one we lost.
+fn failovers_leader(st: &verbatim_core::NodeStatus, me: MemberId) -> Option<u8> {
+    (0..st.member_count)
+        .filter(|&m| m != me.0)
+        .filter(|&m| st.peers[usize::from(m)].row.role == verbatim_core::sst::RoleCode::Leader)
+        .max_by_key(|&m| st.peers[usize::from(m)].row.term)
+}
+
+impl Host<ShmMemory, Kv> for Gateway {
+    type Route = HostRoute;
+
+    fn take_peer_down(&mut self) -> Option<MemberId> {
+        if self.dead_buf.is_empty() {
+            self.dead_buf = self.liveness.take_newly_dead();
+            self.dead_buf.reverse();
+        }
+        let peer = self.dead_buf.pop()?;
+        tracing::warn!(peer = peer.0, "peer process exited");
+        let how = self
+            .liveness
+            .death_seen_by(peer)
+            .map_or("connection", DeathSeen::label);
+        self.event(
+            "replica-lost",
+            format!("member {} process exited ({how})", peer.0),
+        );
+        Some(peer)
+    }
+
+    fn next_request(&mut self) -> Option<Incoming<HostRoute>> {
+        if !self.slots_taken {
+            self.slots_taken = true;
+            let mut taken = Vec::new();
+            self.slots.take_pending(&mut taken);
+            self.slot_buf.extend(taken);
+        }
+        if let Some(r) = self.slot_buf.pop_front() {
+            return Some(Incoming {
+                client_id: r.client_id,
+                request_id: r.request_id,
+                write: r.kind == SlotKind::Write,
+                payload: r.payload,
+                route: HostRoute {
+                    to: Route::Slot {
+                        slot: r.slot,
+                        seq: r.seq,
+                    },
+                    arrived: self.step_started,
+                    write: r.kind == SlotKind::Write,
+                },
+            });
+        }
+        if self.queue_taken >= QUEUE_REQUESTS_PER_STEP {
+            return None;
+        }
+        let ServiceRequest {
+            client_id,
+            request_id,
+            write,
+            payload,
+            reply,
+            arrived,
+        } = self.queue.try_next()?;
+        self.queue_taken += 1;
+        Some(Incoming {
+            client_id,
+            request_id,
+            write,
+            payload,
+            route: HostRoute {
+                to: Route::Channel(reply),
+                arrived,
+                write,
+            },
+        })
+    }
+
+    fn answer(&mut self, route: HostRoute, answer: Answer<'_>) {
+        if let Answer::Ok(_) = answer {
+            self.latency
+                .record(route.write, route.arrived.elapsed().as_nanos() as u64);
+        }
+        if let Answer::Refused(
+            verbatim_driver::Refusal::Malformed | verbatim_driver::Refusal::WrongKind,
+        ) = answer
+        {
+            self.count("requests_malformed");
+        }
+        match route.to {
+            Route::Channel(tx) => {
+                let reply = match answer {
+                    Answer::Ok(b) => ServiceReply::Ok(b.to_vec()),
+                    Answer::NotLeader(h) => ServiceReply::NotLeader(h),
+                    Answer::Busy => ServiceReply::Busy,
+                    Answer::Refused(r) => ServiceReply::Error(r.message().to_string()),
+                };
+                let _ = tx.send(reply);
+            }
+            Route::Slot { slot, seq } => {
+                // Straight from the driver's buffer into the slot: no copy
+                // on the fast path.
+                let (status, bytes): (SlotStatus, &[u8]) = match answer {
+                    Answer::Ok(b) => (SlotStatus::Ok, b),
+                    Answer::NotLeader(h) => (SlotStatus::NotLeader(h), &[]),
+                    Answer::Busy => (SlotStatus::Busy, &[]),
+                    Answer::Refused(r) => (SlotStatus::Error, r.message().as_bytes()),
+                };
+                self.slots.reply(slot, seq, status, bytes);
+            }
+        }
+    }
+
+    fn event(&mut self, now_ns: u64, engines: &Engines<ShmMemory, Kv>, event: DriverEvent) {
+        match event {
+            DriverEvent::Log(e) => self.on_log_event(now_ns, engines, e),
+            DriverEvent::Counter(e) => self.on_counter_event(e),
+        }
+    }
+}
+
+impl<F: HostFabric> Replica<F> {
+    fn now_ns(&self) -> u64 {
+        self.clock.elapsed().as_nanos() as u64
     }
 
     fn snapshot(&self) -> Snapshot {
-        let st = self.node.status();
+        let log = self.driver.log();
+        let st = log.status();
         let m = &self.opts.manifest;
         let now = self.now_ns();
         let role = |r: Role| match r {
@@ -443,7 +463,7 @@ impl<F: HostFabric> Replica<F> {
             .filter(|&p| p != self.id.0)
             .map(|p| {
                 let ps = &st.peers[usize::from(p)];
-                let dead = self.fabric.liveness().is_dead(MemberId(p));
+                let dead = self.gw.liveness.is_dead(MemberId(p));
                 PeerSnapshot {
                     id: p,
                     reachable: ps.reachable && !dead,
@@ -509,13 +529,17 @@ impl<F: HostFabric> Replica<F> {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-        for (k, v) in &self.host_counters {
+        for (k, v) in &self.gw.host_counters {
             counters.insert((*k).to_string(), *v);
         }
-        counters.insert(
-            "keys".into(),
-            self.node.state_machine().backend().len() as u64,
-        );
+        let dc = self.driver.counters();
+        counters.insert("access_changes".into(), dc.access_changes);
+        counters.insert("fabric_actions_failed".into(), dc.actions_failed);
+        counters.insert("completions_unrouted".into(), dc.completions_unrouted);
+        let hb = &self.driver.engines().heartbeat;
+        counters.insert("counter_own".into(), hb.counter());
+        counters.insert("counter_stalls".into(), hb.stalls_reported());
+        counters.insert("keys".into(), log.state_machine().backend().len() as u64);
         let member = &m.members[usize::from(self.id.0)];
         Snapshot {
             version: STATUS_VERSION,
@@ -553,125 +577,36 @@ impl<F: HostFabric> Replica<F> {
                 heartbeat_period_us: m.timing.heartbeat_period_us,
                 fd_check_period_us: st.fd_check_period_ns / 1000,
             },
-            failovers: self.failovers.records(),
+            failovers: self.gw.failovers.records(),
             counters,
-            latency: self.latency.last.clone(),
-            events: self.events.iter().cloned().collect(),
+            latency: self.gw.latency.last.clone(),
+            events: self.gw.events.iter().cloned().collect(),
             lease: None,
         }
     }
 
-    /// One iteration of the driving loop (crate docs of verbatim-core).
-    /// Returns true if it did any work.
+    /// One step of the driver (the loop the simulator runs too), then the
+    /// replica's own bookkeeping. Returns true if it did any work.
     fn iterate(&mut self, now_i: Instant) -> bool {
         // One clock read per iteration (the caller's): a clock_gettime
         // is a measurable share of a busy leader's loop.
         let now = now_i.saturating_duration_since(self.clock).as_nanos() as u64;
-        let mut work = false;
-        while let Some(c) = self.fabric.poll_completion() {
-            self.node.handle_completion(now, c);
-            work = true;
+        self.gw.begin_step(now_i);
+        let work = self.driver.step(now, &mut self.fabric, &mut self.gw);
+        let log = self.driver.log();
+        if log.role() == Role::Leader {
+            self.gw.failovers.commit_advanced(now, log.commit_index());
         }
-        for peer in self.fabric.liveness().take_newly_dead() {
-            tracing::warn!(peer = peer.0, "peer process exited");
-            self.node.handle_peer_down(now, peer);
-            let how = self
-                .fabric
-                .liveness()
-                .death_seen_by(peer)
-                .map_or("connection", DeathSeen::label);
-            self.event(
-                "replica-lost",
-                format!("member {} process exited ({how})", peer.0),
-            );
-            work = true;
-        }
-        // Client requests: shared-memory slots, then server threads.
-        let mut slot_reqs = std::mem::take(&mut self.slot_buf);
-        self.slots.take_pending(&mut slot_reqs);
-        for r in slot_reqs.drain(..) {
-            work = true;
-            let incoming = Incoming {
-                client_id: r.client_id,
-                request_id: r.request_id,
-                write: r.kind == SlotKind::Write,
-                payload: r.payload,
-                route: Route::Slot {
-                    slot: r.slot,
-                    seq: r.seq,
-                },
-                arrived: now_i,
-            };
-            self.submit(now, incoming);
-        }
-        self.slot_buf = slot_reqs;
-        while let Some(r) = self.queue.try_next() {
-            work = true;
-            let ServiceRequest {
-                client_id,
-                request_id,
-                write,
-                payload,
-                reply,
-                arrived,
-            } = r;
-            self.submit(
-                now,
-                Incoming {
-                    client_id,
-                    request_id,
-                    write,
-                    payload,
-                    route: Route::Channel(reply),
-                    arrived,
-                },
-            );
-        }
-        // Up to two passes: a fabric that completes work requests as it
-        // posts them (shared memory) has the completions of this pass's
-        // actions ready at once, and a read round or a commit needs them;
-        // handling them now saves a whole iteration on the reply's path.
-        for pass in 0..2 {
-            if pass == 1 {
-                let mut completed = false;
-                while let Some(c) = self.fabric.poll_completion() {
-                    self.node.handle_completion(now, c);
-                    completed = true;
-                }
-                if !completed {
-                    break;
-                }
-            }
-            self.node.handle_timeout(now);
-            while let Some(a) = self.node.poll_action() {
-                work = true;
-                if let Err(e) = self.fabric.execute(&a) {
-                    // Reconnecting to a peer whose process is gone fails until
-                    // it is replaced; the core backs off.
-                    tracing::debug!(?a, ?e, "fabric action failed");
-                }
-                if let verbatim_core::Action::SetAccess { .. } = a {
-                    self.count("access_changes");
-                }
-            }
-            while let Some(e) = self.node.poll_event() {
-                work = true;
-                self.on_event(now, e);
-            }
-        }
-        if self.node.role() == Role::Leader {
-            self.failovers
-                .commit_advanced(now, self.node.commit_index());
-        }
-        let granted = self.node.log_granted_to();
+        let granted = log.log_granted_to();
         if granted != self.last_granted {
             if let Some(g) = granted {
-                self.event(
+                self.gw.event(
                     "revoke",
                     format!("log access now granted to member {} only", g.0),
                 );
             } else if self.last_granted.is_some() {
-                self.event("revoke", "log access revoked from every peer".into());
+                self.gw
+                    .event("revoke", "log access revoked from every peer".into());
             }
             self.last_granted = granted;
         }
@@ -738,6 +673,7 @@ pub fn run(opts: ReplicaOptions, shutdown: Arc<AtomicBool>) -> Result<(), Replic
         .map_err(io("starting the pidfd watcher".into()))?;
     let setup = Setup {
         segment: segment.clone(),
+        liveness: liveness.clone(),
         memory,
         clock,
         layout,
@@ -777,32 +713,10 @@ pub fn run(opts: ReplicaOptions, shutdown: Arc<AtomicBool>) -> Result<(), Replic
     }
 }
 
-/// A multiplicative hasher for the pending-request maps: their keys are
-/// our own tokens and client-chosen ids that only need spreading, and
-/// SipHash is a measurable share of a microsecond request. (A client that
-/// picks colliding ids only slows its own requests' lookups.)
-#[derive(Default, Clone, Copy)]
-struct FastHasher(u64);
-
-impl std::hash::Hasher for FastHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.write_u64(u64::from(*b));
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-type FastHash = std::hash::BuildHasherDefault<FastHasher>;
-
 /// What `run` prepared for the loop.
 struct Setup {
     segment: Arc<Segment>,
+    liveness: Arc<PeerLiveness>,
     memory: ShmMemory,
     clock: Instant,
     layout: Layout,
@@ -818,6 +732,7 @@ fn drive<F: HostFabric>(
 ) -> Result<(), ReplicaError> {
     let Setup {
         segment,
+        liveness,
         memory,
         clock,
         layout,
@@ -850,10 +765,16 @@ fn drive<F: HostFabric>(
     }
 
     let sm = KvStateMachine::new(HashBackend::new(opts.keys_max), m.kv_limits());
-    // The node's clock starts now, after the readiness barrier: its first
+    // The engines' clock starts now, after the readiness barrier: the first
     // election timeout must not already have expired while we waited.
-    let node = Node::new(cfg, memory.clone(), sm, clock.elapsed().as_nanos() as u64)
-        .map_err(|e| ReplicaError::Config(e.to_string()))?;
+    let driver = Driver::new(
+        cfg,
+        memory.clone(),
+        sm,
+        clock.elapsed().as_nanos() as u64,
+        m.cluster.value_bytes_max as usize + 1,
+    )
+    .map_err(|e| ReplicaError::Config(e.to_string()))?;
     let status = Arc::new(StatusSlot::default());
     let _status_server =
         StatusServer::start(&m.status_socket(opts.id), status.clone()).map_err(io(format!(
@@ -886,32 +807,36 @@ fn drive<F: HostFabric>(
         tracing::debug!(short, "short scheduler slice for the poll loop");
     }
     let mut r = Replica {
-        slots: SlotServer::new(memory.clone(), &layout),
+        gw: Gateway {
+            id,
+            slots: SlotServer::new(memory.clone(), &layout),
+            queue,
+            liveness,
+            slot_buf: VecDeque::new(),
+            slots_taken: false,
+            queue_taken: 0,
+            dead_buf: Vec::new(),
+            step_started: Instant::now(),
+            failovers: FailoverTracker::new(opts.id),
+            events: VecDeque::new(),
+            latency: Latency::new(),
+            host_counters: BTreeMap::new(),
+            last_role: Role::Follower,
+        },
         layout,
         id,
-        node: Box::new(node),
+        driver,
         fabric,
         segment: segment.clone(),
-        queue,
         clock,
         started: Instant::now(),
-        pending_writes: HashMap::default(),
-        pending_reads: HashMap::default(),
-        next_token: 1,
-        failovers: FailoverTracker::new(opts.id),
-        events: VecDeque::new(),
-        latency: Latency::new(),
         status,
         numa_node: placement.numa_node,
-        host_counters: BTreeMap::new(),
-        last_role: Role::Follower,
         last_granted: None,
-        read_buf: vec![0u8; m.cluster.value_bytes_max as usize + 1],
-        slot_buf: Vec::new(),
         opts,
     };
     tracing::info!(member = id.0, cluster = %m.cluster.name, poll = %m.cluster.poll, "replica running");
-    r.event(
+    r.gw.event(
         "started",
         format!("member {} started (pid {})", id.0, std::process::id()),
     );
@@ -924,7 +849,7 @@ fn drive<F: HostFabric>(
         let now_i = Instant::now();
         let work = r.iterate(now_i);
         if now_i >= next_status {
-            r.latency.roll(now_i);
+            r.gw.latency.roll(now_i);
             let snap = r.snapshot();
             r.status.publish(snap);
             next_status = now_i + STATUS_PERIOD;
@@ -941,15 +866,15 @@ fn drive<F: HostFabric>(
         let may_park = match m.cluster.poll {
             PollMode::Busy => false,
             PollMode::Adaptive => true,
-            PollMode::LeaderBusy => r.node.role() != Role::Leader,
+            PollMode::LeaderBusy => r.driver.log().role() != Role::Leader,
         };
         if may_park && now.saturating_sub(last_work) >= spin_ns {
-            let deadline = r.node.next_deadline();
+            let deadline = r.driver.next_deadline();
             let until_ns = deadline.saturating_sub(now);
             let status_ns = next_status.saturating_duration_since(now_i).as_nanos() as u64;
             let wait = Duration::from_nanos(until_ns.min(status_ns)).min(PARK_MAX);
             if !wait.is_zero() {
-                let (queue, slots) = (&r.queue, &r.slots);
+                let (queue, slots) = (&r.gw.queue, &r.gw.slots);
                 r.segment
                     .park(wait, || queue.is_empty() && !slots.any_pending());
             }
@@ -959,13 +884,8 @@ fn drive<F: HostFabric>(
     }
     tracing::info!(member = id.0, "shutting down");
     // Answer whoever waits, so clients fail over instead of timing out.
-    for (_, p) in std::mem::take(&mut r.pending_writes) {
-        r.answer(&p.route, ServiceReply::NotLeader(None));
-    }
-    for (_, (p, _)) in std::mem::take(&mut r.pending_reads) {
-        r.answer(&p.route, ServiceReply::NotLeader(None));
-    }
-    r.fabric.liveness().stop();
+    r.driver.abandon_pending(&mut r.gw);
+    r.gw.liveness.stop();
     segment.unlink();
     Ok(())
 }

@@ -40,15 +40,15 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use verbatim_core::fabric::{
     Access, Addr, Channel, Completion, Fabric, FabricError, MemberId, Op, RegionId, WcStatus,
-    WorkRequest, MAX_MEMBERS,
+    WorkRequest, MAX_MEMBERS, REGIONS_MAX,
 };
-use verbatim_core::layout::Layout;
+use verbatim_core::layout::{Layout, RemoteAccess};
 use verbatim_core::mem::Memory;
 
 /// "VERBATIM" in little-endian.
 pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"VERBATIM");
 /// Bumped when the header layout changes.
-pub const SEGMENT_VERSION: u64 = 1;
+pub const SEGMENT_VERSION: u64 = 2;
 /// Bytes of the segment header (one page).
 pub const HEADER_BYTES: u64 = 4096;
 /// Client slots the header's pending bitmap can track.
@@ -71,6 +71,8 @@ const H_PARKED: u64 = 128;
 const H_REGIONS: u64 = 192;
 /// Access words: [region][member].
 const H_ACCESS: u64 = 512;
+const _: () = assert!(H_ACCESS + (REGIONS_MAX * MAX_MEMBERS * 8) as u64 <= H_CLIENT_PENDING);
+const _: () = assert!(H_REGIONS + (REGIONS_MAX * 16) as u64 <= H_ACCESS);
 /// Pending-request bitmap of the client slots.
 const H_CLIENT_PENDING: u64 = 1024;
 
@@ -94,7 +96,7 @@ pub fn segment_path(dir: &Path, cluster: &str, id: u8) -> PathBuf {
 pub struct Segment {
     map: MmapRaw,
     path: PathBuf,
-    regions: [(u64, u64); 5],
+    regions: [(u64, u64); REGIONS_MAX],
 }
 
 // SAFETY: the mapping is only accessed through atomics (see `Segment::word`
@@ -104,13 +106,14 @@ unsafe impl Send for Segment {}
 unsafe impl Sync for Segment {}
 
 impl Segment {
-    fn region_table(layout: &Layout) -> ([(u64, u64); 5], u64) {
-        let mut table = [(0u64, 0u64); 5];
+    /// (offset, length) of every region the layout declares; (0, 0) for
+    /// ids no engine uses.
+    fn region_table(layout: &Layout) -> ([(u64, u64); REGIONS_MAX], u64) {
+        let mut table = [(0u64, 0u64); REGIONS_MAX];
         let mut at = HEADER_BYTES;
-        for r in RegionId::ALL {
-            let len = layout.region_bytes(r);
-            table[r.index()] = (at, len);
-            at = round_up(at + len, PAGE);
+        for r in layout.regions() {
+            table[r.id.index()] = (at, r.bytes);
+            at = round_up(at + r.bytes, PAGE);
         }
         (table, at)
     }
@@ -168,11 +171,16 @@ impl Segment {
             seg.word(H_REGIONS + 16 * r as u64 + 8)
                 .store(*len, Ordering::Relaxed);
         }
-        // Every member may write its row into our control region (the SST);
-        // the log is granted by the protocol; scratch and sessions never.
-        for m in 0..MAX_MEMBERS {
-            seg.access(RegionId::Control, MemberId(m as u8))
-                .store(GRANTED, Ordering::Relaxed);
+        // Regions every member may access from the start (the SST's rows,
+        // heartbeat counters); the log is granted by the protocol; local
+        // regions never.
+        for r in layout.regions() {
+            if r.remote == RemoteAccess::Members {
+                for m in 0..MAX_MEMBERS {
+                    seg.access(r.id, MemberId(m as u8))
+                        .store(GRANTED, Ordering::Relaxed);
+                }
+            }
         }
         seg.word(H_READY).store(1, Ordering::Release);
         std::fs::rename(&tmp, path).map_err(|e| ShmError::io(path, "publish", e))?;
@@ -185,7 +193,7 @@ impl Segment {
         let mut seg = Segment {
             map,
             path: path.to_owned(),
-            regions: [(0, 0); 5],
+            regions: [(0, 0); REGIONS_MAX],
         };
         if seg.word(H_MAGIC).load(Ordering::Acquire) != SEGMENT_MAGIC {
             return Err(ShmError::Malformed {
@@ -193,9 +201,12 @@ impl Segment {
                 what: "bad magic",
             });
         }
-        for r in 0..5u64 {
+        for r in 0..REGIONS_MAX as u64 {
             let off = seg.word(H_REGIONS + 16 * r).load(Ordering::Relaxed);
             let rlen = seg.word(H_REGIONS + 16 * r + 8).load(Ordering::Relaxed);
+            if (off, rlen) == (0, 0) {
+                continue; // an id no engine of this layout uses
+            }
             if off < HEADER_BYTES
                 || off.checked_add(rlen).is_none_or(|end| end > len)
                 || !off.is_multiple_of(8)
@@ -234,8 +245,8 @@ impl Segment {
                 expected: layout.hash,
             });
         }
-        for r in RegionId::ALL {
-            if seg.regions[r.index()].1 < layout.region_bytes(r) {
+        for r in layout.regions() {
+            if seg.regions[r.id.index()].1 < r.bytes {
                 return Err(ShmError::Malformed {
                     path: path.to_owned(),
                     what: "region smaller than the layout",
@@ -282,12 +293,14 @@ impl Segment {
 
     /// The access word of `member` for `region`.
     fn access(&self, region: RegionId, member: MemberId) -> &AtomicU64 {
+        assert!(region.index() < REGIONS_MAX && member.index() < MAX_MEMBERS);
         self.word(H_ACCESS + 8 * (region.index() * MAX_MEMBERS + member.index()) as u64)
     }
 
     /// True when `member` may access `region`.
     pub fn granted(&self, region: RegionId, member: MemberId) -> bool {
         member.index() < MAX_MEMBERS
+            && region.index() < REGIONS_MAX
             && self.access(region, member).load(Ordering::Acquire) & GRANTED != 0
     }
 
@@ -308,7 +321,7 @@ impl Segment {
 
     /// Pointer to `[at, at+len)`, checked against the region bounds.
     fn ptr(&self, at: Addr, len: u64) -> Option<*mut u8> {
-        let (off, rlen) = self.regions[at.region.index()];
+        let (off, rlen) = *self.regions.get(at.region.index())?;
         let end = at.offset.checked_add(len)?;
         if end > rlen {
             return None;
@@ -974,8 +987,9 @@ impl ShmFabric {
         {
             return WcStatus::InvalidRequest;
         }
-        // Enter the target's access word for (region, us).
-        if remote.region != RegionId::Control && remote.region != RegionId::Log {
+        // Enter the target's access word for (region, us); local regions
+        // never have the granted bit.
+        if remote.region.index() >= REGIONS_MAX {
             return WcStatus::AccessDenied;
         }
         let access = target.access(remote.region, self.me);

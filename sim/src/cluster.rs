@@ -5,6 +5,7 @@
 
 use crate::check::committed::CommittedLog;
 use crate::check::completeness::check_leader_completeness;
+use crate::check::counters::CounterAccuracy;
 use crate::check::election::ElectionSafety;
 use crate::check::linearizability::{check_history, Verdict};
 use crate::check::log_matching::check_log_matching;
@@ -19,11 +20,16 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use verbatim_core::checksum::Checksum;
 use verbatim_core::config::Mutation;
+use verbatim_core::fabric::{
+    Access, Channel, Completion, Fabric, FabricError, RegionId, WorkRequest,
+};
+use verbatim_core::heartbeat::CounterEvent;
 use verbatim_core::kv::{KvError, KvLimits, KvOp, KvReply};
 use verbatim_core::log::Ring;
-use verbatim_core::node::{Event, Role, SubmitError, Submitted};
+use verbatim_core::node::{Event, Role};
 use verbatim_core::rng::SplitMix64;
-use verbatim_core::{Action, Config, Layout, MemberId, Node, StateMachine};
+use verbatim_core::{Config, Layout, MemberId};
+use verbatim_driver::{Answer, Driver, DriverEvent, Engines, Host, Incoming, Refusal};
 
 /// A scheduled fault.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -150,6 +156,9 @@ impl ClusterOptions {
         config.client_slot_bytes = 64;
         config.prune_grace_ns = 20_000_000;
         config.reconnect_backoff_ns = 200_000;
+        // Heartbeat counters on the simulated network's time scale.
+        config.counter_increment_period_ns = 100_000;
+        config.counter_read_gap_ns = 500_000;
         config.seed = seed;
         ClusterOptions {
             seed,
@@ -337,15 +346,33 @@ enum NodeState {
     Crashed,
 }
 
+/// Where a member's answer goes: the client and its request.
+#[derive(Clone, Copy, Debug)]
+struct SimRoute {
+    client: usize,
+    request_id: u64,
+    write: bool,
+}
+
+/// An answer as the simulated member sends it back.
+#[derive(Clone, Debug)]
+enum SentAnswer {
+    Ok(Vec<u8>),
+    NotLeader(Option<MemberId>),
+    Busy,
+    Refused(Refusal),
+}
+
+type SimDriver = Driver<SimMemory, RecordingKv, SimRoute>;
+
 struct SimNode {
-    node: Box<Node<SimMemory, RecordingKv>>,
+    driver: SimDriver,
     state: NodeState,
     busy_until: u64,
     next_wake: u64,
     wake_generation: u64,
     inbox: VecDeque<ClientRequest>,
     peer_down: Vec<MemberId>,
-    pending_reads: BTreeMap<u64, (usize, u64, Vec<u8>)>,
     drift_ppm: i64,
     commit_cursor: Option<(u64, u64)>,
 }
@@ -380,9 +407,9 @@ pub struct Cluster {
     end_ns: u64,
     healed: bool,
     first_ack_after_heal: Option<u64>,
-    next_token: u64,
     ops_issued: u64,
     election: ElectionSafety,
+    counters: CounterAccuracy,
     committed: CommittedLog,
     sm_safety: StateMachineSafety,
     violations: Vec<Violation>,
@@ -408,21 +435,22 @@ impl Cluster {
             memories.push(mem.clone());
             let mut cfg = opts.config.clone();
             cfg.self_id = MemberId(i as u8);
-            let node = Node::new(cfg, mem, RecordingKv::new(limits), 0).expect("valid config");
+            let read_bytes_max = limits.value_bytes_max as usize + 1;
+            let driver = Driver::new(cfg, mem, RecordingKv::new(limits), 0, read_bytes_max)
+                .expect("valid config");
             nodes.push(SimNode {
-                node: Box::new(node),
+                driver,
                 state: NodeState::Running,
                 busy_until: 0,
                 next_wake: u64::MAX,
                 wake_generation: 0,
                 inbox: VecDeque::new(),
                 peer_down: Vec::new(),
-                pending_reads: BTreeMap::new(),
                 drift_ppm: opts.drift_ppm.get(i).copied().unwrap_or(0),
                 commit_cursor: None,
             });
         }
-        let mut net = Net::new(opts.net, memories, opts.seed);
+        let mut net = Net::new(opts.net, &layout, memories, opts.seed);
         if opts.tearing {
             net.faults.push(Box::new(Tearing));
         }
@@ -499,9 +527,9 @@ impl Cluster {
             end_ns,
             healed: false,
             first_ack_after_heal: None,
-            next_token: 1,
             ops_issued: 0,
             election: ElectionSafety::default(),
+            counters: CounterAccuracy::default(),
             committed: CommittedLog::default(),
             sm_safety: StateMachineSafety::default(),
             violations: Vec::new(),
@@ -662,6 +690,7 @@ impl Cluster {
         self.log(|| format!("fault: {f:?}"));
         match f {
             Fault::Crash { node, .. } => {
+                self.counters.stopped(usize::from(node), self.now);
                 self.nodes[usize::from(node)].state = NodeState::Crashed;
                 self.net.crash(usize::from(node));
                 if self.opts.crash_notify {
@@ -679,11 +708,15 @@ impl Cluster {
                     }
                 }
             }
-            Fault::Zombie { node, .. } => self.nodes[usize::from(node)].state = NodeState::Zombie,
+            Fault::Zombie { node, .. } => {
+                self.counters.stopped(usize::from(node), self.now);
+                self.nodes[usize::from(node)].state = NodeState::Zombie
+            }
             Fault::Pause { node, .. } => {
                 let n = &mut self.nodes[usize::from(node)];
                 if n.state == NodeState::Running {
                     n.state = NodeState::Paused;
+                    self.counters.stopped(usize::from(node), self.now);
                 }
             }
             Fault::Partition { .. } | Fault::Delay { .. } => {}
@@ -697,6 +730,7 @@ impl Cluster {
             let i = usize::from(node);
             if self.nodes[i].state == NodeState::Paused {
                 self.nodes[i].state = NodeState::Running;
+                self.counters.resumed(i, self.now);
                 self.wake(i, self.now);
             }
         }
@@ -715,173 +749,130 @@ impl Cluster {
             return;
         }
         let local = self.local(i, t);
-        while let Some(c) = self.net.nic_mut(i).cq.pop_front() {
-            self.nodes[i].node.handle_completion(local, c);
-        }
-        for peer in std::mem::take(&mut self.nodes[i].peer_down) {
-            self.nodes[i].node.handle_peer_down(local, peer);
-        }
+        // The member's host loop is the driver's: the simulator supplies
+        // only the fabric (posts are buffered and scheduled with their
+        // LogGP departure times below), the clock and the gateway.
+        let mut posted = Vec::new();
         let mut answers = Vec::new();
-        let inbox = std::mem::take(&mut self.nodes[i].inbox);
-        for req in inbox {
-            self.submit(i, local, req, &mut answers);
+        let mut events = Vec::new();
+        {
+            let SimNode {
+                driver,
+                inbox,
+                peer_down,
+                ..
+            } = &mut self.nodes[i];
+            let mut fabric = SimEndpoint {
+                net: &mut self.net,
+                me: i,
+                posted: &mut posted,
+            };
+            let mut host = SimHost {
+                inbox,
+                peer_down,
+                answers: &mut answers,
+                events: &mut events,
+            };
+            driver.step(local, &mut fabric, &mut host);
         }
-        self.nodes[i].node.handle_timeout(local);
         let mut depart = t + self.opts.net.poll_ns as u64;
-        while let Some(a) = self.nodes[i].node.poll_action() {
-            match a {
-                Action::Post(wr) => {
-                    depart += self.net.post_overhead_ns(&wr.op);
-                    self.net.post(&mut self.queue, depart, i, wr);
-                }
-                Action::SetAccess {
-                    peer,
-                    region,
-                    access,
-                } => self.net.set_access(i, peer, region, access),
-                Action::Reconnect { peer, channel } => self.net.reconnect(i, peer, channel),
-            }
+        for wr in posted {
+            depart += self.net.post_overhead_ns(&wr.op);
+            self.net.post(&mut self.queue, depart, i, wr);
         }
         self.nodes[i].busy_until = depart;
-        while let Some(e) = self.nodes[i].node.poll_event() {
-            self.on_node_event(i, e, &mut answers);
+        for e in events {
+            match e {
+                DriverEvent::Log(e) => self.on_node_event(i, e),
+                DriverEvent::Counter(e) => self.on_counter_event(i, e),
+            }
         }
-        for (client, request_id, answer, bytes) in answers {
+        for (route, answer) in answers {
+            let (answer, bytes) = self.client_answer(route, answer);
             let at = depart + self.opts.net.ud_ns(bytes as u64) as u64;
             self.queue.push(
                 at,
                 Ev::ClientReply {
-                    client,
-                    request_id,
+                    client: route.client,
+                    request_id: route.request_id,
                     answer,
                 },
             );
         }
         self.observe(i);
-        let deadline = self.nodes[i].node.next_deadline();
+        let deadline = self.nodes[i].driver.next_deadline();
         let g = self.global(i, deadline);
         self.wake(i, g.max(depart));
     }
 
-    fn submit(
-        &mut self,
-        i: usize,
-        local: u64,
-        req: ClientRequest,
-        answers: &mut Vec<(usize, u64, ClientAnswer, usize)>,
-    ) {
-        let client_id = req.client as u64 + 1;
-        let sn = &mut self.nodes[i];
-        if req.write {
-            match sn
-                .node
-                .submit_write(local, client_id, req.request_id, &req.payload)
-            {
-                Ok(Submitted::Appended { .. }) => {}
-                Ok(Submitted::Duplicate(r)) => {
-                    let a = self.write_answer(&r);
-                    answers.push((req.client, req.request_id, a, 16));
-                }
-                Err(SubmitError::NotLeader { leader }) => answers.push((
-                    req.client,
-                    req.request_id,
-                    ClientAnswer::Redirect(leader),
-                    16,
-                )),
-                Err(SubmitError::Stale) => {}
-                Err(_) => answers.push((req.client, req.request_id, ClientAnswer::Busy, 16)),
+    /// Decodes a member's answer as the client sees it (and its size on
+    /// the wire).
+    fn client_answer(&mut self, route: SimRoute, answer: SentAnswer) -> (ClientAnswer, usize) {
+        match answer {
+            SentAnswer::Ok(bytes) if route.write => {
+                let a = match KvReply::from_reply(&verbatim_core::Reply::from_bytes(&bytes)) {
+                    Some(KvReply::Ok) => ClientAnswer::Done(KvOutput::Ok),
+                    Some(KvReply::Int(v)) => ClientAnswer::Done(KvOutput::Int(v)),
+                    Some(KvReply::Err(KvError::NotInteger)) => {
+                        ClientAnswer::Done(KvOutput::NotInteger)
+                    }
+                    Some(KvReply::Err(KvError::Overflow)) => ClientAnswer::Done(KvOutput::Overflow),
+                    other => {
+                        self.violation(Violation {
+                            invariant: "client replies",
+                            time_ns: self.now,
+                            detail: format!("unexpected write reply {other:?}"),
+                        });
+                        ClientAnswer::Busy
+                    }
+                };
+                (a, 16)
             }
-        } else {
-            let token = self.next_token;
-            self.next_token += 1;
-            match sn.node.submit_read(local, token) {
-                Ok(()) => {
-                    sn.pending_reads
-                        .insert(token, (req.client, req.request_id, req.payload));
-                }
-                Err(SubmitError::NotLeader { leader }) => answers.push((
-                    req.client,
-                    req.request_id,
-                    ClientAnswer::Redirect(leader),
-                    16,
-                )),
-                Err(_) => answers.push((req.client, req.request_id, ClientAnswer::Busy, 16)),
+            SentAnswer::Ok(bytes) => {
+                let out = match bytes.split_first() {
+                    Some((1, v)) => KvOutput::Value(Some(v.to_vec())),
+                    _ => KvOutput::Value(None),
+                };
+                (ClientAnswer::Done(out), bytes.len() + 8)
             }
-        }
-    }
-
-    fn write_answer(&mut self, r: &verbatim_core::Reply) -> ClientAnswer {
-        match KvReply::from_reply(r) {
-            Some(KvReply::Ok) => ClientAnswer::Done(KvOutput::Ok),
-            Some(KvReply::Int(v)) => ClientAnswer::Done(KvOutput::Int(v)),
-            Some(KvReply::Err(KvError::NotInteger)) => ClientAnswer::Done(KvOutput::NotInteger),
-            Some(KvReply::Err(KvError::Overflow)) => ClientAnswer::Done(KvOutput::Overflow),
-            other => {
+            SentAnswer::NotLeader(hint) => (ClientAnswer::Redirect(hint), 16),
+            SentAnswer::Busy => (ClientAnswer::Busy, 16),
+            // An old attempt of a request the client has moved past: the
+            // client ignores answers to requests it no longer waits for.
+            SentAnswer::Refused(Refusal::Superseded) => (ClientAnswer::Busy, 16),
+            SentAnswer::Refused(why) => {
                 self.violation(Violation {
                     invariant: "client replies",
                     time_ns: self.now,
-                    detail: format!("unexpected write reply {other:?}"),
+                    detail: format!("a valid request was refused: {}", why.message()),
                 });
-                ClientAnswer::Busy
+                (ClientAnswer::Busy, 16)
             }
         }
     }
 
-    fn on_node_event(
-        &mut self,
-        i: usize,
-        e: Event,
-        answers: &mut Vec<(usize, u64, ClientAnswer, usize)>,
-    ) {
+    fn on_counter_event(&mut self, i: usize, e: CounterEvent) {
+        self.log(|| format!("node {i}: {e:?}"));
+        if let CounterEvent::Stalled { peer, since_ns, .. } = e {
+            let since = self.global(i, since_ns);
+            if let Some(v) = self
+                .counters
+                .observe_stall(self.now, i, peer.index(), since)
+            {
+                self.violation(v);
+            }
+        }
+    }
+
+    fn on_node_event(&mut self, i: usize, e: Event) {
         match e {
-            Event::Reply {
-                client_id,
-                request_id,
-                reply,
-                stale,
-                ..
-            } => {
-                if !stale && client_id >= 1 && ((client_id - 1) as usize) < self.clients.len() {
-                    let a = self.write_answer(&reply);
-                    answers.push(((client_id - 1) as usize, request_id, a, 16));
-                }
-            }
-            Event::ReadReady { token } => {
-                if let Some((client, request_id, query)) =
-                    self.nodes[i].pending_reads.remove(&token)
-                {
-                    let mut out = vec![0u8; self.limits.value_bytes_max as usize + 1];
-                    let answer = match self.nodes[i].node.state_machine().read(&query, &mut out) {
-                        Ok(n) if n >= 1 && out[0] == 1 => KvOutput::Value(Some(out[1..n].to_vec())),
-                        Ok(_) => KvOutput::Value(None),
-                        Err(e) => {
-                            self.violation(Violation {
-                                invariant: "client replies",
-                                time_ns: self.now,
-                                detail: format!("read failed: {e:?}"),
-                            });
-                            return;
-                        }
-                    };
-                    let bytes = match &answer {
-                        KvOutput::Value(Some(v)) => v.len() + 8,
-                        _ => 8,
-                    };
-                    answers.push((client, request_id, ClientAnswer::Done(answer), bytes));
-                }
-            }
-            Event::ReadAborted { token } => {
-                if let Some((client, request_id, _)) = self.nodes[i].pending_reads.remove(&token) {
-                    answers.push((client, request_id, ClientAnswer::Redirect(None), 16));
-                }
-            }
             Event::RoleChanged { role, term, leader } => {
                 self.log(|| format!("node {i}: {role:?} term {term} leader {leader:?}"));
                 if role == Role::Leader {
                     if let Some(v) = self.election.observe_leader(self.now, term, i) {
                         self.violation(v);
                     }
-                    let st = self.nodes[i].node.status();
+                    let st = self.nodes[i].driver.log().status();
                     let log = self.read_log(i, st.apply_pos, st.apply_index, st.tail_pos);
                     for v in check_leader_completeness(
                         self.now,
@@ -914,12 +905,14 @@ impl Cluster {
             Event::PeerReachable { peer } => {
                 self.log(|| format!("node {i}: peer {} reachable", peer.0))
             }
+            // Answered by the driver.
+            Event::Reply { .. } | Event::ReadReady { .. } | Event::ReadAborted { .. } => {}
         }
     }
 
     /// Reads `[from_pos, to_pos)` of a member's log as entry identities.
     fn read_log(&mut self, i: usize, from_pos: u64, from_index: u64, to_pos: u64) -> Vec<EntryId> {
-        let mem = self.nodes[i].node.memory().clone();
+        let mem = self.nodes[i].driver.log().memory().clone();
         let max = self.opts.config.entry_payload_bytes_max;
         let mut out = Vec::new();
         let mut pos = from_pos;
@@ -938,7 +931,7 @@ impl Cluster {
     }
 
     fn observe(&mut self, i: usize) {
-        let applied = self.nodes[i].node.state_machine().drain_applied();
+        let applied = self.nodes[i].driver.log().state_machine().drain_applied();
         for e in applied {
             if let Some(v) = self.sm_safety.observe_apply(self.now, i, e) {
                 self.violation(v);
@@ -954,7 +947,7 @@ impl Cluster {
                 }
             }
         }
-        let st = self.nodes[i].node.status();
+        let st = self.nodes[i].driver.log().status();
         if let Some(v) = self
             .committed
             .observe_commit_index(self.now, i, st.commit_index)
@@ -994,7 +987,7 @@ impl Cluster {
             if self.nodes[i].state == NodeState::Crashed {
                 continue;
             }
-            let st = self.nodes[i].node.status();
+            let st = self.nodes[i].driver.log().status();
             // Beyond its own commit point a member may hold stale entries
             // that a later leader will overwrite; below it, every entry
             // must be the committed one.
@@ -1217,7 +1210,7 @@ impl Cluster {
                 }
             }
             for i in 0..self.nodes.len() {
-                let st = self.nodes[i].node.status();
+                let st = self.nodes[i].driver.log().status();
                 let state = self.nodes[i].state;
                 let peers: Vec<String> = st.peers[..self.nodes.len()]
                     .iter()
@@ -1257,7 +1250,11 @@ impl Cluster {
         let mut states = Vec::new();
         for (i, sn) in self.nodes.iter().enumerate() {
             if sn.state != NodeState::Crashed {
-                states.push((i, sn.node.apply_index(), sn.node.state_machine().digest()));
+                states.push((
+                    i,
+                    sn.driver.log().apply_index(),
+                    sn.driver.log().state_machine().digest(),
+                ));
             }
         }
         for v in self.sm_safety.check_final(self.now, &states) {
@@ -1350,5 +1347,95 @@ pub fn run(opts: ClusterOptions) -> RunReport {
                 ..RunReport::default()
             }
         }
+    }
+}
+
+/// A member's fabric endpoint on the simulated network, for one step:
+/// access changes and reconnects take effect at once, work requests are
+/// collected and scheduled by the caller with their departure times.
+struct SimEndpoint<'a> {
+    net: &'a mut Net,
+    me: usize,
+    posted: &'a mut Vec<WorkRequest>,
+}
+
+impl Fabric for SimEndpoint<'_> {
+    fn post(&mut self, wr: &WorkRequest) {
+        self.posted.push(*wr);
+    }
+
+    fn poll_completion(&mut self) -> Option<Completion> {
+        self.net.nic_mut(self.me).cq.pop_front()
+    }
+
+    fn set_access(
+        &mut self,
+        peer: MemberId,
+        region: RegionId,
+        access: Access,
+    ) -> Result<(), FabricError> {
+        self.net.set_access(self.me, peer, region, access);
+        Ok(())
+    }
+
+    fn reconnect(&mut self, peer: MemberId, channel: Channel) -> Result<(), FabricError> {
+        self.net.reconnect(self.me, peer, channel);
+        Ok(())
+    }
+}
+
+/// The simulated process around a member's driver: its inbox of client
+/// requests, the crash notifications it got, and what it sends back.
+struct SimHost<'a> {
+    inbox: &'a mut VecDeque<ClientRequest>,
+    peer_down: &'a mut Vec<MemberId>,
+    answers: &'a mut Vec<(SimRoute, SentAnswer)>,
+    events: &'a mut Vec<DriverEvent>,
+}
+
+impl Host<SimMemory, RecordingKv> for SimHost<'_> {
+    type Route = SimRoute;
+
+    fn take_peer_down(&mut self) -> Option<MemberId> {
+        if self.peer_down.is_empty() {
+            None
+        } else {
+            Some(self.peer_down.remove(0))
+        }
+    }
+
+    fn next_request(&mut self) -> Option<Incoming<SimRoute>> {
+        let req = self.inbox.pop_front()?;
+        Some(Incoming {
+            // Client ids start at 1 (0 is the no-op's).
+            client_id: req.client as u64 + 1,
+            request_id: req.request_id,
+            write: req.write,
+            payload: req.payload,
+            route: SimRoute {
+                client: req.client,
+                request_id: req.request_id,
+                write: req.write,
+            },
+        })
+    }
+
+    fn answer(&mut self, route: SimRoute, answer: Answer<'_>) {
+        let a = match answer {
+            Answer::Ok(b) => SentAnswer::Ok(b.to_vec()),
+            Answer::NotLeader(h) => SentAnswer::NotLeader(h),
+            Answer::Busy => SentAnswer::Busy,
+            Answer::Refused(r) => SentAnswer::Refused(r),
+        };
+        self.answers.push((route, a));
+    }
+
+    fn event(
+        &mut self,
+        _now_ns: u64,
+        _engines: &Engines<SimMemory, RecordingKv>,
+        event: DriverEvent,
+    ) {
+        self.events.push(event);
     }
 }

@@ -457,7 +457,7 @@ impl SimHarness {
         let layout = Layout::new(&cfg).expect("valid");
         let mems = (0..3).map(|_| SimMemory::new(&layout)).collect();
         SimHarness {
-            net: Net::new(NetParams::DARE, mems, 1),
+            net: Net::new(NetParams::DARE, &layout, mems, 1),
             queue: SimQueue {
                 heap: BinaryHeap::new(),
                 events: Vec::new(),

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use verbatim_core::checksum::Checksum;
 use verbatim_core::kv::{KvBackend, KvLimits, KvStateMachine};
 use verbatim_core::log::EntryHeader;
-use verbatim_core::sm::{ReadError, Reply, StateMachine};
+use verbatim_core::sm::{ReadError, Reply, RequestError, StateMachine};
 
 /// A `BTreeMap` backend (deterministic iteration for state digests).
 #[derive(Default, Debug)]
@@ -68,5 +68,9 @@ impl StateMachine for RecordingKv {
 
     fn read(&self, query: &[u8], out: &mut [u8]) -> Result<usize, ReadError> {
         self.inner.read(query, out)
+    }
+
+    fn check_request(&self, payload: &[u8], write: bool) -> Result<(), RequestError> {
+        self.inner.check_request(payload, write)
     }
 }

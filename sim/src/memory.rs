@@ -3,7 +3,7 @@
 
 use std::cell::Cell;
 use std::rc::Rc;
-use verbatim_core::fabric::{Addr, RegionId};
+use verbatim_core::fabric::{Addr, RegionId, REGIONS_MAX};
 use verbatim_core::layout::Layout;
 use verbatim_core::mem::Memory;
 
@@ -11,14 +11,14 @@ use verbatim_core::mem::Memory;
 /// mapping): the node holds one handle, its simulated NIC another.
 #[derive(Clone)]
 pub struct SimMemory {
-    regions: Rc<[Box<[Cell<u64>]>; 5]>,
+    regions: Rc<[Box<[Cell<u64>]>; REGIONS_MAX]>,
 }
 
 impl SimMemory {
     /// Zeroed regions sized by the layout.
     pub fn new(layout: &Layout) -> SimMemory {
-        let regions = RegionId::ALL.map(|r| {
-            let words = (layout.region_bytes(r) as usize).div_ceil(8);
+        let regions = core::array::from_fn(|i| {
+            let words = (layout.region_bytes(RegionId(i as u8)) as usize).div_ceil(8);
             (0..words)
                 .map(|_| Cell::new(0u64))
                 .collect::<Vec<_>>()

@@ -22,7 +22,9 @@ use std::collections::VecDeque;
 use std::rc::Rc;
 use verbatim_core::fabric::{
     Access, Addr, Channel, Completion, MemberId, Op, RegionId, WcStatus, WorkRequest, MAX_MEMBERS,
+    REGIONS_MAX,
 };
+use verbatim_core::layout::{Layout, RemoteAccess};
 use verbatim_core::mem::Memory;
 use verbatim_core::rng::SplitMix64;
 
@@ -169,7 +171,7 @@ pub struct Nic {
     pub mem: SimMemory,
     /// False once crashed: it neither answers nor completes.
     pub alive: bool,
-    access: [[Access; 5]; MAX_MEMBERS],
+    access: [[Access; REGIONS_MAX]; MAX_MEMBERS],
     /// Reaped by the node.
     pub cq: VecDeque<Completion>,
 }
@@ -194,22 +196,27 @@ pub struct Net {
 
 impl Net {
     /// A network joining these memories (index = member id).
-    pub fn new(params: NetParams, memories: Vec<SimMemory>, seed: u64) -> Net {
+    pub fn new(params: NetParams, layout: &Layout, memories: Vec<SimMemory>, seed: u64) -> Net {
         let n = memories.len();
         let mut nics: Vec<Nic> = memories
             .into_iter()
             .map(|mem| Nic {
                 mem,
                 alive: true,
-                access: [[Access::Revoked; 5]; MAX_MEMBERS],
+                access: [[Access::Revoked; REGIONS_MAX]; MAX_MEMBERS],
                 cq: VecDeque::new(),
             })
             .collect();
-        // Every member may write its row into every control region (the
-        // SST); the log is granted by the protocol; the rest is local.
+        // Regions every member may access from the start (the SST's rows,
+        // heartbeat counters); the log is granted by the protocol; the rest
+        // is local.
         for nic in &mut nics {
             for peer in nic.access.iter_mut() {
-                peer[RegionId::Control.index()] = Access::Granted;
+                for r in layout.regions() {
+                    if r.remote == RemoteAccess::Members {
+                        peer[r.id.index()] = Access::Granted;
+                    }
+                }
             }
         }
         Net {

@@ -114,6 +114,18 @@ fn voting_without_the_log_check_is_caught() {
     );
 }
 
+/// The heartbeat engine re-reading a counter without waiting the gap
+/// (uKharon §4.2) reports running members stalled: the swarm's second
+/// engine has its own checker and mutation.
+#[test]
+fn reading_counters_without_the_gap_is_caught() {
+    caught(
+        Mutation::CounterReadWithoutGap,
+        0..20,
+        &["heartbeat counter accuracy"],
+    );
+}
+
 /// A deposed leader keeps being asked: each member in turn is cut off
 /// from the other members (not from the clients) while six clients read
 /// and write one key.

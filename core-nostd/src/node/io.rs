@@ -30,7 +30,9 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         let idx = self.free_slots.pop().expect("caller checked can_post");
         let slot = &mut self.slots[usize::from(idx)];
         assert!(!slot.busy, "free list holds a busy slot");
-        slot.generation = slot.generation.wrapping_add(1);
+        // 24 bits of generation above 32 of index: the id stays inside the
+        // engine's range (crate::engine::ENGINE_WR_ID_BITS).
+        slot.generation = slot.generation.wrapping_add(1) & 0x00FF_FFFF;
         slot.busy = true;
         slot.peer = peer;
         slot.channel = op.channel();

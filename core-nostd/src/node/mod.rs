@@ -959,3 +959,30 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         assert!(self.free_slots.len() <= INFLIGHT_CAP);
     }
 }
+
+/// The log engine as the driver sees it (the client API stays on [`Node`]).
+impl<M: Memory, S: StateMachine> crate::engine::Engine for Node<M, S> {
+    fn name(&self) -> &'static str {
+        "log"
+    }
+
+    fn handle_completion(&mut self, now_ns: u64, completion: Completion) {
+        Node::handle_completion(self, now_ns, completion);
+    }
+
+    fn handle_timeout(&mut self, now_ns: u64) {
+        Node::handle_timeout(self, now_ns);
+    }
+
+    fn handle_peer_down(&mut self, now_ns: u64, peer: MemberId) {
+        Node::handle_peer_down(self, now_ns, peer);
+    }
+
+    fn poll_action(&mut self) -> Option<Action> {
+        Node::poll_action(self)
+    }
+
+    fn next_deadline(&self) -> u64 {
+        Node::next_deadline(self)
+    }
+}

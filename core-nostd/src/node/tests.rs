@@ -8,7 +8,7 @@
 
 extern crate std;
 use super::*;
-use crate::fabric::{Access, Addr, Op, RegionId, WcStatus, WorkRequest, WrId};
+use crate::fabric::{Access, Addr, Op, RegionId, WcStatus, WorkRequest, WrId, REGIONS_MAX};
 use crate::kv::{KvBackend, KvLimits, KvOp, KvReply, KvStateMachine};
 use crate::layout::{ADJUST_HEADER_BYTES, ROW_BYTES};
 use crate::test_memory::TestMemory;
@@ -38,7 +38,7 @@ const LIMITS: KvLimits = KvLimits {
 
 struct Harness {
     nodes: Vec<TestNode>,
-    access: Vec<[[Access; 5]; MAX_MEMBERS]>,
+    access: Vec<[[Access; REGIONS_MAX]; MAX_MEMBERS]>,
     cq: Vec<VecDeque<Completion>>,
     down: Vec<bool>,
     now: u64,
@@ -72,7 +72,7 @@ impl Harness {
             .collect();
         let mut access = Vec::new();
         for _ in 0..n {
-            let mut a = [[Access::Revoked; 5]; MAX_MEMBERS];
+            let mut a = [[Access::Revoked; REGIONS_MAX]; MAX_MEMBERS];
             for p in a.iter_mut() {
                 p[RegionId::Control.index()] = Access::Granted;
             }

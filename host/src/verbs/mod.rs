@@ -64,9 +64,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use verbatim_core::fabric::{
     Access, Channel, Completion, Fabric, FabricError, MemberId, Op, RegionId, WcStatus,
-    WorkRequest, INLINE_BYTES_MAX, MAX_MEMBERS,
+    WorkRequest, INLINE_BYTES_MAX, MAX_MEMBERS, REGIONS_MAX,
 };
-use verbatim_core::layout::Layout;
+use verbatim_core::layout::{Layout, RemoteAccess};
 use verbatim_core::node::INFLIGHT_CAP;
 use wire::{Msg, WireError, WireQp, WireRegion};
 
@@ -151,6 +151,7 @@ struct Shared {
     rc: RcParams,
     local_qp: LocalQpInfo,
     control: WireRegion,
+    heartbeat: WireRegion,
     log_base: u64,
     log_len: u64,
     inbound: Vec<Mutex<Inbound>>,
@@ -249,6 +250,7 @@ impl Shared {
             qp: self.wire_qp(&qp, psn),
             control: self.control,
             log: self.log_for(&inbound),
+            heartbeat: self.heartbeat,
         };
         inbound.qp[channel.index()] = Some(qp);
         Ok(reply)
@@ -448,6 +450,8 @@ struct PeerOut {
     channels: [Option<OutChannel>; 2],
     /// The peer's control region (from the last connect).
     control: Option<WireRegion>,
+    /// The peer's heartbeat region (from the last connect).
+    heartbeat: Option<WireRegion>,
     next_dial: Instant,
     /// A configuration problem that waiting will not fix.
     fatal: Option<String>,
@@ -467,7 +471,8 @@ pub struct VerbsFabric {
     // (which keeps the segment mapped), then the device.
     peers: Vec<PeerOut>,
     /// Our regions by `RegionId` index (the log's local registration).
-    local: Vec<LocalRegion>,
+    /// Indexed by region id; `None` for ids no engine uses.
+    local: Vec<Option<LocalRegion>>,
     out_cq: Arc<Cq>,
     listener: Option<std::thread::JoinHandle<()>>,
     shared: Arc<Shared>,
@@ -549,38 +554,49 @@ impl VerbsFabric {
         let pd = Pd::new(&ctx)?;
         let out_cq = Cq::new(&ctx, CQ_ENTRIES as i32)?;
         let in_cq = Cq::new(&ctx, 64)?;
-        let mut local = Vec::with_capacity(RegionId::ALL.len());
-        for r in RegionId::ALL {
+        let mut local: Vec<Option<LocalRegion>> = (0..REGIONS_MAX).map(|_| None).collect();
+        for spec in layout.regions() {
+            let r = spec.id;
             let (base, len) = segment.region_base(r);
-            if len < layout.region_bytes(r) {
+            if len < spec.bytes {
                 return Err(StartError::Config(format!(
                     "the segment's {} region has {len} bytes, the layout needs {}",
                     r.name(),
-                    layout.region_bytes(r)
+                    spec.bytes
                 )));
             }
             madvise_hugepages(base, len);
-            let access = match r {
-                RegionId::Control => AccessFlags::REMOTE_ALL,
-                _ => AccessFlags::LOCAL,
+            // The log is registered for remote access per grant (its own
+            // registration per peer, deregistered on revoke).
+            let access = match spec.remote {
+                RemoteAccess::Members => AccessFlags::REMOTE_ALL,
+                RemoteAccess::Local | RemoteAccess::Granted => AccessFlags::LOCAL,
             };
             // SAFETY: the region lies inside the segment mapping, which the
             // fabric keeps alive (`_segment` below) as long as the MR; the
             // memory is only ever accessed through atomics by the host.
             let mr = unsafe { Mr::register(&pd, base, len.max(1), access, r.name())? };
-            local.push(LocalRegion {
+            local[r.index()] = Some(LocalRegion {
                 base: base as u64,
                 len,
                 mr,
             });
         }
-        let control = WireRegion {
-            addr: local[RegionId::Control.index()].base,
-            len: local[RegionId::Control.index()].len,
-            rkey: local[RegionId::Control.index()].mr.rkey(),
-            granted: true,
-            epoch: 0,
+        let wire_region = |r: RegionId| -> Result<WireRegion, StartError> {
+            let l = local[r.index()].as_ref().ok_or_else(|| {
+                StartError::Config(format!("the layout has no {} region", r.name()))
+            })?;
+            Ok(WireRegion {
+                addr: l.base,
+                len: l.len,
+                rkey: l.mr.rkey(),
+                granted: true,
+                epoch: 0,
+            })
         };
+        let control = wire_region(RegionId::Control)?;
+        let heartbeat = wire_region(RegionId::Heartbeat)?;
+        let log_region = wire_region(RegionId::Log)?;
         let rc = RcParams {
             port: me.port,
             gid_index: me.gid_index,
@@ -610,8 +626,9 @@ impl VerbsFabric {
                 mtu: port.active_mtu.clamp(1, 5) as u8,
             },
             control,
-            log_base: local[RegionId::Log.index()].base,
-            log_len: local[RegionId::Log.index()].len,
+            heartbeat,
+            log_base: log_region.addr,
+            log_len: log_region.len,
             inbound: (0..n).map(|_| Mutex::new(Inbound::default())).collect(),
             remote_log: (0..n).map(|_| Mutex::new(RemoteLog::default())).collect(),
             stop: AtomicBool::new(false),
@@ -645,6 +662,7 @@ impl VerbsFabric {
                 incarnation: 0,
                 channels: [None, None],
                 control: None,
+                heartbeat: None,
                 next_dial: now,
                 fatal: None,
             })
@@ -799,6 +817,7 @@ impl VerbsFabric {
                 qp: remote,
                 control,
                 log,
+                heartbeat,
             } => {
                 let rc = self.shared.rc_towards(&remote);
                 qp.to_rtr(
@@ -813,6 +832,7 @@ impl VerbsFabric {
                 .map_err(device)?;
                 qp.to_rts(&rc, psn).map_err(device)?;
                 self.peers[p].control = Some(control);
+                self.peers[p].heartbeat = Some(heartbeat);
                 self.shared.note_remote_log(MemberId(p as u8), log);
                 self.peers[p].channels[channel.index()] = Some(OutChannel {
                     qp,
@@ -868,6 +888,7 @@ impl VerbsFabric {
         let len = op.remote_len();
         let region = match remote.region {
             RegionId::Control => self.peers[p].control.ok_or(WcStatus::Unreachable)?,
+            RegionId::Heartbeat => self.peers[p].heartbeat.ok_or(WcStatus::Unreachable)?,
             RegionId::Log => lock(&self.shared.remote_log[p]).region,
             // Never registered for remote access at any member.
             _ => return Err(WcStatus::AccessDenied),
@@ -881,7 +902,11 @@ impl VerbsFabric {
         }
         let remote_addr = region.addr + remote.offset;
         let local = |at: verbatim_core::fabric::Addr, n: u64| -> Result<(u64, u32), WcStatus> {
-            let r = &self.local[at.region.index()];
+            let r = self
+                .local
+                .get(at.region.index())
+                .and_then(Option::as_ref)
+                .ok_or(WcStatus::InvalidRequest)?;
             let e = at.offset.checked_add(n).ok_or(WcStatus::InvalidRequest)?;
             if e > r.len {
                 return Err(WcStatus::InvalidRequest);

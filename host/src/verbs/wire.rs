@@ -126,6 +126,8 @@ pub enum Msg {
         control: WireRegion,
         /// The log region.
         log: WireRegion,
+        /// The heartbeat engine's counters (readable by every member).
+        heartbeat: WireRegion,
     },
     /// The listener's log access for the dialling side changed.
     Grant {
@@ -298,11 +300,17 @@ impl Msg {
                 e.u8(*channel);
                 e.qp(qp);
             }
-            Msg::Connected { qp, control, log } => {
+            Msg::Connected {
+                qp,
+                control,
+                log,
+                heartbeat,
+            } => {
                 e.u8(T_CONNECTED);
                 e.qp(qp);
                 e.region(control);
                 e.region(log);
+                e.region(heartbeat);
             }
             Msg::Grant { log } => {
                 e.u8(T_GRANT);
@@ -362,6 +370,7 @@ impl Msg {
                     qp: d.qp()?,
                     control: d.region()?,
                     log: d.region()?,
+                    heartbeat: d.region()?,
                 }
             }
             T_GRANT => {
@@ -449,6 +458,7 @@ mod tests {
                 qp: qp(),
                 control: region,
                 log: WireRegion::default(),
+                heartbeat: region,
             },
             Msg::Grant { log: region },
             Msg::Ack,
@@ -493,6 +503,7 @@ mod tests {
             qp: qp(),
             control: WireRegion::default(),
             log: WireRegion::default(),
+            heartbeat: WireRegion::default(),
         }
         .encode();
         for n in 0..full.len() {

@@ -1,0 +1,460 @@
+//! # verbatim-driver
+//!
+//! The one driving loop of Verbatim. The replica process (`verbatim-host`)
+//! and the simulator (`verbatim-sim`) both run [`Driver::step`]: what the
+//! simulator checks is the loop that ships. They differ only in what they
+//! pass in: the fabric (shared memory, ibverbs, or the simulated RC
+//! network), the clock (a monotonic clock, or simulated time) and the
+//! [`Host`] (where client requests come from and answers go, what happens
+//! with events: status and failover records in the replica, checkers in
+//! the simulator).
+//!
+//! One step, in this order (the core's driving contract):
+//!
+//! 1. reap completions and hand each to the engine whose [`EngineTag`] its
+//!    `wr_id` carries (the tag is added when the engine's work request is
+//!    posted and removed before the engine sees the completion);
+//! 2. tell every engine about peers the host saw die;
+//! 3. validate client requests with the service
+//!    ([`StateMachine::check_request`]) and submit them to the log engine;
+//! 4. run every engine (`handle_timeout`), execute its actions in order
+//!    (an access change is in effect before the next action runs), route
+//!    its events: replies and reads to the clients that wait for them,
+//!    everything to the host;
+//! 5. once more if step 4's own work requests completed already (a fabric
+//!    that executes a work request as it is posted, like shared memory,
+//!    has those completions ready at once; handling them in the same step
+//!    saves a whole iteration on a reply's path).
+//!
+//! Engines: the log engine ([`Node`], DARE) and the heartbeat-counter
+//! engine ([`HeartbeatEngine`], uKharon §4.2) share the fabric and the
+//! loop; they talk to each other only through the driver.
+
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use verbatim_core::engine::{Engine, EngineTag};
+use verbatim_core::fabric::{Action, Fabric, FabricError, MemberId};
+use verbatim_core::heartbeat::{CounterEvent, HeartbeatEngine};
+use verbatim_core::node::{Event, Role, SubmitError, Submitted};
+use verbatim_core::sm::RequestError;
+use verbatim_core::{Config, ConfigError, Layout, Memory, Node, StateMachine};
+
+/// The engines of one member.
+pub struct Engines<M: Memory, S: StateMachine> {
+    /// DARE's replicated log (election, replication, reads, the service).
+    pub log: Box<Node<M, S>>,
+    /// uKharon's heartbeat counters (second failure-detector level).
+    pub heartbeat: HeartbeatEngine<M>,
+}
+
+/// A client request as a gateway hands it over.
+#[derive(Debug)]
+pub struct Incoming<R> {
+    /// The client (exactly-once sessions are per client).
+    pub client_id: u64,
+    /// Its request number.
+    pub request_id: u64,
+    /// True for an operation that goes through the log.
+    pub write: bool,
+    /// The service's encoding of the operation.
+    pub payload: Vec<u8>,
+    /// Where the answer goes (the gateway's own handle).
+    pub route: R,
+}
+
+/// Why a request was refused for good (retrying it does not help).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Not an operation of the service.
+    Malformed,
+    /// A read sent as a write or the reverse.
+    WrongKind,
+    /// A newer request of the same client was applied first.
+    Superseded,
+    /// Larger than the log's entries allow.
+    TooLarge,
+    /// The service could not answer the read.
+    ReadFailed,
+}
+
+impl Refusal {
+    /// The message clients see.
+    pub fn message(self) -> &'static str {
+        match self {
+            Refusal::Malformed => "malformed operation",
+            Refusal::WrongKind => {
+                "malformed operation: a read sent as a write or a write as a read"
+            }
+            Refusal::Superseded => "superseded by a newer request",
+            Refusal::TooLarge => "request too large",
+            Refusal::ReadFailed => "read failed",
+        }
+    }
+}
+
+/// The answer to one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer<'a> {
+    /// Done: the service's reply (writes) or result (reads).
+    Ok(&'a [u8]),
+    /// Not the leader (any more); try the hinted member.
+    NotLeader(Option<MemberId>),
+    /// Try again soon (log full, leader not ready, too many reads).
+    Busy,
+    /// Refused for good.
+    Refused(Refusal),
+}
+
+/// An engine's event, passed to the host after the driver has answered
+/// the clients it concerns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DriverEvent {
+    /// From the log engine.
+    Log(Event),
+    /// From the heartbeat engine.
+    Counter(CounterEvent),
+}
+
+/// What a driver needs from the process (or simulated process) around it.
+pub trait Host<M: Memory, S: StateMachine> {
+    /// The gateway's handle for answering one request.
+    type Route;
+
+    /// A peer whose process the host saw exit since the last call
+    /// (death notice, pidfd, closed exchange connection).
+    fn take_peer_down(&mut self) -> Option<MemberId>;
+
+    /// The next client request waiting, if any.
+    fn next_request(&mut self) -> Option<Incoming<Self::Route>>;
+
+    /// Delivers an answer.
+    fn answer(&mut self, route: Self::Route, answer: Answer<'_>);
+
+    /// An engine event (after the driver handled the client side of it).
+    fn event(&mut self, now_ns: u64, engines: &Engines<M, S>, event: DriverEvent) {
+        let _ = (now_ns, engines, event);
+    }
+
+    /// An action was executed on the fabric, with its result.
+    fn action_executed(&mut self, action: &Action, result: Result<(), FabricError>) {
+        let _ = (action, result);
+    }
+}
+
+/// The driver's own counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DriverCounters {
+    /// Requests refused before reaching the log (malformed, wrong kind).
+    pub requests_refused: u64,
+    /// Completions whose tag names no engine (never trusted).
+    pub completions_unrouted: u64,
+    /// Access changes executed.
+    pub access_changes: u64,
+    /// Fabric actions that failed.
+    pub actions_failed: u64,
+}
+
+/// Multiplicative hasher for the pending maps: their keys are our own
+/// tokens and client-chosen ids that only need spreading (SipHash is a
+/// measurable share of a microsecond request), and it has no random state,
+/// so the simulator iterates them in the same order on every run. A client
+/// that picks colliding ids only slows its own lookups.
+#[derive(Default, Clone, Copy)]
+pub struct FastHasher(u64);
+
+impl std::hash::Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type FastHash = std::hash::BuildHasherDefault<FastHasher>;
+
+/// One member's engines and the clients waiting on them.
+pub struct Driver<M: Memory + Clone, S: StateMachine, R> {
+    engines: Engines<M, S>,
+    pending_writes: HashMap<(u64, u64), R, FastHash>,
+    pending_reads: HashMap<u64, (R, Vec<u8>), FastHash>,
+    next_token: u64,
+    read_buf: Vec<u8>,
+    counters: DriverCounters,
+}
+
+impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
+    /// Builds the engines over zeroed registered memory laid out by
+    /// [`Layout::new`]`(&config)`. `read_bytes_max` bounds the answer of
+    /// one read.
+    pub fn new(
+        config: Config,
+        memory: M,
+        service: S,
+        now_ns: u64,
+        read_bytes_max: usize,
+    ) -> Result<Self, ConfigError> {
+        let layout = Layout::new(&config)?;
+        let heartbeat = HeartbeatEngine::new(&config, layout, memory.clone(), now_ns);
+        let log = Box::new(Node::new(config, memory, service, now_ns)?);
+        Ok(Driver {
+            engines: Engines { log, heartbeat },
+            pending_writes: HashMap::default(),
+            pending_reads: HashMap::default(),
+            next_token: 1,
+            read_buf: vec![0u8; read_bytes_max],
+            counters: DriverCounters::default(),
+        })
+    }
+
+    /// The engines (status, the state machine, memory).
+    pub fn engines(&self) -> &Engines<M, S> {
+        &self.engines
+    }
+
+    /// The log engine.
+    pub fn log(&self) -> &Node<M, S> {
+        &self.engines.log
+    }
+
+    /// The driver's counters.
+    pub fn counters(&self) -> DriverCounters {
+        self.counters
+    }
+
+    /// Requests waiting for an answer (writes, reads).
+    pub fn pending(&self) -> (usize, usize) {
+        (self.pending_writes.len(), self.pending_reads.len())
+    }
+
+    /// When [`Driver::step`] must run at the latest (engine clock).
+    pub fn next_deadline(&self) -> u64 {
+        self.engines
+            .log
+            .next_deadline()
+            .min(self.engines.heartbeat.next_deadline())
+    }
+
+    /// One iteration of the loop (see the crate documentation). Returns
+    /// true when it did any work.
+    pub fn step<F: Fabric, H: Host<M, S, Route = R>>(
+        &mut self,
+        now_ns: u64,
+        fabric: &mut F,
+        host: &mut H,
+    ) -> bool {
+        let mut work = self.reap(now_ns, fabric);
+        while let Some(peer) = host.take_peer_down() {
+            self.engines.log.handle_peer_down(now_ns, peer);
+            self.engines.heartbeat.handle_peer_down(now_ns, peer);
+            work = true;
+        }
+        while let Some(request) = host.next_request() {
+            self.submit(now_ns, request, host);
+            work = true;
+        }
+        for pass in 0..2 {
+            if pass == 1 && !self.reap(now_ns, fabric) {
+                break;
+            }
+            self.engines.log.handle_timeout(now_ns);
+            work |= execute(
+                &mut *self.engines.log,
+                EngineTag::LOG,
+                fabric,
+                host,
+                &mut self.counters,
+            );
+            self.engines.heartbeat.handle_timeout(now_ns);
+            work |= execute(
+                &mut self.engines.heartbeat,
+                EngineTag::HEARTBEAT,
+                fabric,
+                host,
+                &mut self.counters,
+            );
+            while let Some(e) = self.engines.log.poll_event() {
+                self.on_log_event(now_ns, e, host);
+                work = true;
+            }
+            while let Some(e) = self.engines.heartbeat.poll_event() {
+                host.event(now_ns, &self.engines, DriverEvent::Counter(e));
+                work = true;
+            }
+        }
+        work
+    }
+
+    /// Answers every waiting client "not the leader" (the process stops;
+    /// clients fail over instead of timing out).
+    pub fn abandon_pending<H: Host<M, S, Route = R>>(&mut self, host: &mut H) {
+        for (_, route) in std::mem::take(&mut self.pending_writes) {
+            host.answer(route, Answer::NotLeader(None));
+        }
+        for (_, (route, _)) in std::mem::take(&mut self.pending_reads) {
+            host.answer(route, Answer::NotLeader(None));
+        }
+    }
+
+    /// Reaps every completion and routes it by its engine tag.
+    fn reap<F: Fabric>(&mut self, now_ns: u64, fabric: &mut F) -> bool {
+        let mut any = false;
+        while let Some(mut c) = fabric.poll_completion() {
+            any = true;
+            let (tag, local) = EngineTag::split(c.wr_id);
+            c.wr_id = local;
+            match tag {
+                EngineTag::LOG => self.engines.log.handle_completion(now_ns, c),
+                EngineTag::HEARTBEAT => self.engines.heartbeat.handle_completion(now_ns, c),
+                _ => self.counters.completions_unrouted += 1,
+            }
+        }
+        any
+    }
+
+    /// Validates one request with the service and submits it (DARE §3.3).
+    fn submit<H: Host<M, S, Route = R>>(&mut self, now_ns: u64, r: Incoming<R>, host: &mut H) {
+        let log = &mut self.engines.log;
+        if let Err(e) = log.state_machine().check_request(&r.payload, r.write) {
+            // Refused before it reaches the log: a malformed operation must
+            // not become a committed entry.
+            self.counters.requests_refused += 1;
+            let why = match e {
+                RequestError::Malformed => Refusal::Malformed,
+                RequestError::WrongKind => Refusal::WrongKind,
+            };
+            host.answer(r.route, Answer::Refused(why));
+            return;
+        }
+        if r.write {
+            match log.submit_write(now_ns, r.client_id, r.request_id, &r.payload) {
+                Ok(Submitted::Appended { .. }) => {
+                    // A retry replaces the route: the latest asker is
+                    // answered. The earlier one gave up on this attempt,
+                    // and may share the latest one's slot, so it is not
+                    // answered at all.
+                    self.pending_writes
+                        .insert((r.client_id, r.request_id), r.route);
+                }
+                Ok(Submitted::Duplicate(reply)) => {
+                    host.answer(r.route, Answer::Ok(reply.as_bytes()))
+                }
+                Err(SubmitError::NotLeader { leader }) => {
+                    host.answer(r.route, Answer::NotLeader(leader))
+                }
+                Err(SubmitError::Stale) => {
+                    host.answer(r.route, Answer::Refused(Refusal::Superseded))
+                }
+                Err(SubmitError::TooLarge) => {
+                    host.answer(r.route, Answer::Refused(Refusal::TooLarge))
+                }
+                Err(SubmitError::LogFull | SubmitError::NotReady | SubmitError::ReadQueueFull) => {
+                    host.answer(r.route, Answer::Busy)
+                }
+            }
+        } else {
+            let token = self.next_token;
+            self.next_token += 1;
+            match log.submit_read(now_ns, token) {
+                Ok(()) => {
+                    self.pending_reads.insert(token, (r.route, r.payload));
+                }
+                Err(SubmitError::NotLeader { leader }) => {
+                    host.answer(r.route, Answer::NotLeader(leader))
+                }
+                Err(_) => host.answer(r.route, Answer::Busy),
+            }
+        }
+    }
+
+    fn on_log_event<H: Host<M, S, Route = R>>(&mut self, now_ns: u64, e: Event, host: &mut H) {
+        match e {
+            Event::Reply {
+                client_id,
+                request_id,
+                reply,
+                stale,
+                ..
+            } => {
+                if let Some(route) = self.pending_writes.remove(&(client_id, request_id)) {
+                    let a = if stale {
+                        Answer::Refused(Refusal::Superseded)
+                    } else {
+                        Answer::Ok(reply.as_bytes())
+                    };
+                    host.answer(route, a);
+                }
+            }
+            Event::ReadReady { token } => {
+                if let Some((route, query)) = self.pending_reads.remove(&token) {
+                    let sm = self.engines.log.state_machine();
+                    match sm.read(&query, &mut self.read_buf) {
+                        // Straight from the read buffer to the gateway.
+                        Ok(n) => host.answer(route, Answer::Ok(&self.read_buf[..n])),
+                        Err(e) => {
+                            tracing::warn!(?e, "a read the service accepted could not be answered");
+                            host.answer(route, Answer::Refused(Refusal::ReadFailed))
+                        }
+                    }
+                }
+            }
+            Event::ReadAborted { token } => {
+                if let Some((route, _)) = self.pending_reads.remove(&token) {
+                    host.answer(route, Answer::NotLeader(None));
+                }
+            }
+            // Our pending writes may still commit under the next leader;
+            // clients retry there (exactly-once).
+            Event::RoleChanged { role, leader, .. } if role != Role::Leader => {
+                let me = self.engines.log.id();
+                let hint = leader.filter(|&l| l != me);
+                for (_, route) in std::mem::take(&mut self.pending_writes) {
+                    host.answer(route, Answer::NotLeader(hint));
+                }
+            }
+            _ => {}
+        }
+        host.event(now_ns, &self.engines, DriverEvent::Log(e));
+    }
+}
+
+/// Drains one engine's actions into the fabric, in order, with the
+/// engine's tag on every work request.
+fn execute<E: Engine, F: Fabric, M: Memory, S: StateMachine, H: Host<M, S>>(
+    engine: &mut E,
+    tag: EngineTag,
+    fabric: &mut F,
+    host: &mut H,
+    counters: &mut DriverCounters,
+) -> bool {
+    let mut any = false;
+    while let Some(action) = engine.poll_action() {
+        any = true;
+        let action = match action {
+            Action::Post(mut wr) => {
+                wr.wr_id = tag.tag(wr.wr_id);
+                Action::Post(wr)
+            }
+            other => other,
+        };
+        let result = fabric.execute(&action);
+        if let Action::SetAccess { .. } = action {
+            counters.access_changes += 1;
+        }
+        if let Err(e) = result {
+            // Reconnecting to a peer whose process is gone fails until it
+            // is replaced; the engine backs off.
+            counters.actions_failed += 1;
+            tracing::debug!(engine = engine.name(), ?action, ?e, "fabric action failed");
+        }
+        host.action_executed(&action, result);
+    }
+    any
+}
