@@ -184,6 +184,12 @@ pub struct TimingSection {
     pub prune_grace_us: u64,
     /// Wait before re-establishing a failed channel.
     pub reconnect_backoff_us: u64,
+    /// Heartbeat-counter engine: the counter is bumped at least this often
+    /// (and on every loop iteration).
+    pub counter_increment_period_us: u64,
+    /// Heartbeat-counter engine: wait between two READs of a peer's counter;
+    /// the same value twice reports it stalled.
+    pub counter_read_gap_us: u64,
 }
 
 impl Default for TimingSection {
@@ -206,6 +212,8 @@ impl Default for TimingSection {
             prune_period_us: 1_000,
             prune_grace_us: 2_000_000,
             reconnect_backoff_us: 1_000,
+            counter_increment_period_us: 1_000,
+            counter_read_gap_us: 20_000,
         }
     }
 }
@@ -456,7 +464,9 @@ impl Manifest {
         crate::shm::segment_path(&self.shm_dir(), &self.cluster.name, id)
     }
 
-    /// The core configuration of member `id`.
+    /// The core configuration of member `id`. Durations saturate, so an
+    /// absurd value reaches the core's validation (which names the field)
+    /// instead of overflowing.
     pub fn core_config(&self, id: u8) -> Config {
         let c = &self.cluster;
         let t = &self.timing;
@@ -466,17 +476,19 @@ impl Manifest {
         cfg.session_slot_count = c.session_slot_count;
         cfg.client_slot_count = c.client_slot_count;
         cfg.client_slot_bytes = self.client_slot_bytes();
-        cfg.heartbeat_period_ns = t.heartbeat_period_us * 1000;
-        cfg.fd_check_period_ns = t.fd_check_period_us * 1000;
-        cfg.fd_check_period_max_ns = t.fd_check_period_max_us * 1000;
-        cfg.fd_check_period_step_ns = t.fd_check_period_step_us * 1000;
-        cfg.election_timeout_min_ns = t.election_timeout_min_us * 1000;
-        cfg.election_timeout_max_ns = t.election_timeout_max_us * 1000;
-        cfg.leader_quorum_timeout_ns = t.leader_quorum_timeout_us * 1000;
-        cfg.apply_publish_period_ns = t.apply_publish_period_us * 1000;
-        cfg.prune_period_ns = t.prune_period_us * 1000;
-        cfg.prune_grace_ns = t.prune_grace_us * 1000;
-        cfg.reconnect_backoff_ns = t.reconnect_backoff_us * 1000;
+        cfg.heartbeat_period_ns = us_to_ns(t.heartbeat_period_us);
+        cfg.fd_check_period_ns = us_to_ns(t.fd_check_period_us);
+        cfg.fd_check_period_max_ns = us_to_ns(t.fd_check_period_max_us);
+        cfg.fd_check_period_step_ns = us_to_ns(t.fd_check_period_step_us);
+        cfg.election_timeout_min_ns = us_to_ns(t.election_timeout_min_us);
+        cfg.election_timeout_max_ns = us_to_ns(t.election_timeout_max_us);
+        cfg.leader_quorum_timeout_ns = us_to_ns(t.leader_quorum_timeout_us);
+        cfg.apply_publish_period_ns = us_to_ns(t.apply_publish_period_us);
+        cfg.prune_period_ns = us_to_ns(t.prune_period_us);
+        cfg.prune_grace_ns = us_to_ns(t.prune_grace_us);
+        cfg.reconnect_backoff_ns = us_to_ns(t.reconnect_backoff_us);
+        cfg.counter_increment_period_ns = us_to_ns(t.counter_increment_period_us);
+        cfg.counter_read_gap_ns = us_to_ns(t.counter_read_gap_us);
         cfg.seed = c.seed;
         cfg
     }
@@ -613,6 +625,8 @@ impl Manifest {
             "prune_period_ns" => ("timing.prune_period_us", true),
             "prune_grace_ns" => ("timing.prune_grace_us", true),
             "reconnect_backoff_ns" => ("timing.reconnect_backoff_us", true),
+            "counter_increment_period_ns" => ("timing.counter_increment_period_us", true),
+            "counter_read_gap_ns" => ("timing.counter_read_gap_us", true),
             other => (other, false),
         };
         let reason = if unit_ns {
@@ -683,6 +697,13 @@ id = 2
         assert!(e.message.contains("does not exist"), "{e}");
         let e = Manifest::parse(BASE, &["timing.fd_check_period_us=100".into()]).unwrap_err();
         assert_eq!(e.field, "timing.fd_check_period_us");
+        // Too large to count in nanoseconds: an error, not an overflow.
+        let huge = format!("timing.heartbeat_period_us={}", i64::MAX);
+        let e = Manifest::parse(BASE, &[huge]).unwrap_err();
+        assert_eq!(e.field, "timing.heartbeat_period_us");
+        let e = Manifest::parse(BASE, &["timing.counter_read_gap_us=1500".into()]).unwrap_err();
+        assert_eq!(e.field, "timing.counter_read_gap_us");
+        assert!(e.message.contains("twice"), "{e}");
         let e = Manifest::parse(BASE, &["cluster.log_ring_bytes=1000".into()]).unwrap_err();
         assert_eq!(e.field, "cluster.log_ring_bytes");
         let e =
@@ -707,4 +728,9 @@ id = 2
             m.client_slot_bytes() as u64 >= 64 + 2 * u64::from(m.kv_limits().encoded_bytes_max())
         );
     }
+}
+
+/// Microseconds from the manifest to the core's nanoseconds, saturating.
+fn us_to_ns(us: u64) -> u64 {
+    us.saturating_mul(1000)
 }
