@@ -24,6 +24,9 @@ pub enum Mutation {
     VoteWithoutLogCheck,
     /// Serve reads without confirming the term with a majority.
     ReadWithoutTermCheck,
+    /// Treat a revoke the fabric could not confirm as done (vote and grant
+    /// while a writer may still be placing data in the log).
+    IgnoreRevokeFailure,
     /// Heartbeat engine: re-read a peer's counter at once instead of
     /// waiting `counter_read_gap_ns` (uKharon §4.2), so a running peer
     /// that had no chance to increment is reported stalled.

@@ -15,7 +15,7 @@
 //! own ids, which must stay below [`ENGINE_WR_ID_LIMIT`]. Engines talk to
 //! each other only through events the driver passes, never directly.
 
-use crate::fabric::{Action, Completion, MemberId, WrId};
+use crate::fabric::{Action, Completion, FabricError, MemberId, WrId};
 
 /// Bits of a [`WrId`] an engine may use; the byte above carries its tag.
 pub const ENGINE_WR_ID_BITS: u32 = 56;
@@ -70,6 +70,11 @@ pub trait Engine {
 
     /// The next action, in order; drained after every call.
     fn poll_action(&mut self) -> Option<Action>;
+
+    /// One of this engine's actions failed on the fabric (a reconnect to a
+    /// peer that is gone, a revoke that could not be confirmed). Work
+    /// requests never fail here: they fail through their completion.
+    fn handle_action_failed(&mut self, now_ns: u64, action: &Action, error: FabricError);
 
     /// When [`Engine::handle_timeout`] must be called at the latest.
     fn next_deadline(&self) -> u64;

@@ -363,6 +363,11 @@ pub enum FabricError {
     PeerGone,
     /// The device refused (a queue-pair state transition, a registration).
     Device,
+    /// A revoke stopped new operations, but one that started before may
+    /// still be placing data (a writer stopped in the middle of a copy):
+    /// the region is not exclusive yet. The caller must not rely on the
+    /// revoke and retries it later.
+    RevokeUnconfirmed,
 }
 
 /// A one-sided fabric endpoint of one member: the host's side of the

@@ -25,7 +25,9 @@
 
 use crate::config::Config;
 use crate::engine::Engine;
-use crate::fabric::{Action, Completion, MemberId, Op, WorkRequest, WrId, MAX_MEMBERS};
+use crate::fabric::{
+    Action, Completion, FabricError, MemberId, Op, WorkRequest, WrId, MAX_MEMBERS,
+};
 use crate::layout::Layout;
 use crate::mem::Memory;
 use heapless::Deque;
@@ -308,6 +310,11 @@ impl<M: Memory> Engine for HeartbeatEngine<M> {
 
     fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
+    }
+
+    fn handle_action_failed(&mut self, now_ns: u64, _: &Action, _: FabricError) {
+        // It only posts READs, which fail through their completions.
+        self.now = self.now.max(now_ns);
     }
 
     fn next_deadline(&self) -> u64 {

@@ -266,6 +266,7 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             }
             self.engines.log.handle_timeout(now_ns);
             work |= execute(
+                now_ns,
                 &mut *self.engines.log,
                 EngineTag::LOG,
                 fabric,
@@ -274,6 +275,7 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             );
             self.engines.heartbeat.handle_timeout(now_ns);
             work |= execute(
+                now_ns,
                 &mut self.engines.heartbeat,
                 EngineTag::HEARTBEAT,
                 fabric,
@@ -426,8 +428,11 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
 }
 
 /// Drains one engine's actions into the fabric, in order, with the
-/// engine's tag on every work request.
+/// engine's tag on every work request; a failed action goes back to its
+/// engine at once (a revoke that did not take effect must be known before
+/// the engine's next step relies on it).
 fn execute<E: Engine, F: Fabric, M: Memory, S: StateMachine, H: Host<M, S>>(
+    now_ns: u64,
     engine: &mut E,
     tag: EngineTag,
     fabric: &mut F,
@@ -450,9 +455,15 @@ fn execute<E: Engine, F: Fabric, M: Memory, S: StateMachine, H: Host<M, S>>(
         }
         if let Err(e) = result {
             // Reconnecting to a peer whose process is gone fails until it
-            // is replaced; the engine backs off.
+            // is replaced (the engine backs off); a revoke that could not
+            // be confirmed is retried by the engine.
             counters.actions_failed += 1;
-            tracing::debug!(engine = engine.name(), ?action, ?e, "fabric action failed");
+            if e == FabricError::RevokeUnconfirmed {
+                tracing::warn!(engine = engine.name(), ?action, "revoke not confirmed yet");
+            } else {
+                tracing::debug!(engine = engine.name(), ?action, ?e, "fabric action failed");
+            }
+            engine.handle_action_failed(now_ns, &action, e);
         }
         host.action_executed(&action, result);
     }

@@ -638,6 +638,11 @@ impl Manifest {
     }
 }
 
+/// Microseconds from the manifest to the core's nanoseconds, saturating.
+fn us_to_ns(us: u64) -> u64 {
+    us.saturating_mul(1000)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -728,9 +733,4 @@ id = 2
             m.client_slot_bytes() as u64 >= 64 + 2 * u64::from(m.kv_limits().encoded_bytes_max())
         );
     }
-}
-
-/// Microseconds from the manifest to the core's nanoseconds, saturating.
-fn us_to_ns(us: u64) -> u64 {
-    us.saturating_mul(1000)
 }

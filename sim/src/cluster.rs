@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use verbatim_core::checksum::Checksum;
 use verbatim_core::config::Mutation;
 use verbatim_core::fabric::{
-    Access, Channel, Completion, Fabric, FabricError, RegionId, WorkRequest,
+    Access, Channel, Completion, Fabric, FabricError, Op, RegionId, WorkRequest,
 };
 use verbatim_core::heartbeat::CounterEvent;
 use verbatim_core::kv::{KvError, KvLimits, KvOp, KvReply};
@@ -48,6 +48,19 @@ pub enum Fault {
         node: u8,
         /// When.
         at_ns: u64,
+    },
+    /// SIGSTOP in the middle of a copy (the shared-memory fabric copies
+    /// with the writer's CPU): the member leading at `from_ns` stops in
+    /// the middle of placing its next log WRITE into a follower (half of
+    /// it lands), before the rest of its step (later posts, answers). The
+    /// follower cannot confirm a revoke of the writer's log access until
+    /// the writer resumes at `to_ns`; then the rest of the copy lands and
+    /// the step goes on.
+    PauseMidCopy {
+        /// From.
+        from_ns: u64,
+        /// Until.
+        to_ns: u64,
     },
     /// The CPU stops for a while (a GC pause, SIGSTOP), then resumes.
     Pause {
@@ -373,6 +386,14 @@ struct SimNode {
     wake_generation: u64,
     inbox: VecDeque<ClientRequest>,
     peer_down: Vec<MemberId>,
+    /// Armed by a `PauseMidCopy` fault: stop in the middle of the next log
+    /// WRITE posted before this time.
+    stop_mid_copy_until: Option<u64>,
+    /// Stopped by a `PauseMidCopy` fault (resumed at its end), with the
+    /// rest of the step it was stopped in.
+    paused_mid_copy: bool,
+    deferred_posts: Vec<WorkRequest>,
+    deferred_answers: Vec<(SimRoute, SentAnswer)>,
     drift_ppm: i64,
     commit_cursor: Option<(u64, u64)>,
 }
@@ -446,6 +467,10 @@ impl Cluster {
                 wake_generation: 0,
                 inbox: VecDeque::new(),
                 peer_down: Vec::new(),
+                stop_mid_copy_until: None,
+                paused_mid_copy: false,
+                deferred_posts: Vec::new(),
+                deferred_answers: Vec::new(),
                 drift_ppm: opts.drift_ppm.get(i).copied().unwrap_or(0),
                 commit_cursor: None,
             });
@@ -600,6 +625,7 @@ impl Cluster {
             let (start, end) = match f {
                 Fault::Crash { at_ns, .. } | Fault::Zombie { at_ns, .. } => (*at_ns, None),
                 Fault::Pause { from_ns, to_ns, .. }
+                | Fault::PauseMidCopy { from_ns, to_ns, .. }
                 | Fault::Partition { from_ns, to_ns, .. }
                 | Fault::Delay { from_ns, to_ns, .. } => (*from_ns, Some(*to_ns)),
             };
@@ -719,6 +745,15 @@ impl Cluster {
                     self.counters.stopped(usize::from(node), self.now);
                 }
             }
+            Fault::PauseMidCopy { to_ns, .. } => {
+                let leader = (0..self.nodes.len()).find(|&i| {
+                    self.nodes[i].state == NodeState::Running
+                        && self.nodes[i].driver.log().role() == Role::Leader
+                });
+                if let Some(w) = leader {
+                    self.nodes[w].stop_mid_copy_until = Some(to_ns);
+                }
+            }
             Fault::Partition { .. } | Fault::Delay { .. } => {}
         }
     }
@@ -726,9 +761,18 @@ impl Cluster {
     fn fault_end(&mut self, k: usize) {
         let f = self.opts.faults[k].clone();
         self.log(|| format!("fault over: {f:?}"));
+        if let Fault::PauseMidCopy { .. } = f {
+            for i in 0..self.nodes.len() {
+                self.nodes[i].stop_mid_copy_until = None;
+                if std::mem::take(&mut self.nodes[i].paused_mid_copy) {
+                    self.resume_mid_copy(i);
+                }
+            }
+        }
         if let Fault::Pause { node, .. } = f {
             let i = usize::from(node);
-            if self.nodes[i].state == NodeState::Paused {
+            // One stopped in the middle of a copy resumes with that fault.
+            if self.nodes[i].state == NodeState::Paused && !self.nodes[i].paused_mid_copy {
                 self.nodes[i].state = NodeState::Running;
                 self.counters.resumed(i, self.now);
                 self.wake(i, self.now);
@@ -776,9 +820,33 @@ impl Cluster {
             driver.step(local, &mut fabric, &mut host);
         }
         let mut depart = t + self.opts.net.poll_ns as u64;
+        let mut stopped = false;
         for wr in posted {
+            if stopped {
+                // The CPU stopped before it got to these.
+                self.nodes[i].deferred_posts.push(wr);
+                continue;
+            }
             depart += self.net.post_overhead_ns(&wr.op);
-            self.net.post(&mut self.queue, depart, i, wr);
+            let stop_here = self.nodes[i]
+                .stop_mid_copy_until
+                .is_some_and(|until| until > t)
+                && matches!(wr.op, Op::Write { remote, .. } | Op::WriteInline { remote, .. } if remote.region == RegionId::Log);
+            if stop_here {
+                self.net.post_stuck(&mut self.queue, depart, i, wr);
+                stopped = true;
+            } else {
+                self.net.post(&mut self.queue, depart, i, wr);
+            }
+        }
+        if stopped {
+            self.log(|| format!("fault: node {i} stops in the middle of a log copy"));
+            let n = &mut self.nodes[i];
+            n.stop_mid_copy_until = None;
+            n.paused_mid_copy = true;
+            n.state = NodeState::Paused;
+            n.deferred_answers.append(&mut answers);
+            self.counters.stopped(i, t);
         }
         self.nodes[i].busy_until = depart;
         for e in events {
@@ -803,6 +871,37 @@ impl Cluster {
         let deadline = self.nodes[i].driver.next_deadline();
         let g = self.global(i, deadline);
         self.wake(i, g.max(depart));
+    }
+
+    /// A member stopped in the middle of a copy resumes: the rest of the
+    /// copy lands, then the rest of its step runs (posts, answers).
+    fn resume_mid_copy(&mut self, i: usize) {
+        for target in self.net.release_stuck(&mut self.queue, self.now, i) {
+            self.wake(target, self.now);
+        }
+        let mut depart = self.now + self.opts.net.poll_ns as u64;
+        for wr in std::mem::take(&mut self.nodes[i].deferred_posts) {
+            depart += self.net.post_overhead_ns(&wr.op);
+            self.net.post(&mut self.queue, depart, i, wr);
+        }
+        for (route, answer) in std::mem::take(&mut self.nodes[i].deferred_answers) {
+            let (answer, bytes) = self.client_answer(route, answer);
+            let at = depart + self.opts.net.ud_ns(bytes as u64) as u64;
+            self.queue.push(
+                at,
+                Ev::ClientReply {
+                    client: route.client,
+                    request_id: route.request_id,
+                    answer,
+                },
+            );
+        }
+        self.nodes[i].busy_until = depart;
+        if self.nodes[i].state == NodeState::Paused {
+            self.nodes[i].state = NodeState::Running;
+            self.counters.resumed(i, self.now);
+        }
+        self.wake(i, depart);
     }
 
     /// Decodes a member's answer as the client sees it (and its size on
@@ -1375,6 +1474,11 @@ impl Fabric for SimEndpoint<'_> {
         access: Access,
     ) -> Result<(), FabricError> {
         self.net.set_access(self.me, peer, region, access);
+        if access == Access::Revoked && self.net.revoke_blocked(self.me, peer.index(), region) {
+            // New requests are refused, but a copy that entered before is
+            // still in progress: not exclusive yet.
+            return Err(FabricError::RevokeUnconfirmed);
+        }
         Ok(())
     }
 

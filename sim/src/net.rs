@@ -128,6 +128,9 @@ pub enum NetEvent {
         depart_ns: u64,
         /// Torn placement: spread of word landings.
         spread_ns: u64,
+        /// The writer stops in the middle of placing it (only half lands
+        /// now; see [`Net::release_stuck`]).
+        stuck: bool,
     },
     /// One word of a torn write.
     LandWord {
@@ -192,6 +195,23 @@ pub struct Net {
     /// Fault layers, consulted in order for every request.
     pub faults: Vec<Box<dyn NetFault>>,
     rng: SplitMix64,
+    /// Copies in progress from a stopped writer: the target cannot confirm
+    /// a revoke of the writer's access, and the rest of the copy lands
+    /// when the writer resumes.
+    stuck_copies: Vec<StuckCopy>,
+}
+
+/// A WRITE whose writer stopped in the middle of placing it (SIGSTOP
+/// during a CPU copy on the shared-memory fabric).
+#[derive(Clone, Debug)]
+struct StuckCopy {
+    src: usize,
+    dst: usize,
+    channel: Channel,
+    /// Where the part not placed yet goes.
+    at: Addr,
+    rest: Vec<u8>,
+    completion: Completion,
 }
 
 impl Net {
@@ -225,6 +245,7 @@ impl Net {
             conns: vec![Conn::default(); n * n * 2],
             faults: Vec::new(),
             rng: SplitMix64::new(seed ^ 0x4E45_5457),
+            stuck_copies: Vec::new(),
         }
     }
 
@@ -279,6 +300,47 @@ impl Net {
         if peer.index() < MAX_MEMBERS {
             self.nics[owner].access[peer.index()][region.index()] = access;
         }
+    }
+
+    /// `writer` resumes: the rest of every copy it was stopped in lands,
+    /// whatever the target's access says now (the copy entered before any
+    /// revoke), and then completes. Returns the targets written.
+    pub fn release_stuck(&mut self, s: &mut impl Schedule, now: u64, writer: usize) -> Vec<usize> {
+        let mut written = Vec::new();
+        for c in std::mem::take(&mut self.stuck_copies) {
+            if c.src != writer {
+                self.stuck_copies.push(c);
+                continue;
+            }
+            if !self.nics[c.src].alive {
+                continue; // a dead writer's copy never goes on
+            }
+            if self.nics[c.dst].alive {
+                self.nics[c.dst].mem.write(c.at, &c.rest);
+                written.push(c.dst);
+            }
+            self.complete_at(
+                s,
+                c.src,
+                c.dst,
+                c.channel,
+                now + 1,
+                c.completion,
+                None,
+                None,
+            );
+        }
+        written
+    }
+
+    /// True while `writer` is stopped in the middle of a copy into
+    /// `owner`'s `region`: a revoke of its access cannot be confirmed.
+    pub fn revoke_blocked(&self, owner: usize, writer: usize, region: RegionId) -> bool {
+        self.nics[writer].alive
+            && self
+                .stuck_copies
+                .iter()
+                .any(|c| c.src == writer && c.dst == owner && c.at.region == region)
     }
 
     /// Re-establishes a connection (both directions' state is the
@@ -346,6 +408,28 @@ impl Net {
 
     /// Posts a work request that leaves `src` at `depart_ns`.
     pub fn post(&mut self, s: &mut impl Schedule, depart_ns: u64, src: usize, wr: WorkRequest) {
+        self.post_maybe_stuck(s, depart_ns, src, wr, false);
+    }
+
+    /// Posts a WRITE whose writer will stop in the middle of placing it.
+    pub fn post_stuck(
+        &mut self,
+        s: &mut impl Schedule,
+        depart_ns: u64,
+        src: usize,
+        wr: WorkRequest,
+    ) {
+        self.post_maybe_stuck(s, depart_ns, src, wr, true);
+    }
+
+    fn post_maybe_stuck(
+        &mut self,
+        s: &mut impl Schedule,
+        depart_ns: u64,
+        src: usize,
+        wr: WorkRequest,
+        stuck: bool,
+    ) {
         let dst = wr.peer.index();
         let ch = wr.op.channel();
         let c = |status| Completion {
@@ -406,7 +490,7 @@ impl Net {
         };
         let half_wire = self.wire_ns(&wr.op) / 2;
         let extra = self.extra_delay(src, dst, depart_ns);
-        let spread = if self.tearing() && data.as_ref().is_some_and(|d| d.len() > 8) {
+        let spread = if !stuck && self.tearing() && data.as_ref().is_some_and(|d| d.len() > 8) {
             self.rng.range_inclusive(1, 2 * half_wire.max(1))
         } else {
             0
@@ -422,6 +506,7 @@ impl Net {
                 data,
                 depart_ns,
                 spread_ns: spread,
+                stuck,
             },
         );
     }
@@ -439,8 +524,9 @@ impl Net {
                 data,
                 depart_ns,
                 spread_ns,
+                stuck,
             } => {
-                let wrote = self.land(s, now, src, wr, data, depart_ns, spread_ns);
+                let wrote = self.land(s, now, src, wr, data, depart_ns, spread_ns, stuck);
                 // A busy-polling target notices writes into its memory.
                 wrote.then_some(wr.peer.index())
             }
@@ -493,6 +579,7 @@ impl Net {
         data: Option<Rc<[u8]>>,
         depart_ns: u64,
         spread_ns: u64,
+        stuck: bool,
     ) -> bool {
         let dst = wr.peer.index();
         let ch = wr.op.channel();
@@ -554,6 +641,22 @@ impl Net {
         let mut landing = None;
         let mut denied = None;
         match wr.op {
+            Op::Write { .. } | Op::WriteInline { .. } if stuck => {
+                // The first half of the words lands; the writer stops; the
+                // rest and the completion wait for it to resume.
+                let bytes = data.expect("writes carry data");
+                let half = (bytes.len() / 16) * 8;
+                mem.write(remote, &bytes[..half]);
+                self.stuck_copies.push(StuckCopy {
+                    src,
+                    dst,
+                    channel: ch,
+                    at: remote.add(half as u64),
+                    rest: bytes[half..].to_vec(),
+                    completion: c(WcStatus::Ok),
+                });
+                return true;
+            }
             Op::Write { .. } | Op::WriteInline { .. } => {
                 let bytes = data.expect("writes carry data");
                 if spread_ns > 0 {

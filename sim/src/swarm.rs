@@ -62,10 +62,17 @@ pub fn options_for_seed(seed: u64) -> ClusterOptions {
             0 | 1 => {}
             2 => {
                 let to_ns = end_within(&mut r, 5 * MS);
-                o.faults.push(Fault::Pause {
-                    node,
-                    from_ns: start,
-                    to_ns,
+                o.faults.push(if r.chance(1, 3) {
+                    Fault::PauseMidCopy {
+                        from_ns: start,
+                        to_ns,
+                    }
+                } else {
+                    Fault::Pause {
+                        node,
+                        from_ns: start,
+                        to_ns,
+                    }
                 });
             }
             3 => {

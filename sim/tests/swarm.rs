@@ -126,6 +126,25 @@ fn reading_counters_without_the_gap_is_caught() {
     );
 }
 
+/// Issue 12 item 1: a voter that treats a revoke the fabric could not
+/// confirm as done (a leader stopped in the middle of a copy into its log)
+/// lets the rest of that old copy land over a new leader's committed
+/// entries when the old leader resumes.
+#[test]
+fn ignoring_an_unconfirmed_revoke_is_caught() {
+    caught(
+        Mutation::IgnoreRevokeFailure,
+        100..150,
+        &[
+            "log integrity",
+            "committed entries never change",
+            "log matching",
+            "state machine safety",
+            "linearizability",
+        ],
+    );
+}
+
 /// A deposed leader keeps being asked: each member in turn is cut off
 /// from the other members (not from the clients) while six clients read
 /// and write one key.

@@ -80,6 +80,10 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         if let Some((candidate, term)) = best {
             if term > self.term {
                 self.advance_term(term);
+            } else if self.granted_to.is_some() {
+                // A voter revokes before it inspects its log (DARE §3.2.1),
+                // also within the term: a leader we followed may hold it.
+                self.revoke_all();
             }
             // The log check needs exclusive access: it runs once the host
             // has executed our revokes (DARE §3.2.3, Figure 4).
@@ -290,6 +294,13 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             Duty::Grant { leader, term } => {
                 self.duty = Duty::None;
                 if term != self.term || self.leader != Some(leader) {
+                    return;
+                }
+                if self.granted_to.is_some_and(|g| g != leader) {
+                    // Granting replaces: revoke the previous holder first,
+                    // then come back once the revoke is in effect.
+                    self.revoke_all();
+                    self.duty = Duty::Grant { leader, term };
                     return;
                 }
                 let Some(w) = self.walk_log() else { return };

@@ -66,7 +66,13 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.revoke_pending = true;
     }
 
+    /// Grants `leader` write access to our log. Grants replace, never add
+    /// (DARE §3.2.1): the caller revoked every other peer first.
     pub(super) fn grant_log(&mut self, leader: MemberId) {
+        assert!(
+            self.granted_to.is_none_or(|g| g == leader) && !self.revoke_pending,
+            "a grant must replace the previous one, after its revoke took effect"
+        );
         self.emit(Action::SetAccess {
             peer: leader,
             region: RegionId::Log,

@@ -144,7 +144,12 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         let (s, e) = self
             .ring
             .write_entry(&self.mem, self.tail_pos, &header, payload);
-        debug_assert_eq!((s, e), (start, end));
+        // An invariant: the entry lands where the space was reserved.
+        assert_eq!(
+            (s, e),
+            (start, end),
+            "entry written elsewhere than reserved"
+        );
         self.tail_pos = end;
         self.tail_index += 1;
         self.last_term = self.term;

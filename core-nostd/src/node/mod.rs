@@ -14,7 +14,9 @@ mod leader;
 mod tests;
 
 use crate::config::{Config, ConfigError, ENTRY_PAYLOAD_BYTES_CAP};
-use crate::fabric::{Action, Channel, Completion, MemberId, MAX_MEMBERS};
+use crate::fabric::{
+    Access, Action, Channel, Completion, FabricError, MemberId, RegionId, MAX_MEMBERS,
+};
 use crate::layout::{Layout, STAGING_SLOTS};
 use crate::log::{AdjustHeader, Ring};
 use crate::mem::Memory;
@@ -188,6 +190,9 @@ pub struct Counters {
     pub adjustments: u64,
     /// HEAD entries appended (pruning).
     pub prunes: u64,
+    /// Revokes of log access the fabric could not confirm (retried; no
+    /// vote or grant until they are).
+    pub revokes_unconfirmed: u64,
 }
 
 /// Replication state of a follower, seen from the leader.
@@ -473,8 +478,13 @@ pub struct Node<M: Memory, S: StateMachine> {
     leader: Option<MemberId>,
     granted_to: Option<MemberId>,
     duty: Duty,
-    /// Revokes were emitted and the host has not drained them yet.
+    /// Revokes were emitted and the host has not drained them yet, or one
+    /// could not be confirmed: no step that needs exclusive log access.
     revoke_pending: bool,
+    /// Peers whose log revoke the fabric could not confirm (retried).
+    revoke_unconfirmed: [bool; MAX_MEMBERS],
+    /// When to retry them.
+    revoke_retry_at_ns: u64,
 
     row: Row,
     row_version: u64,
@@ -577,6 +587,8 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             granted_to: None,
             duty: Duty::None,
             revoke_pending: false,
+            revoke_unconfirmed: [false; MAX_MEMBERS],
+            revoke_retry_at_ns: 0,
             row,
             row_version: 0,
             // Publish an initial row so peers see us (and our apply point).
@@ -778,7 +790,9 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             .copied()
             .min()
             .unwrap_or(u64::MAX);
-        if self.revoke_pending || self.row_dirty || self.duty != Duty::None {
+        if self.revoke_unconfirmed.iter().any(|&u| u) {
+            at = at.min(self.revoke_retry_at_ns);
+        } else if self.revoke_pending || self.row_dirty || self.duty != Duty::None {
             at = at.min(self.now);
         }
         for p in self.peers.iter().take(self.member_count) {
@@ -818,15 +832,60 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.invariants();
     }
 
+    /// An action failed on the fabric. A revoke of log access that could
+    /// not be confirmed keeps every step that needs exclusive access (a
+    /// vote's log check, a grant) waiting, and is retried (DARE §3.2.1: a
+    /// revoke must be in effect before the log is inspected).
+    pub fn handle_action_failed(&mut self, now: u64, action: &Action, _error: FabricError) {
+        self.tick_clock(now);
+        if let Action::SetAccess {
+            peer,
+            region: RegionId::Log,
+            access: Access::Revoked,
+        } = *action
+        {
+            #[cfg(feature = "mutation-testing")]
+            if self.cfg.mutation == crate::config::Mutation::IgnoreRevokeFailure {
+                return;
+            }
+            if peer.index() < self.member_count && peer != self.me {
+                self.revoke_unconfirmed[peer.index()] = true;
+                self.revoke_pending = true;
+                self.revoke_retry_at_ns =
+                    self.now.saturating_add(self.cfg.reconnect_backoff_ns / 8);
+                self.counters.revokes_unconfirmed += 1;
+            }
+        }
+        self.invariants();
+    }
+
+    fn retry_unconfirmed_revokes(&mut self) {
+        for p in 0..self.member_count {
+            if core::mem::take(&mut self.revoke_unconfirmed[p]) {
+                self.emit(Action::SetAccess {
+                    peer: MemberId(p as u8),
+                    region: RegionId::Log,
+                    access: Access::Revoked,
+                });
+            }
+        }
+        self.revoke_pending = true;
+    }
+
     /// Observes memory written by peers (rows, log pointers) and fires due
     /// timers. Call it on every loop iteration when busy-polling, and at
     /// the latest at [`Node::next_deadline`]; early calls are harmless.
     pub fn handle_timeout(&mut self, now: u64) {
         self.tick_clock(now);
-        if self.actions.is_empty() {
+        let unconfirmed = self.revoke_unconfirmed.iter().any(|&u| u);
+        if self.actions.is_empty() && !unconfirmed {
             // Every action emitted before, revokes included, has been
-            // executed by the host: exclusive log access is in effect.
+            // executed by the host and none failed: exclusive log access
+            // is in effect.
             self.revoke_pending = false;
+        }
+        if unconfirmed && self.revoke_retry_at_ns <= self.now {
+            self.retry_unconfirmed_revokes();
         }
         self.observe_rows();
         self.react_to_rows();
@@ -980,6 +1039,10 @@ impl<M: Memory, S: StateMachine> crate::engine::Engine for Node<M, S> {
 
     fn poll_action(&mut self) -> Option<Action> {
         Node::poll_action(self)
+    }
+
+    fn handle_action_failed(&mut self, now_ns: u64, action: &Action, error: FabricError) {
+        Node::handle_action_failed(self, now_ns, action, error);
     }
 
     fn next_deadline(&self) -> u64 {

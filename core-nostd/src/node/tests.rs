@@ -41,6 +41,9 @@ struct Harness {
     access: Vec<[[Access; REGIONS_MAX]; MAX_MEMBERS]>,
     cq: Vec<VecDeque<Completion>>,
     down: Vec<bool>,
+    /// Per node: its fabric cannot confirm revokes of log access (a writer
+    /// stopped in the middle of a copy); the access stays as it was.
+    fail_revokes: Vec<bool>,
     now: u64,
 }
 
@@ -83,6 +86,7 @@ impl Harness {
             access,
             cq: (0..n).map(|_| VecDeque::new()).collect(),
             down: std::vec![false; n as usize],
+            fail_revokes: std::vec![false; n as usize],
             now: 0,
         }
     }
@@ -143,6 +147,15 @@ impl Harness {
                         status,
                     });
                 }
+                Action::SetAccess {
+                    peer: _,
+                    region: RegionId::Log,
+                    access: Access::Revoked,
+                } if self.fail_revokes[i] => self.nodes[i].handle_action_failed(
+                    self.now,
+                    &a,
+                    crate::fabric::FabricError::RevokeUnconfirmed,
+                ),
                 Action::SetAccess {
                     peer,
                     region,
@@ -341,6 +354,97 @@ fn voter_makes_its_vote_reliable_before_answering() {
         (hdr.grant_term, hdr.grant_leader, hdr.count),
         (1, MemberId(0), 0)
     );
+}
+
+/// Issue 12 item 1 (DARE §3.2.1): a revoke the fabric cannot confirm (a
+/// writer stopped inside the log) is not acted on: the voter neither
+/// checks its log nor votes until a retry succeeds.
+#[test]
+fn an_unconfirmed_revoke_holds_the_vote_until_a_retry_succeeds() {
+    let mut h = Harness::new(3);
+    h.settle(1);
+    h.now = h.nodes[0].timers[Timer::Election as usize].unwrap();
+    h.tick(0);
+    h.tick(0); // vote request pushed
+    h.fail_revokes[1] = true;
+    let a = h.tick(1);
+    assert_eq!(
+        a.iter()
+            .filter(|a| matches!(
+                a,
+                Action::SetAccess {
+                    access: Access::Revoked,
+                    ..
+                }
+            ))
+            .count(),
+        2
+    );
+    let backoff = h.nodes[1].cfg.reconnect_backoff_ns;
+    for _ in 0..5 {
+        h.now += backoff;
+        h.tick(1);
+        assert_eq!(
+            h.nodes[1].row.private_vote.term, 0,
+            "no vote while the revoke is unconfirmed"
+        );
+    }
+    assert!(h.nodes[1].counters().revokes_unconfirmed >= 4);
+    // The writer left: the next retry confirms, then the vote proceeds.
+    h.fail_revokes[1] = false;
+    h.now += backoff;
+    let retry = h.tick(1);
+    assert!(retry.iter().any(|a| matches!(
+        a,
+        Action::SetAccess {
+            region: RegionId::Log,
+            access: Access::Revoked,
+            ..
+        }
+    )));
+    h.tick(1);
+    // It votes now: for node 0, or for itself if its own election timer
+    // fired while it waited (the time steps above are long).
+    assert!(h.nodes[1].row.private_vote.term >= 1, "the vote proceeds");
+}
+
+/// Issue 12 item 2 (DARE §3.2.1, §3.2.3): a vote request in the current
+/// term makes a voter revoke the leader it granted in that term before it
+/// inspects its log, so that two members never hold write access to it.
+#[test]
+fn a_vote_request_in_the_current_term_revokes_the_granted_leader_first() {
+    let mut h = Harness::new(3);
+    h.elect_zero();
+    assert_eq!(h.nodes[2].log_granted_to(), Some(MemberId(0)));
+    // As if node 2 had missed the election and adopted the winner from its
+    // heartbeat (it never voted in this term).
+    h.nodes[2].row.private_vote = crate::sst::Ballot::default();
+    // Its leader's process exits; node 1 asks for votes in the same term.
+    h.nodes[2].handle_peer_down(h.now, MemberId(0));
+    let term = h.nodes[2].term();
+    let mut forged = h.nodes[1].row;
+    forged.term = term;
+    forged.vote_request = crate::sst::VoteRequest {
+        term,
+        last_index: 100,
+        last_term: term,
+    };
+    let l = *h.nodes[2].layout();
+    crate::sst::write_row_words(
+        h.nodes[2].memory(),
+        l.row(MemberId(1)),
+        &forged.encode(1000),
+    );
+    let a = h.tick(2);
+    assert!(
+        a.contains(&Action::SetAccess {
+            peer: MemberId(0),
+            region: RegionId::Log,
+            access: Access::Revoked
+        }),
+        "the granted leader is revoked before the log is inspected: {a:?}"
+    );
+    assert_eq!(h.nodes[2].log_granted_to(), None);
 }
 
 /// §3.2: a server cannot vote twice in the same term.

@@ -569,13 +569,17 @@ impl Mr {
     /// that hold a reference to the region; a hardware device destroys
     /// the key in firmware before the command returns. This is what makes
     /// a revoke complete (DARE §3.2.1).
-    pub fn deregister(mut self) -> Result<(), VerbsError> {
+    /// On failure the registration is still valid (its keys still work)
+    /// and is handed back, so that the caller can retry rather than lose
+    /// track of it.
+    pub fn deregister(mut self) -> Result<(), (Mr, VerbsError)> {
         let mr = std::mem::replace(&mut self.mr, std::ptr::null_mut());
         // SAFETY: registered by ibv_reg_mr; `self.mr` is now null, so Drop
         // will not deregister it again.
         let r = unsafe { ffi::ibv_dereg_mr(mr) };
         if r != 0 {
-            return Err(VerbsError::DeregMr(errno_of(r)));
+            self.mr = mr;
+            return Err((self, VerbsError::DeregMr(errno_of(r))));
         }
         Ok(())
     }

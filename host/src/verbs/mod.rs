@@ -1177,11 +1177,15 @@ impl Fabric for VerbsFabric {
                     }
                 }
                 inbound.epoch += 1;
+                // The deregistration is the fence (the peer's own
+                // registration of our log): until it succeeds the revoke is
+                // not done, and the registration is kept to retry it.
                 if let Some(mr) = inbound.log_mr.take() {
-                    mr.deregister().map_err(|e| {
-                        tracing::error!(peer = peer.0, error = %e, "revoke failed: the peer's log key may still be valid");
-                        FabricError::Device
-                    })?;
+                    if let Err((mr, e)) = mr.deregister() {
+                        tracing::error!(peer = peer.0, error = %e, "revoke unconfirmed: the peer's log key is still valid");
+                        inbound.log_mr = Some(mr);
+                        return Err(FabricError::RevokeUnconfirmed);
+                    }
                 }
                 Ok(())
             }
