@@ -24,6 +24,9 @@ pub enum Mutation {
     VoteWithoutLogCheck,
     /// Serve reads without confirming the term with a majority.
     ReadWithoutTermCheck,
+    /// Write a follower's commit pointer up to what was sent to it rather
+    /// than what it acknowledged.
+    CommitPointerBeyondAck,
     /// Treat a revoke the fabric could not confirm as done (vote and grant
     /// while a writer may still be placing data in the log).
     IgnoreRevokeFailure,

@@ -15,7 +15,7 @@ use crate::history::{KvInput, KvOutput, Operation};
 use crate::kvsm::RecordingKv;
 use crate::loggp::NetParams;
 use crate::memory::SimMemory;
-use crate::net::{Cuts, DelaySpike, LinkWindow, Net, NetEvent, Schedule, Tearing};
+use crate::net::{Cuts, DelaySpike, LinkWindow, Net, NetEvent, Reordering, Schedule, Tearing};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use verbatim_core::checksum::Checksum;
@@ -136,6 +136,9 @@ pub struct ClusterOptions {
     pub net: NetParams,
     /// Torn placement of large writes.
     pub tearing: bool,
+    /// Data of a request may be placed before that of an earlier request
+    /// on the same connection (completions stay in order).
+    pub reordering: bool,
     /// A crash is announced to the other members shortly after (like the
     /// host's pidfd process-exit notification on one machine).
     pub crash_notify: bool,
@@ -188,6 +191,7 @@ impl ClusterOptions {
             client_timeout_ns: 1_000_000,
             net: NetParams::DARE,
             tearing: false,
+            reordering: false,
             crash_notify: false,
             drift_ppm: vec![0; usize::from(members)],
             faults: Vec::new(),
@@ -290,6 +294,7 @@ impl Ev {
             Ev::Net(NetEvent::Land { .. }) => 1,
             Ev::Net(NetEvent::LandWord { .. }) => 2,
             Ev::Net(NetEvent::Complete { .. }) => 3,
+            Ev::Net(NetEvent::Place { .. }) => 4,
             Ev::Wake { node, .. } => 10 + *node as u64,
             Ev::ClientSend { client } => 100 + *client as u64,
             Ev::ClientArrive { node, .. } => 200 + *node as u64,
@@ -478,6 +483,9 @@ impl Cluster {
         let mut net = Net::new(opts.net, &layout, memories, opts.seed);
         if opts.tearing {
             net.faults.push(Box::new(Tearing));
+        }
+        if opts.reordering {
+            net.faults.push(Box::new(Reordering));
         }
         let all: Vec<u8> = (0..opts.members).collect();
         let mut cuts = Cuts::default();

@@ -18,7 +18,7 @@ fn usage() -> ExitCode {
     eprintln!(
         "usage:\n  verbatim-sim --seeds N [--start S] [--threads T] [--mutation NAME]\n  \
          verbatim-sim --seed S [--trace] [--mutation NAME]\n  verbatim-sim --model\n\
-         mutations: none, commit-on-minority, vote-without-log-check, read-without-term-check, counter-read-without-gap, ignore-revoke-failure"
+         mutations: none, commit-on-minority, vote-without-log-check, read-without-term-check, counter-read-without-gap, ignore-revoke-failure, commit-pointer-beyond-ack"
     );
     ExitCode::from(2)
 }
@@ -28,11 +28,10 @@ fn parse_mutation(s: &str) -> Option<Mutation> {
         "none" => Mutation::None,
         "commit-on-minority" => Mutation::CommitOnMinority,
         "vote-without-log-check" => Mutation::VoteWithoutLogCheck,
-        "read-without-term-check, counter-read-without-gap, ignore-revoke-failure" => {
-            Mutation::ReadWithoutTermCheck
-        }
-        "counter-read-without-gap, ignore-revoke-failure" => Mutation::CounterReadWithoutGap,
+        "read-without-term-check" => Mutation::ReadWithoutTermCheck,
+        "counter-read-without-gap" => Mutation::CounterReadWithoutGap,
         "ignore-revoke-failure" => Mutation::IgnoreRevokeFailure,
+        "commit-pointer-beyond-ack" => Mutation::CommitPointerBeyondAck,
         _ => return None,
     })
 }

@@ -47,6 +47,25 @@ pub trait NetFault: std::fmt::Debug {
     fn tears(&self) -> bool {
         false
     }
+    /// True when the data of a WRITE may become visible to the target's
+    /// CPU after that of a WRITE posted later on the same connection (RC
+    /// executes requests and completes them in order, but placement seen
+    /// by the CPU is not ordered on every platform, e.g. PCIe relaxed
+    /// ordering). Data is visible by the time its completion is delivered.
+    fn reorders(&self) -> bool {
+        false
+    }
+}
+
+/// Visibility of WRITE data out of posting order on a connection (see
+/// [`NetFault::reorders`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Reordering;
+
+impl NetFault for Reordering {
+    fn reorders(&self) -> bool {
+        true
+    }
 }
 
 /// A directed link and a time window `[start_ns, end_ns)`.
@@ -131,6 +150,16 @@ pub enum NetEvent {
         /// The writer stops in the middle of placing it (only half lands
         /// now; see [`Net::release_stuck`]).
         stuck: bool,
+    },
+    /// The data of a WRITE executed earlier becomes visible to the
+    /// target's CPU (out-of-order visibility, [`NetFault::reorders`]).
+    Place {
+        /// Target.
+        dst: usize,
+        /// Where.
+        at: Addr,
+        /// The data.
+        bytes: Rc<[u8]>,
     },
     /// One word of a torn write.
     LandWord {
@@ -530,6 +559,14 @@ impl Net {
                 // A busy-polling target notices writes into its memory.
                 wrote.then_some(wr.peer.index())
             }
+            NetEvent::Place { dst, at, bytes } => {
+                if self.nics[dst].alive {
+                    self.nics[dst].mem.write(at, &bytes);
+                    Some(dst)
+                } else {
+                    None
+                }
+            }
             NetEvent::LandWord {
                 src,
                 dst,
@@ -637,9 +674,19 @@ impl Net {
             );
             return false;
         }
-        let mem = &self.nics[dst].mem;
         let mut landing = None;
         let mut denied = None;
+        // Out-of-order visibility: the payload of a multi-word WRITE shows
+        // up within a few wire times (before the completion), possibly
+        // after the one-word pointer WRITEs posted behind it.
+        let visible_after = if self.faults.iter().any(|f| f.reorders())
+            && matches!(wr.op, Op::Write { len, .. } if len > 8)
+        {
+            self.rng.range_inclusive(0, 4 * ack_ns.max(1))
+        } else {
+            0
+        };
+        let mem = &self.nics[dst].mem;
         match wr.op {
             Op::Write { .. } | Op::WriteInline { .. } if stuck => {
                 // The first half of the words lands; the writer stops; the
@@ -679,6 +726,15 @@ impl Net {
                         );
                     }
                     denied = Some(flag);
+                } else if visible_after > 0 {
+                    s.at(
+                        now + visible_after,
+                        NetEvent::Place {
+                            dst,
+                            at: remote,
+                            bytes,
+                        },
+                    );
                 } else {
                     mem.write(remote, &bytes);
                 }
@@ -726,7 +782,7 @@ impl Net {
             src,
             dst,
             ch,
-            now + ack_ns,
+            (now + ack_ns).max(now + visible_after + 1),
             c(WcStatus::Ok),
             landing,
             denied,

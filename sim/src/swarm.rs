@@ -23,6 +23,7 @@ pub fn options_for_seed(seed: u64) -> ClusterOptions {
     o.value_bytes_max = r.range_inclusive(16, 300) as usize;
     o.net.latency_scale = 1.0 + r.range_inclusive(0, 200) as f64 / 100.0;
     o.tearing = r.chance(1, 3);
+    o.reordering = r.chance(1, 3);
     o.crash_notify = r.chance(1, 2);
     let drifting = r.chance(1, 3);
     o.drift_ppm = (0..members)
@@ -133,12 +134,13 @@ pub fn run_seed(seed: u64, mutation: Mutation, trace: bool) -> SeedResult {
 /// A one-line summary of a seed's options.
 pub fn describe(o: &ClusterOptions) -> String {
     format!(
-        "P={} clients={} keys={} ring={}KiB tearing={} notify={} drift={} latency×{:.2} faults={:?}",
+        "P={} clients={} keys={} ring={}KiB tearing={} reordering={} notify={} drift={} latency×{:.2} faults={:?}",
         o.members,
         o.clients,
         o.keys,
         o.config.log_ring_bytes / 1024,
         o.tearing,
+        o.reordering,
         o.crash_notify,
         o.drift_ppm.iter().any(|&d| d != 0),
         o.net.latency_scale,

@@ -134,12 +134,29 @@ fn reading_counters_without_the_gap_is_caught() {
 fn ignoring_an_unconfirmed_revoke_is_caught() {
     caught(
         Mutation::IgnoreRevokeFailure,
-        100..150,
+        60..190,
         &[
             "log integrity",
             "committed entries never change",
             "log matching",
             "state machine safety",
+            "linearizability",
+        ],
+    );
+}
+
+/// Issue 12 item 3: with out-of-order visibility of WRITE data, a commit
+/// pointer sent beyond what the follower acknowledged makes it apply the
+/// stale entries still in its ring.
+#[test]
+fn a_commit_pointer_beyond_the_acknowledged_tail_is_caught() {
+    caught(
+        Mutation::CommitPointerBeyondAck,
+        0..60,
+        &[
+            "committed entries never change",
+            "state machine safety",
+            "log matching",
             "linearizability",
         ],
     );

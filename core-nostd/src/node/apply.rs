@@ -39,7 +39,6 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         let max_payload = self.cfg.entry_payload_bytes_max;
         while self.apply_pos < self.commit_pos
             && applied < self.cfg.apply_batch_max
-            && !self.corrupt
             && EVENT_QUEUE_CAP - self.events.len() >= 2
         {
             let result =
@@ -48,17 +47,14 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             let (h, _start, end) = match result {
                 Ok((h, s, e)) if h.index == self.apply_index && e <= self.commit_pos => (h, s, e),
                 _ => {
-                    // Below the commit pointer every entry has landed and
-                    // was validated by the leader: a bad one means our
-                    // memory or the leader is broken. Stop; never apply it.
-                    self.counters.entries_rejected += 1;
-                    self.corrupt = true;
-                    self.push_event(Event::LogCorrupt {
-                        pos: self.apply_pos,
-                    });
+                    self.entry_not_valid_yet();
                     break;
                 }
             };
+            if self.bad_entry_since_ns.take().is_some() && self.corrupt {
+                // What looked corrupt had not fully arrived: go on.
+                self.corrupt = false;
+            }
             let is_leader = self.role == Role::Leader;
             match h.kind {
                 EntryKind::Operation => {
@@ -120,6 +116,25 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         }
     }
 
+    /// The entry at the apply pointer, below the commit pointer, fails
+    /// validation. Its bytes may not have arrived yet: a WRITE's placement
+    /// is not ordered with a later WRITE of the pointers on every fabric
+    /// (issue 12 item 3). It is re-checked on every call and never applied
+    /// while invalid; only if it stays invalid for `leader_quorum_timeout_ns`
+    /// is the log reported corrupt (this member then neither applies nor
+    /// votes), and even then a later valid copy (a new leader rewriting it)
+    /// clears the state.
+    fn entry_not_valid_yet(&mut self) {
+        self.counters.entries_rejected += 1;
+        let since = *self.bad_entry_since_ns.get_or_insert(self.now);
+        if !self.corrupt && self.now.saturating_sub(since) >= self.cfg.leader_quorum_timeout_ns {
+            self.corrupt = true;
+            self.push_event(Event::LogCorrupt {
+                pos: self.apply_pos,
+            });
+        }
+    }
+
     /// Walks our log from the apply pointer to the tail, validating every
     /// entry and writing the (index, term) of the not-committed ones into
     /// the adjustment list. Needs exclusive access (revokes executed).
@@ -158,18 +173,19 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                     pos = end;
                 }
                 _ if pos < commit => {
+                    // Not arrived yet, or corrupt: no vote or grant on it
+                    // now; the apply path decides which, over time.
                     self.counters.entries_rejected += 1;
-                    self.corrupt = true;
-                    self.push_event(Event::LogCorrupt { pos });
                     return None;
                 }
                 _ => break, // garbage after the committed prefix: not ours
             }
         }
         let Some(commit_index) = commit_index else {
-            // The commit pointer is not on an entry boundary.
-            self.corrupt = true;
-            self.push_event(Event::LogCorrupt { pos: commit });
+            // The commit pointer is not on an entry boundary we can see:
+            // the entries below it have not all arrived (or are corrupt,
+            // which the apply path reports over time).
+            self.counters.entries_rejected += 1;
             return None;
         };
         if pos != tail_word {

@@ -499,9 +499,19 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     }
 
     /// (e) of Figure 6: the remote commit pointer, lazily (nobody waits).
+    /// Never beyond what this follower acknowledged: a commit pointer
+    /// visible before the entries below it would make the follower apply
+    /// the stale (but valid) entries still in its ring there (issue 12
+    /// item 3; the simulator's `reordering` shows it).
     fn send_commit(&mut self, p: MemberId) {
         let r = self.peers[p.index()].repl;
-        let target = self.commit_pos.min(r.sent_pos);
+        #[allow(unused_mut)]
+        let mut acked = r.acked_pos;
+        #[cfg(feature = "mutation-testing")]
+        if self.cfg.mutation == crate::config::Mutation::CommitPointerBeyondAck {
+            acked = r.sent_pos;
+        }
+        let target = self.commit_pos.min(acked);
         if r.state != ReplState::Replicating
             || target <= r.commit_sent_pos
             || r.commit_inflight

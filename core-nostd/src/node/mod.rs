@@ -512,6 +512,8 @@ pub struct Node<M: Memory, S: StateMachine> {
     /// Leader only: end of the no-op of our term; commits must reach it.
     noop_end_pos: u64,
     corrupt: bool,
+    /// Since when the entry at the apply pointer fails validation.
+    bad_entry_since_ns: Option<u64>,
     /// Longest pause between two calls since the last quorum check: a
     /// leader that was itself descheduled must not blame its followers.
     longest_gap_ns: u64,
@@ -609,6 +611,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             last_applied_term: 0,
             noop_end_pos: 0,
             corrupt: false,
+            bad_entry_since_ns: None,
             longest_gap_ns: 0,
             peers: [Peer::NEW; MAX_MEMBERS],
             slots: [Slot {
