@@ -154,12 +154,9 @@ pub enum NetEvent {
     /// The data of a WRITE executed earlier becomes visible to the
     /// target's CPU (out-of-order visibility, [`NetFault::reorders`]).
     Place {
-        /// Target.
-        dst: usize,
-        /// Where.
-        at: Addr,
-        /// The data.
-        bytes: Rc<[u8]>,
+        /// Which pending placement (it may have been made visible earlier
+        /// by a revoke, which fences it).
+        id: u64,
     },
     /// One word of a torn write.
     LandWord {
@@ -228,6 +225,10 @@ pub struct Net {
     /// a revoke of the writer's access, and the rest of the copy lands
     /// when the writer resumes.
     stuck_copies: Vec<StuckCopy>,
+    /// Data of executed WRITEs not yet visible to the target's CPU
+    /// (`reordering`), by id: (id, src, dst, where, bytes).
+    pending_places: Vec<(u64, usize, usize, Addr, Rc<[u8]>)>,
+    next_place_id: u64,
 }
 
 /// A WRITE whose writer stopped in the middle of placing it (SIGSTOP
@@ -275,6 +276,8 @@ impl Net {
             faults: Vec::new(),
             rng: SplitMix64::new(seed ^ 0x4E45_5457),
             stuck_copies: Vec::new(),
+            pending_places: Vec::new(),
+            next_place_id: 0,
         }
     }
 
@@ -328,6 +331,18 @@ impl Net {
     pub fn set_access(&mut self, owner: usize, peer: MemberId, region: RegionId, access: Access) {
         if peer.index() < MAX_MEMBERS {
             self.nics[owner].access[peer.index()][region.index()] = access;
+        }
+        if access == Access::Revoked {
+            // A revoke is a fence (deregistration waits for the DMA in
+            // flight): whatever that peer's executed WRITEs still had to
+            // place becomes visible now, in order.
+            let (fenced, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending_places)
+                .into_iter()
+                .partition(|p| p.1 == peer.index() && p.2 == owner && p.3.region == region);
+            self.pending_places = rest;
+            for (_, _, dst, at, bytes) in fenced {
+                self.nics[dst].mem.write(at, &bytes);
+            }
         }
     }
 
@@ -559,7 +574,9 @@ impl Net {
                 // A busy-polling target notices writes into its memory.
                 wrote.then_some(wr.peer.index())
             }
-            NetEvent::Place { dst, at, bytes } => {
+            NetEvent::Place { id } => {
+                let k = self.pending_places.iter().position(|p| p.0 == id)?;
+                let (_, _, dst, at, bytes) = self.pending_places.remove(k);
                 if self.nics[dst].alive {
                     self.nics[dst].mem.write(at, &bytes);
                     Some(dst)
@@ -727,14 +744,10 @@ impl Net {
                     }
                     denied = Some(flag);
                 } else if visible_after > 0 {
-                    s.at(
-                        now + visible_after,
-                        NetEvent::Place {
-                            dst,
-                            at: remote,
-                            bytes,
-                        },
-                    );
+                    let id = self.next_place_id;
+                    self.next_place_id += 1;
+                    self.pending_places.push((id, src, dst, remote, bytes));
+                    s.at(now + visible_after, NetEvent::Place { id });
                 } else {
                     mem.write(remote, &bytes);
                 }

@@ -37,6 +37,11 @@ pub fn options_for_seed(seed: u64) -> ClusterOptions {
         .collect();
     o.config.log_ring_bytes =
         [16 * 1024, 32 * 1024, 64 * 1024, 256 * 1024][r.range_inclusive(0, 3) as usize];
+    // Sometimes a prune grace shorter than the partitions below, so that
+    // the leader prunes past a member it cannot hear (issue 12 items 4, 5).
+    if r.chance(1, 4) {
+        o.config.prune_grace_ns = r.range_inclusive(2, 6) * MS;
+    }
     o.safety_ns = r.range_inclusive(10, 30) * MS;
     o.liveness_ns = 40 * MS;
 

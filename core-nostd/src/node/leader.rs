@@ -453,6 +453,14 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     /// every entry between the remote and the local tail, then the tail.
     fn send_entries(&mut self, p: MemberId) {
         let r = self.peers[p.index()].repl;
+        if r.sent_pos < self.head_pos {
+            // The entries it needs were pruned while it was not heard from
+            // (a pause or a cut return path longer than the prune grace):
+            // only state transfer can bring it back. Say so, and stop
+            // holding the log for it (issue 12 items 4 and 5).
+            self.needs_recovery(p);
+            return;
+        }
         if r.sent_pos >= self.tail_pos
             || r.batches_inflight >= LOG_BATCHES_INFLIGHT_MAX
             || !self.channel_ok(p, Channel::Log)
