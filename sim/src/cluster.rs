@@ -1409,7 +1409,7 @@ impl Cluster {
                 self.nodes[*i].state == NodeState::Running && !self.needing_recovery.contains(i)
             })
             .count();
-        let liveness_expected = recoverable >= usize::from(self.opts.members) / 2 + 1;
+        let liveness_expected = recoverable > usize::from(self.opts.members) / 2;
         if !liveness_expected && self.first_ack_after_heal.is_none() {
             let (needing, n) = (self.needing_recovery.len(), self.nodes.len());
             self.log(|| {
