@@ -226,9 +226,19 @@ pub struct Net {
     /// when the writer resumes.
     stuck_copies: Vec<StuckCopy>,
     /// Data of executed WRITEs not yet visible to the target's CPU
-    /// (`reordering`), by id: (id, src, dst, where, bytes).
-    pending_places: Vec<(u64, usize, usize, Addr, Rc<[u8]>)>,
+    /// (`reordering`).
+    pending_places: Vec<PendingPlace>,
     next_place_id: u64,
+}
+
+/// The data of an executed WRITE not yet visible to the target's CPU.
+#[derive(Clone, Debug)]
+struct PendingPlace {
+    id: u64,
+    src: usize,
+    dst: usize,
+    at: Addr,
+    bytes: Rc<[u8]>,
 }
 
 /// A WRITE whose writer stopped in the middle of placing it (SIGSTOP
@@ -338,10 +348,10 @@ impl Net {
             // place becomes visible now, in order.
             let (fenced, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending_places)
                 .into_iter()
-                .partition(|p| p.1 == peer.index() && p.2 == owner && p.3.region == region);
+                .partition(|p| p.src == peer.index() && p.dst == owner && p.at.region == region);
             self.pending_places = rest;
-            for (_, _, dst, at, bytes) in fenced {
-                self.nics[dst].mem.write(at, &bytes);
+            for p in fenced {
+                self.nics[p.dst].mem.write(p.at, &p.bytes);
             }
         }
     }
@@ -575,11 +585,11 @@ impl Net {
                 wrote.then_some(wr.peer.index())
             }
             NetEvent::Place { id } => {
-                let k = self.pending_places.iter().position(|p| p.0 == id)?;
-                let (_, _, dst, at, bytes) = self.pending_places.remove(k);
-                if self.nics[dst].alive {
-                    self.nics[dst].mem.write(at, &bytes);
-                    Some(dst)
+                let k = self.pending_places.iter().position(|p| p.id == id)?;
+                let p = self.pending_places.remove(k);
+                if self.nics[p.dst].alive {
+                    self.nics[p.dst].mem.write(p.at, &p.bytes);
+                    Some(p.dst)
                 } else {
                     None
                 }
@@ -746,7 +756,13 @@ impl Net {
                 } else if visible_after > 0 {
                     let id = self.next_place_id;
                     self.next_place_id += 1;
-                    self.pending_places.push((id, src, dst, remote, bytes));
+                    self.pending_places.push(PendingPlace {
+                        id,
+                        src,
+                        dst,
+                        at: remote,
+                        bytes,
+                    });
                     s.at(now + visible_after, NetEvent::Place { id });
                 } else {
                     mem.write(remote, &bytes);
