@@ -643,7 +643,9 @@ pub fn run(opts: ReplicaOptions, shutdown: Arc<AtomicBool>) -> Result<(), Replic
         numa_node = ?placement.numa_node,
         smt_siblings = ?placement.smt_siblings,
         cores_online = placement.cores_online,
-        "placement"
+        topology_source = placement.source,
+        "placement (topology source: {})",
+        placement.source
     );
     if let Some(core) = member.core {
         // Before any helper thread exists: they inherit this mask; the

@@ -1,54 +1,122 @@
-//! CPU topology and NUMA placement through hwloc 2 (`hwlocality`).
+//! CPU topology and NUMA placement: from Linux's `/sys` by default, or
+//! through hwloc 2 (`hwlocality`) with the `hwloc` feature (it needs
+//! `libhwloc-dev`; the default build needs nothing but the Rust toolchain).
+//! The replica logs which source it used.
 
-use hwlocality::object::types::ObjectType;
-use hwlocality::Topology;
+use std::path::Path;
 
 /// Where a core sits.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Placement {
     /// Cores the OS reports.
     pub cores_online: usize,
-    /// NUMA node of the core, if hwloc knows.
+    /// NUMA node of the core, if known.
     pub numa_node: Option<usize>,
     /// Other processing units sharing the core (SMT siblings).
     pub smt_siblings: Vec<usize>,
+    /// Where this came from: "hwloc", "sysfs", or "unknown".
+    pub source: &'static str,
 }
 
 /// Looks up `core` (an OS processor index) in the machine's topology.
 /// Errors are reported as `None` fields: placement is informative.
 pub fn placement(core: Option<usize>) -> Placement {
-    let Ok(topology) = Topology::new() else {
-        return Placement::default();
+    #[cfg(feature = "hwloc")]
+    if let Some(p) = hwloc::placement(core) {
+        return p;
+    }
+    sysfs_placement(Path::new("/sys/devices/system"), core)
+}
+
+/// The placement read from a sysfs tree rooted at `system` (normally
+/// `/sys/devices/system`): `cpu/online`, `cpu/cpuN/topology/
+/// thread_siblings_list`, `node/nodeN/cpulist`.
+pub fn sysfs_placement(system: &Path, core: Option<usize>) -> Placement {
+    use verbatim_kernel_cfg::cpulist::CpuSet;
+    let read_set = |p: &Path| {
+        std::fs::read_to_string(p)
+            .ok()
+            .and_then(|t| CpuSet::parse(t.trim()).ok())
     };
-    let cores_online = topology.objects_with_type(ObjectType::PU).count();
-    let Some(core) = core else {
+    let Some(online) = read_set(&system.join("cpu/online")) else {
         return Placement {
-            cores_online,
+            source: "unknown",
             ..Placement::default()
         };
     };
-    let numa_node = topology
-        .objects_with_type(ObjectType::NUMANode)
-        .find_map(|node| {
-            let set = node.cpuset()?;
-            set.is_set(core).then(|| node.os_index()).flatten()
-        });
-    let smt_siblings = topology
-        .objects_with_type(ObjectType::Core)
-        .find(|c| c.cpuset().is_some_and(|s| s.is_set(core)))
-        .and_then(|c| {
-            c.cpuset().map(|s| {
-                s.iter_set()
-                    .map(usize::from)
-                    .filter(|&p| p != core)
-                    .collect()
+    let mut p = Placement {
+        cores_online: online.len(),
+        source: "sysfs",
+        ..Placement::default()
+    };
+    let Some(core) = core else {
+        return p;
+    };
+    p.smt_siblings = read_set(
+        &system.join(format!("cpu/cpu{core}/topology/thread_siblings_list")),
+    )
+    .map(|s| s.cpus().iter().copied().filter(|&c| c != core).collect())
+    .unwrap_or_default();
+    if let Ok(dir) = std::fs::read_dir(system.join("node")) {
+        let mut nodes: Vec<usize> = dir
+            .flatten()
+            .filter_map(|e| {
+                e.file_name()
+                    .to_str()?
+                    .strip_prefix("node")?
+                    .parse()
+                    .ok()
             })
+            .collect();
+        nodes.sort_unstable();
+        p.numa_node = nodes.into_iter().find(|n| {
+            read_set(&system.join(format!("node/node{n}/cpulist")))
+                .is_some_and(|s| s.contains(core))
+        });
+    }
+    p
+}
+
+#[cfg(feature = "hwloc")]
+mod hwloc {
+    use super::Placement;
+    use hwlocality::object::types::ObjectType;
+    use hwlocality::Topology;
+
+    pub fn placement(core: Option<usize>) -> Option<Placement> {
+        let topology = Topology::new().ok()?;
+        let cores_online = topology.objects_with_type(ObjectType::PU).count();
+        let Some(core) = core else {
+            return Some(Placement {
+                cores_online,
+                source: "hwloc",
+                ..Placement::default()
+            });
+        };
+        let numa_node = topology
+            .objects_with_type(ObjectType::NUMANode)
+            .find_map(|node| {
+                let set = node.cpuset()?;
+                set.is_set(core).then(|| node.os_index()).flatten()
+            });
+        let smt_siblings = topology
+            .objects_with_type(ObjectType::Core)
+            .find(|c| c.cpuset().is_some_and(|s| s.is_set(core)))
+            .and_then(|c| {
+                c.cpuset().map(|s| {
+                    s.iter_set()
+                        .map(usize::from)
+                        .filter(|&p| p != core)
+                        .collect()
+                })
+            })
+            .unwrap_or_default();
+        Some(Placement {
+            cores_online,
+            numa_node,
+            smt_siblings,
+            source: "hwloc",
         })
-        .unwrap_or_default();
-    Placement {
-        cores_online,
-        numa_node,
-        smt_siblings,
     }
 }
 
@@ -136,8 +204,40 @@ mod tests {
         let p = placement(Some(0));
         assert!(p.cores_online >= 1);
         assert!(!p.smt_siblings.contains(&0));
+        assert_ne!(p.source, "unknown");
         let none = placement(None);
         assert_eq!(none.numa_node, None);
+    }
+
+    #[test]
+    fn a_sysfs_tree_gives_cores_siblings_and_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let sys = dir.path();
+        let write = |rel: &str, text: &str| {
+            let p = sys.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        };
+        write("cpu/online", "0-7\n");
+        write("cpu/cpu5/topology/thread_siblings_list", "1,5\n");
+        write("node/node0/cpulist", "0-3\n");
+        write("node/node1/cpulist", "4-7\n");
+        let p = sysfs_placement(sys, Some(5));
+        assert_eq!(
+            p,
+            Placement {
+                cores_online: 8,
+                numa_node: Some(1),
+                smt_siblings: vec![1],
+                source: "sysfs",
+            }
+        );
+        // No NUMA directory (a VM without it): no node, still the rest.
+        std::fs::remove_dir_all(sys.join("node")).unwrap();
+        assert_eq!(sysfs_placement(sys, Some(5)).numa_node, None);
+        // No topology at all: says so.
+        let empty = tempfile::tempdir().unwrap();
+        assert_eq!(sysfs_placement(empty.path(), Some(0)).source, "unknown");
     }
 
     fn current_cpus() -> Vec<usize> {
