@@ -13,7 +13,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use verbatim_console::fake::{snapshot, FakeReplica, FAKE_MEMBERS};
-use verbatim_host::status::{EventRecord, Failover};
+use verbatim_status::{EventRecord, Failover};
 
 /// Seconds between leader deaths.
 const LEADER_LIFETIME_S: u64 = 6;

@@ -19,8 +19,8 @@ pub enum ConsoleError {
     Manifest {
         /// The path given to `--connect`.
         path: PathBuf,
-        /// The manifest problem, naming the field.
-        source: verbatim_host::config::ConfigError,
+        /// The manifest problem.
+        source: verbatim_status::ClusterFileError,
     },
     /// `--once`: not one replica sent a snapshot in time.
     #[error("no replica answered within {timeout_ms} ms ({reasons})")]

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use verbatim_host::status::{
+use verbatim_status::{
     ConfigSnapshot, LatencySummary, LogPointers, PeerSnapshot, Percentiles, Snapshot,
     STATUS_VERSION,
 };

@@ -23,7 +23,7 @@ use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use verbatim_host::status::{ErrorReply, Snapshot};
+use verbatim_status::{ErrorReply, Snapshot};
 
 /// Longest status line accepted (a snapshot with many counters and events
 /// is a few KiB; this leaves room without letting a broken peer make us
@@ -660,7 +660,7 @@ mod tests {
     #[test]
     fn a_client_gap_is_read_when_the_host_sends_it() {
         let mut s = snapshot(2, "leader", 5, Some(2));
-        s.failovers.push(verbatim_host::status::Failover {
+        s.failovers.push(verbatim_status::Failover {
             term: 5,
             new_leader: 2,
             ..Default::default()

@@ -1,7 +1,8 @@
 //! `verbatim-console`: watch a running verbatim group.
 //!
 //! ```text
-//! verbatim-console --connect /run/user/1000/verbatim-demo/manifest.toml
+//! verbatim-console                      # the cluster `verbatim up` started
+//! verbatim-console --connect /run/user/1000/verbatim-demo/cluster.toml
 //! verbatim-console --connect replica-0.sock --once --width 80 --height 24
 //! ```
 
@@ -20,9 +21,12 @@ use verbatim_console::{target, ConsoleError, Panel};
 #[command(name = "verbatim-console", version)]
 struct Args {
     /// A replica's status socket, or the cluster manifest (`verbatim up`
-    /// prints its path) to attach to every replica.
+    /// prints its path) to attach to every replica. Default: the local
+    /// cluster's manifest, found as `verbatim status` finds it
+    /// (`$XDG_RUNTIME_DIR/verbatim-local/cluster.toml`, or under the temp
+    /// directory).
     #[arg(long, short = 'c', value_name = "SOCKET|MANIFEST")]
-    connect: PathBuf,
+    connect: Option<PathBuf>,
     /// Print one rendered frame as plain text and exit (scripts, tests).
     #[arg(long)]
     once: bool,
@@ -73,7 +77,17 @@ fn run(args: &Args) -> anyhow::Result<()> {
     if let Some(path) = &args.log_file {
         init_logging(path)?;
     }
-    let target = target::resolve(&args.connect)?;
+    let connect = args
+        .connect
+        .clone()
+        .unwrap_or_else(verbatim_status::paths::local_manifest);
+    let target = target::resolve(&connect).with_context(|| {
+        if args.connect.is_none() {
+            "no --connect given and no local cluster found: start one with `verbatim up`, or pass --connect".to_string()
+        } else {
+            format!("--connect {}", connect.display())
+        }
+    })?;
     tracing::info!(endpoints = target.endpoints.len(), "attaching");
     let watch = WatchConfig {
         interval_ms: args.interval_ms,

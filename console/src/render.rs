@@ -356,7 +356,7 @@ fn render_replica_table(app: &App, model: &Model, area: Rect, buf: &mut Buffer) 
             (LinkState::Up { .. }, None) => (UNKNOWN.to_string(), DIM),
         };
         let s = r.snapshot.as_ref();
-        let num = |f: &dyn Fn(&verbatim_host::status::Snapshot) -> u64| {
+        let num = |f: &dyn Fn(&verbatim_status::Snapshot) -> u64| {
             s.map(|s| format::count(f(s)))
                 .unwrap_or_else(|| UNKNOWN.to_string())
         };
@@ -904,7 +904,7 @@ fn render_latency_config(r: &ReplicaState, area: Rect, buf: &mut Buffer) {
         return;
     };
     let lat = &s.latency;
-    let pct = |name: &str, p: &verbatim_host::status::Percentiles| {
+    let pct = |name: &str, p: &verbatim_status::Percentiles| {
         Line::from(format!(
             "{name} p50 {} p99 {} max {} ({})",
             format::ns_as_micros(p.p50_ns),
@@ -959,11 +959,11 @@ mod tests {
     use ratatui::Terminal;
     use std::collections::BTreeMap;
     use std::time::Instant;
-    use verbatim_host::status::{EventRecord, Failover};
+    use verbatim_status::{EventRecord, Failover};
 
     const T0_UNIX_MS: u64 = 1_700_000_000_000;
 
-    fn report(endpoint: usize, snapshot: verbatim_host::status::Snapshot) -> LinkMessage {
+    fn report(endpoint: usize, snapshot: verbatim_status::Snapshot) -> LinkMessage {
         LinkMessage::Report {
             endpoint,
             report: Box::new(Report {

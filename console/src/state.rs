@@ -8,7 +8,7 @@ use crate::link::{LinkMessage, Report};
 use crate::target::{Endpoint, Target};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use verbatim_host::status::{ConfigSnapshot, Failover, Snapshot};
+use verbatim_status::{ConfigSnapshot, Failover, Snapshot};
 
 /// Samples kept in each history: one per second, one minute.
 pub const HISTORY_SAMPLES: usize = 60;
@@ -675,7 +675,7 @@ impl Model {
 mod tests {
     use super::*;
     use crate::fake::snapshot;
-    use verbatim_host::status::EventRecord;
+    use verbatim_status::EventRecord;
 
     fn target(n: u8) -> Target {
         Target::sockets(

@@ -4,7 +4,7 @@
 use crate::error::ConsoleError;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use verbatim_host::config::Manifest;
+use verbatim_status::ClusterFile;
 
 /// One status endpoint to watch.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,7 +47,7 @@ pub fn resolve(path: &Path) -> Result<Target, ConsoleError> {
     match std::fs::metadata(path) {
         Ok(meta) if meta.file_type().is_socket() => Ok(single_socket(path)),
         Ok(meta) if meta.is_file() => {
-            let manifest = Manifest::load(path, &[]).map_err(|source| ConsoleError::Manifest {
+            let manifest = ClusterFile::load(path).map_err(|source| ConsoleError::Manifest {
                 path: path.to_path_buf(),
                 source,
             })?;
@@ -56,12 +56,12 @@ pub fn resolve(path: &Path) -> Result<Target, ConsoleError> {
                 .iter()
                 .map(|m| Endpoint {
                     id: Some(m.id),
-                    socket: manifest.status_socket(m.id),
+                    socket: m.status_socket.clone(),
                 })
                 .collect();
             Ok(Target {
                 endpoints,
-                cluster: Some(manifest.cluster.name.clone()),
+                cluster: Some(manifest.name),
             })
         }
         Ok(_) => Err(target_err(

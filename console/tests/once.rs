@@ -3,9 +3,9 @@
 
 mod common;
 
-use common::{console, fake, socket, write_manifest};
+use common::{console, fake, run_with_deadline, socket, write_manifest, RUN_DEADLINE};
 use verbatim_console::fake::snapshot;
-use verbatim_host::status::Failover;
+use verbatim_status::Failover;
 
 /// r0 led term 3 and is gone; r1 won term 4; r2 follows r1.
 fn after_leader_change(dir: &std::path::Path) -> Vec<verbatim_console::fake::FakeReplica> {
@@ -247,4 +247,37 @@ fn garbage_on_the_wire_is_counted_and_survived() {
         "{}",
         run.stdout
     );
+}
+
+/// Without `--connect` the console attaches to the local cluster, found as
+/// `verbatim status` finds it (`$XDG_RUNTIME_DIR/verbatim-local/cluster.toml`).
+#[test]
+fn once_finds_the_local_cluster_without_connect() {
+    let runtime = tempfile::tempdir().unwrap();
+    let local = runtime.path().join("verbatim-local");
+    std::fs::create_dir(&local).unwrap();
+    let mut text = String::from("[cluster]\nname = \"local\"\n");
+    for id in 0..3 {
+        text.push_str(&format!("[[members]]\nid = {id}\n"));
+    }
+    std::fs::write(local.join("cluster.toml"), text).unwrap();
+    let _fakes = after_leader_change(&local);
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_verbatim-console"));
+    command
+        .env("XDG_RUNTIME_DIR", runtime.path())
+        .args(["--once", "--width", "80", "--height", "24"]);
+    let run = run_with_deadline(command, RUN_DEADLINE);
+    assert!(run.status.success(), "{}", run.stderr);
+    assert!(run.stdout.contains("term 4 · leader r1"), "{}", run.stdout);
+    assert!(run.stdout.contains("Replicas 2/3 up"), "{}", run.stdout);
+
+    // No local cluster: a clear error that says what to do.
+    let empty = tempfile::tempdir().unwrap();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_verbatim-console"));
+    command
+        .env("XDG_RUNTIME_DIR", empty.path())
+        .args(["--once"]);
+    let run = run_with_deadline(command, RUN_DEADLINE);
+    assert!(!run.status.success());
+    assert!(run.stderr.contains("verbatim up"), "{}", run.stderr);
 }

@@ -440,15 +440,9 @@ impl Manifest {
             .unwrap_or_else(|| PathBuf::from("/dev/shm"))
     }
 
-    /// Where sockets live.
+    /// Where sockets live (one rule for every tool: `verbatim_status::paths`).
     pub fn run_dir(&self) -> PathBuf {
-        if let Some(d) = &self.cluster.run_dir {
-            return d.clone();
-        }
-        let base = std::env::var_os("XDG_RUNTIME_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(std::env::temp_dir);
-        base.join(format!("verbatim-{}", self.cluster.name))
+        verbatim_status::paths::run_dir(&self.cluster.name, self.cluster.run_dir.as_deref())
     }
 
     /// Status socket of a member.
@@ -456,7 +450,7 @@ impl Manifest {
         self.members
             .get(usize::from(id))
             .and_then(|m| m.status_socket.clone())
-            .unwrap_or_else(|| self.run_dir().join(format!("replica-{id}.sock")))
+            .unwrap_or_else(|| verbatim_status::paths::default_status_socket(&self.run_dir(), id))
     }
 
     /// Segment path of a member.

@@ -64,7 +64,7 @@ impl LocalCluster {
         manifest.validate().map_err(|e| e.to_string())?;
         let run_dir = manifest.run_dir();
         std::fs::create_dir_all(&run_dir).map_err(|e| format!("{}: {e}", run_dir.display()))?;
-        let manifest_path = run_dir.join("cluster.toml");
+        let manifest_path = run_dir.join(verbatim_status::paths::MANIFEST_FILE);
         std::fs::write(&manifest_path, manifest.to_toml())
             .map_err(|e| format!("{}: {e}", manifest_path.display()))?;
         let mut cluster = LocalCluster {

@@ -70,7 +70,7 @@ enum Cmd {
         #[arg(long, default_value_t = 3)]
         replicas: u8,
         /// Cluster name.
-        #[arg(long, default_value = "local")]
+        #[arg(long, default_value = verbatim_status::paths::LOCAL_CLUSTER_NAME)]
         name: String,
         /// RESP port of replica 0 (the others follow).
         #[arg(long, default_value_t = 7000)]
@@ -149,9 +149,7 @@ enum KvCmd {
 fn default_manifest(config: Option<PathBuf>) -> Result<Manifest> {
     let path = match config {
         Some(p) => p,
-        None => Manifest::local("local", 3, 7000)
-            .run_dir()
-            .join("cluster.toml"),
+        None => verbatim_status::paths::local_manifest(),
     };
     Manifest::load(&path, &[])
         .map_err(|e| anyhow!("{e} (start a cluster with `verbatim up`, or pass --config)"))

@@ -451,6 +451,7 @@ impl<F: HostFabric> Replica<F> {
 
     fn snapshot(&self) -> Snapshot {
         let log = self.driver.log();
+        let hb = &self.driver.engines().heartbeat;
         let st = log.status();
         let m = &self.opts.manifest;
         let now = self.now_ns();
@@ -501,6 +502,8 @@ impl<F: HostFabric> Replica<F> {
                     } else {
                         now.saturating_sub(ps.row_changed_ns) / 1000
                     },
+                    counter: hb.peer(MemberId(p)).counter,
+                    counter_stalled: hb.peer(MemberId(p)).stalled,
                 }
             })
             .collect();
@@ -536,7 +539,6 @@ impl<F: HostFabric> Replica<F> {
         counters.insert("access_changes".into(), dc.access_changes);
         counters.insert("fabric_actions_failed".into(), dc.actions_failed);
         counters.insert("completions_unrouted".into(), dc.completions_unrouted);
-        let hb = &self.driver.engines().heartbeat;
         counters.insert("counter_own".into(), hb.counter());
         counters.insert("counter_stalls".into(), hb.stalls_reported());
         counters.insert("keys".into(), log.state_machine().backend().len() as u64);

@@ -224,21 +224,7 @@ fn read_line_bounded(
     }
 }
 
-/// Asks a status socket for one snapshot (used by `verbatim status`).
-pub fn query(path: &Path, timeout: Duration) -> Result<Snapshot, String> {
-    let mut s = UnixStream::connect(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    s.set_read_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
-    writeln!(s, "status").map_err(|e| e.to_string())?;
-    let mut line = String::new();
-    BufReader::new(s)
-        .read_line(&mut line)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    if let Ok(e) = serde_json::from_str::<ErrorReply>(&line) {
-        return Err(e.error);
-    }
-    serde_json::from_str(&line).map_err(|e| format!("{}: bad reply: {e}", path.display()))
-}
+pub use verbatim_status::query;
 
 #[cfg(test)]
 mod tests {

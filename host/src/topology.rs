@@ -52,21 +52,13 @@ pub fn sysfs_placement(system: &Path, core: Option<usize>) -> Placement {
     let Some(core) = core else {
         return p;
     };
-    p.smt_siblings = read_set(
-        &system.join(format!("cpu/cpu{core}/topology/thread_siblings_list")),
-    )
-    .map(|s| s.cpus().iter().copied().filter(|&c| c != core).collect())
-    .unwrap_or_default();
+    p.smt_siblings = read_set(&system.join(format!("cpu/cpu{core}/topology/thread_siblings_list")))
+        .map(|s| s.cpus().iter().copied().filter(|&c| c != core).collect())
+        .unwrap_or_default();
     if let Ok(dir) = std::fs::read_dir(system.join("node")) {
         let mut nodes: Vec<usize> = dir
             .flatten()
-            .filter_map(|e| {
-                e.file_name()
-                    .to_str()?
-                    .strip_prefix("node")?
-                    .parse()
-                    .ok()
-            })
+            .filter_map(|e| e.file_name().to_str()?.strip_prefix("node")?.parse().ok())
             .collect();
         nodes.sort_unstable();
         p.numa_node = nodes.into_iter().find(|n| {

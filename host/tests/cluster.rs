@@ -514,7 +514,11 @@ fn a_redis_client_library_works_unchanged() {
     assert_eq!(v.as_deref(), Some("hello"));
     let missing: Option<String> = redis::cmd("GET").arg("nobody").query(&mut con).unwrap();
     assert_eq!(missing, None);
-    let n: i64 = redis::cmd("INCRBY").arg("visits").arg(5).query(&mut con).unwrap();
+    let n: i64 = redis::cmd("INCRBY")
+        .arg("visits")
+        .arg(5)
+        .query(&mut con)
+        .unwrap();
     assert_eq!(n, 5);
     // A pipeline of 100 increments, answered in order.
     let mut pipe = redis::pipe();
@@ -529,8 +533,7 @@ fn a_redis_client_library_works_unchanged() {
     // error reply, and the connection stays usable (far larger ones are a
     // protocol error that closes it, as in Redis).
     let big = vec![b'x'; 5000];
-    let refused: redis::RedisResult<String> =
-        redis::cmd("SET").arg("big").arg(big).query(&mut con);
+    let refused: redis::RedisResult<String> = redis::cmd("SET").arg("big").arg(big).query(&mut con);
     assert!(refused.is_err(), "an oversized value must be refused");
     let after: i64 = redis::cmd("INCR").arg("counter").query(&mut con).unwrap();
     assert_eq!(after, 101);

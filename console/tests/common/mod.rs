@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 use verbatim_console::fake::FakeReplica;
-use verbatim_host::status::Snapshot;
+use verbatim_status::Snapshot;
 
 /// Longest any console run may take before the test fails.
 pub const RUN_DEADLINE: Duration = Duration::from_secs(30);

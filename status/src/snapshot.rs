@@ -1,0 +1,218 @@
+//! The snapshot a replica's status endpoint serves: one Unix socket per
+//! replica speaking newline-delimited JSON. The console, the bench and
+//! `verbatim status` read it.
+//!
+//! Protocol (one request line, answered by JSON lines):
+//! * `status` (or an empty line): one [`Snapshot`] line.
+//! * `watch <interval_ms>`: a [`Snapshot`] line every interval (at least
+//!   20 ms) until the client closes the connection.
+//! * anything else: `{"error": "..."}` and the connection stays open.
+//!
+//! Lines longer than 1 KiB or not UTF-8 get an error and the connection is
+//! closed. The replica never waits for a status client: its poll loop
+//! publishes a snapshot into a slot without blocking, and a separate thread
+//! serves the sockets.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Schema version of [`Snapshot`].
+pub const STATUS_VERSION: u32 = 1;
+
+/// Log pointers (DARE §3.1.1): positions are bytes since the log began,
+/// indices count entries.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LogPointers {
+    /// Head position.
+    pub head_pos: u64,
+    /// Apply position.
+    pub apply_pos: u64,
+    /// First index not applied.
+    pub apply_index: u64,
+    /// Commit position.
+    pub commit_pos: u64,
+    /// First index not known committed.
+    pub commit_index: u64,
+    /// Tail position.
+    pub tail_pos: u64,
+    /// Index after the last entry (exact on the leader).
+    pub tail_index: u64,
+    /// Bytes of the ring.
+    pub ring_bytes: u64,
+}
+
+/// A peer as this replica sees it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PeerSnapshot {
+    /// Member id.
+    pub id: u8,
+    /// False after retries were exhausted or its process exited.
+    pub reachable: bool,
+    /// Its process exited (pidfd).
+    pub dead: bool,
+    /// Control channel broken.
+    pub control_broken: bool,
+    /// Log channel broken.
+    pub log_broken: bool,
+    /// Its term, from its last row.
+    pub term: u64,
+    /// Its role, from its last row.
+    pub role: String,
+    /// First index it has not applied, from its row.
+    pub apply_index: u64,
+    /// Leader's view of its replication: "idle", "await-grant",
+    /// "adjusting", "replicating", "needs-recovery", "broken".
+    pub replication: String,
+    /// Log position it acknowledged (leader's view).
+    pub acked_pos: u64,
+    /// Bytes it lags behind the leader's tail (leader's view).
+    pub lag_bytes: u64,
+    /// Entries it lags behind our apply index, from its row.
+    pub lag_entries: u64,
+    /// Microseconds since its row last changed.
+    pub row_age_us: u64,
+    /// Its heartbeat counter as last READ by the heartbeat engine (uKharon
+    /// §4.2), if read yet.
+    #[serde(default)]
+    pub counter: Option<u64>,
+    /// Two READs of its counter returned the same value: its memory
+    /// answers but its process does not run (stopped, stuck in the kernel).
+    #[serde(default)]
+    pub counter_stalled: bool,
+}
+
+/// One leader change, timed by the new leader (microseconds).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Failover {
+    /// The new term.
+    pub term: u64,
+    /// The leader that was lost, if known.
+    pub old_leader: Option<u8>,
+    /// The new leader (the replica reporting).
+    pub new_leader: u8,
+    /// When it happened (Unix ms, the reporter's clock).
+    pub at_unix_ms: u64,
+    /// From the old leader's death (pidfd) or last heartbeat to suspicion.
+    pub detection_us: u64,
+    /// From suspicion to leadership.
+    pub election_us: u64,
+    /// From leadership to the first commit of the new term.
+    pub first_commit_us: Option<u64>,
+    /// How the loss was detected: "pidfd", "heartbeat" or "vote".
+    pub detected_by: String,
+}
+
+/// Latency percentiles of one kind of request over the last window.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    /// Requests completed in the window.
+    pub count: u64,
+    /// Median (ns).
+    pub p50_ns: u64,
+    /// 99th percentile (ns).
+    pub p99_ns: u64,
+    /// Maximum (ns).
+    pub max_ns: u64,
+}
+
+/// Server-side request latency (arrival to reply) over the last window.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencySummary {
+    /// Window length (ms).
+    pub window_ms: u64,
+    /// Writes.
+    pub writes: Percentiles,
+    /// Reads.
+    pub reads: Percentiles,
+    /// Requests per second over the window.
+    pub ops_per_sec: f64,
+}
+
+/// Something that happened, for the console's event list.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EventRecord {
+    /// When (Unix ms).
+    pub at_unix_ms: u64,
+    /// "leader-change", "replica-lost", "replica-back", "revoke",
+    /// "log-full", "needs-recovery", "log-corrupt".
+    pub kind: String,
+    /// Human-readable detail.
+    pub detail: String,
+}
+
+/// The configuration a replica runs with.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ConfigSnapshot {
+    /// Cluster name.
+    pub cluster: String,
+    /// Group size.
+    pub members: u8,
+    /// Quorum size.
+    pub quorum: u8,
+    /// "shm" or "verbs".
+    pub fabric: String,
+    /// "busy" or "adaptive".
+    pub poll: String,
+    /// Pinned core, if any.
+    pub core: Option<usize>,
+    /// NUMA node of that core, if known.
+    pub numa_node: Option<usize>,
+    /// RESP listener.
+    pub resp_addr: Option<String>,
+    /// Layout hash (hex).
+    pub layout_hash: String,
+    /// Bytes of the log ring.
+    pub log_ring_bytes: u64,
+    /// Largest value.
+    pub value_bytes_max: u32,
+    /// Heartbeat period (µs).
+    pub heartbeat_period_us: u64,
+    /// Current failure-detector period Δ (µs).
+    pub fd_check_period_us: u64,
+}
+
+/// One status report of a replica.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// [`STATUS_VERSION`].
+    pub version: u32,
+    /// Member id.
+    pub id: u8,
+    /// Process id.
+    pub pid: u32,
+    /// When the snapshot was taken (Unix ms).
+    pub at_unix_ms: u64,
+    /// Uptime (ms).
+    pub uptime_ms: u64,
+    /// "leader", "follower" or "candidate".
+    pub role: String,
+    /// Term.
+    pub term: u64,
+    /// Known leader.
+    pub leader: Option<u8>,
+    /// The member our log accepts writes from (DARE §3.2.1).
+    pub log_granted_to: Option<u8>,
+    /// Log pointers.
+    pub log: LogPointers,
+    /// Peers (excluding this replica).
+    pub peers: Vec<PeerSnapshot>,
+    /// Configuration.
+    pub config: ConfigSnapshot,
+    /// The last leader changes this replica led, newest last.
+    pub failovers: Vec<Failover>,
+    /// Counters (core and host).
+    pub counters: BTreeMap<String, u64>,
+    /// Latency and throughput.
+    pub latency: LatencySummary,
+    /// Recent events, newest last.
+    pub events: Vec<EventRecord>,
+    /// Membership lease state, when leases exist (not yet: always null).
+    pub lease: Option<String>,
+}
+
+/// A reply line that is not a snapshot.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ErrorReply {
+    /// What was wrong with the request.
+    pub error: String,
+}
