@@ -37,9 +37,17 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
+    /// An error about `field`; an empty name (an override such as `=x`
+    /// names none) becomes `--set`, so that every error names something
+    /// the user can change.
     fn new(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        let field = field.into();
         ConfigError {
-            field: field.into(),
+            field: if field.trim().is_empty() {
+                "--set".to_string()
+            } else {
+                field
+            },
             message: message.into(),
         }
     }
@@ -296,6 +304,12 @@ pub fn apply_override(root: &mut toml::Value, assignment: &str) -> Result<(), Co
         )
     })?;
     let path = path.trim();
+    if path.is_empty() {
+        return Err(ConfigError::new(
+            "--set",
+            format!("`{assignment}` has no key before '='; write key=value, e.g. cluster.poll=busy"),
+        ));
+    }
     let value: toml::Value = match toml::from_str::<toml::Table>(&format!("v = {}", raw.trim())) {
         Ok(mut t) => t
             .remove("v")
@@ -681,6 +695,20 @@ id = 2
         let e = Manifest::parse(BASE, &["members.7.core=1".into()]).unwrap_err();
         assert!(e.message.contains("out of range"), "{e}");
         assert!(Manifest::parse(BASE, &["nonsense".into()]).is_err());
+    }
+
+    /// Found by the `manifest` fuzz target (input `3d a5 e9 3d 0a`): an
+    /// override with no key gave an error that named no field.
+    #[test]
+    fn an_override_without_a_key_names_what_to_change() {
+        let text = String::from_utf8_lossy(&[0x3d, 0xa5, 0xe9, 0x3d]).into_owned();
+        for o in [text.as_str(), "=x", "=", " = 1", ".=2", "a..b=3", ""] {
+            let e = Manifest::parse(BASE, &[o.to_string()]).unwrap_err();
+            assert!(!e.field.is_empty(), "{o:?}: {e}");
+        }
+        let e = Manifest::parse(BASE, &["=x".into()]).unwrap_err();
+        assert_eq!(e.field, "--set");
+        assert!(e.message.contains("key=value"), "{e}");
     }
 
     #[test]
