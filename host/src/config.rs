@@ -307,7 +307,9 @@ pub fn apply_override(root: &mut toml::Value, assignment: &str) -> Result<(), Co
     if path.is_empty() {
         return Err(ConfigError::new(
             "--set",
-            format!("`{assignment}` has no key before '='; write key=value, e.g. cluster.poll=busy"),
+            format!(
+                "`{assignment}` has no key before '='; write key=value, e.g. cluster.poll=busy"
+            ),
         ));
     }
     let value: toml::Value = match toml::from_str::<toml::Table>(&format!("v = {}", raw.trim())) {
