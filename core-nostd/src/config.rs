@@ -11,6 +11,9 @@ use core::fmt;
 /// actual limit (`entry_payload_bytes_max`) at or below it; the apply path
 /// copies payloads out of peer-written memory into a buffer of this size.
 pub const ENTRY_PAYLOAD_BYTES_CAP: u32 = 64 * 1024;
+/// Upper bound of [`Config::reply_bytes_max`]: the log engine keeps one
+/// reply buffer of this size for the state machine to write into.
+pub const REPLY_BYTES_CAP: u32 = 4096;
 
 /// Deliberately broken protocol rules (simulator mutation tests only).
 #[cfg(feature = "mutation-testing")]
@@ -52,6 +55,10 @@ pub struct Config {
     pub entry_payload_bytes_max: u32,
     /// Client sessions remembered for exactly-once writes.
     pub session_slot_count: u32,
+    /// Largest reply to a write, in bytes, at most [`REPLY_BYTES_CAP`]. A
+    /// service whose reply would be longer answers with an error instead;
+    /// every member must use the same value (it is part of the layout).
+    pub reply_bytes_max: u32,
     /// Shared-memory client slots (host fast path); 0 disables them.
     pub client_slot_count: u32,
     /// Bytes of one client slot, a multiple of 64.
@@ -108,6 +115,7 @@ impl Config {
             log_ring_bytes: 1 << 20,
             entry_payload_bytes_max: 8 * 1024,
             session_slot_count: 1024,
+            reply_bytes_max: 64,
             client_slot_count: 64,
             client_slot_bytes: 8 * 1024 + 256,
             heartbeat_period_ns: 50_000,
@@ -186,6 +194,14 @@ impl Config {
                 value: u64::from(self.session_slot_count),
                 min: 8,
                 max: 1 << 24,
+            });
+        }
+        if self.reply_bytes_max < 16 || self.reply_bytes_max > REPLY_BYTES_CAP {
+            return Err(OutOfRange {
+                field: "reply_bytes_max",
+                value: u64::from(self.reply_bytes_max),
+                min: 16,
+                max: u64::from(REPLY_BYTES_CAP),
             });
         }
         if self.client_slot_count > (1 << 16) {

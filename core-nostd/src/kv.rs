@@ -20,7 +20,7 @@
 //! the simulator and the replica apply operations identically.
 
 use crate::log::EntryHeader;
-use crate::sm::{ReadError, Reply, RequestError, StateMachine};
+use crate::sm::{ReadError, RequestError, StateMachine};
 
 const OP_GET: u8 = 1;
 const OP_SET: u8 = 2;
@@ -305,9 +305,12 @@ pub enum KvReply {
 }
 
 impl KvReply {
-    /// Encodes as a [`Reply`].
-    pub fn to_reply(self) -> Reply {
-        let mut b = [0u8; 9];
+    /// Bytes of an encoded reply: a tag byte and an `i64`.
+    pub const ENCODED_BYTES: usize = 9;
+
+    /// Encodes the reply (tag byte, then the value or error code).
+    pub fn to_bytes(self) -> [u8; Self::ENCODED_BYTES] {
+        let mut b = [0u8; Self::ENCODED_BYTES];
         let (tag, v): (u8, i64) = match self {
             KvReply::Ok => (0, 0),
             KvReply::Int(v) => (1, v),
@@ -325,13 +328,12 @@ impl KvReply {
         };
         b[0] = tag;
         b[1..].copy_from_slice(&v.to_le_bytes());
-        Reply::from_bytes(&b)
+        b
     }
 
-    /// Decodes a [`Reply`] produced by [`KvReply::to_reply`].
-    pub fn from_reply(r: &Reply) -> Option<KvReply> {
-        let b = r.as_bytes();
-        if b.len() != 9 {
+    /// Decodes bytes produced by [`KvReply::to_bytes`].
+    pub fn from_bytes(b: &[u8]) -> Option<KvReply> {
+        if b.len() != Self::ENCODED_BYTES {
             return None;
         }
         let v = i64::from_le_bytes(b[1..9].try_into().ok()?);
@@ -349,6 +351,13 @@ impl KvReply {
             })),
             _ => None,
         }
+    }
+
+    /// Writes the encoding into `out` (at least [`KvReply::ENCODED_BYTES`]
+    /// long, which `reply_bytes_max` guarantees); returns its length.
+    pub fn write_to(self, out: &mut [u8]) -> usize {
+        out[..Self::ENCODED_BYTES].copy_from_slice(&self.to_bytes());
+        Self::ENCODED_BYTES
     }
 }
 
@@ -472,12 +481,12 @@ impl<B: KvBackend> KvStateMachine<B> {
 }
 
 impl<B: KvBackend> StateMachine for KvStateMachine<B> {
-    fn apply(&mut self, _entry: &EntryHeader, payload: &[u8]) -> Reply {
-        let reply = match KvOp::decode(payload, &self.limits) {
+    fn apply(&mut self, _entry: &EntryHeader, payload: &[u8], reply: &mut [u8]) -> usize {
+        let r = match KvOp::decode(payload, &self.limits) {
             Ok(op) => self.apply_op(&op),
             Err(_) => KvReply::Err(KvError::Malformed),
         };
-        reply.to_reply()
+        r.write_to(reply)
     }
 
     fn check_request(&self, payload: &[u8], write: bool) -> Result<(), RequestError> {
@@ -722,8 +731,10 @@ mod tests {
             client_id: 1,
             request_id: 1,
         };
+        let mut out = [0u8; 64];
+        let n = sm.apply(&h, &[77], &mut out);
         assert_eq!(
-            KvReply::from_reply(&sm.apply(&h, &[77])),
+            KvReply::from_bytes(&out[..n]),
             Some(KvReply::Err(KvError::Malformed))
         );
     }
@@ -746,7 +757,7 @@ mod tests {
             assert_eq!(parse_i64(bad), None, "{bad:?}");
         }
         for r in [KvReply::Ok, KvReply::Int(-3), KvReply::Err(KvError::Stale)] {
-            assert_eq!(KvReply::from_reply(&r.to_reply()), Some(r));
+            assert_eq!(KvReply::from_bytes(&r.to_bytes()), Some(r));
         }
     }
 }

@@ -11,7 +11,7 @@
 //! Control  | row 0 | row 1 | ... | row P-1 |          each ROW_BYTES (192)
 //! Log      | log control (64) | adjust header (64) | adjust list (cap×16) | ring |
 //! Scratch  | staging rows (8×192) | row landing (P×192) | adjust landing (P×…) | atomics (P×64) |
-//! Sessions | slot × session_slot_count (64 each) |
+//! Sessions | slot × session_slot_count (32 + reply_bytes_max, to 64) | reply stage × (apply_batch_max + 1) |
 //! Clients  | slot × client_slot_count (client_slot_bytes each) |
 //! Heartbeat| own counter (64) | landing word per member (P×64) |
 //! ```
@@ -26,7 +26,7 @@ use crate::config::{Config, ConfigError};
 use crate::fabric::{Addr, MemberId, RegionId, REGIONS_MAX};
 
 /// Bumped whenever the meaning of any byte of the layout changes.
-pub const LAYOUT_VERSION: u64 = 2;
+pub const LAYOUT_VERSION: u64 = 3;
 
 /// Who may access a region remotely.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -73,8 +73,11 @@ pub const ADJUST_HEADER_BYTES: u64 = 64;
 pub const ADJUST_ITEM_BYTES: u64 = 16;
 /// Staging copies of our own row for pushes in flight.
 pub const STAGING_SLOTS: usize = 8;
-/// Bytes of one session slot.
-pub const SESSION_BYTES: u64 = 64;
+/// Bytes of a session slot's header (client, request, index, reply length);
+/// the reply follows.
+pub const SESSION_HEADER_BYTES: u64 = 32;
+/// Bytes of a reply stage slot's header (the reply's length).
+pub const REPLY_STAGE_HEADER_BYTES: u64 = 8;
 /// Bytes reserved per member for atomic results.
 pub const ATOMIC_SLOT_BYTES: u64 = 64;
 
@@ -131,6 +134,18 @@ pub struct Layout {
     pub scratch: ScratchLayout,
     /// Session slots.
     pub session_slot_count: u64,
+    /// Bytes of one session slot (header and the largest reply).
+    pub session_slot_bytes: u64,
+    /// Where the reply stage starts in the sessions region: replies of
+    /// applied writes wait there until the host has taken them.
+    pub reply_stage_offset: u64,
+    /// Reply stage slots: one per write applied in one call, and one for
+    /// the duplicate answered at submission.
+    pub reply_stage_slots: u64,
+    /// Bytes of one reply stage slot.
+    pub reply_stage_slot_bytes: u64,
+    /// Largest reply to a write.
+    pub reply_bytes_max: u64,
     /// Bytes of the sessions region.
     pub sessions_bytes: u64,
     /// Client slots.
@@ -184,6 +199,11 @@ impl Layout {
         };
 
         let session_slot_count = u64::from(config.session_slot_count);
+        let reply_bytes_max = u64::from(config.reply_bytes_max);
+        let session_slot_bytes = round_up(SESSION_HEADER_BYTES + reply_bytes_max, 64);
+        let reply_stage_offset = session_slot_count * session_slot_bytes;
+        let reply_stage_slots = u64::from(config.apply_batch_max) + 1;
+        let reply_stage_slot_bytes = round_up(REPLY_STAGE_HEADER_BYTES + reply_bytes_max, 8);
         let client_slot_count = u64::from(config.client_slot_count);
         let client_slot_bytes = u64::from(config.client_slot_bytes);
         let mut layout = Layout {
@@ -192,7 +212,15 @@ impl Layout {
             log,
             scratch,
             session_slot_count,
-            sessions_bytes: session_slot_count * SESSION_BYTES,
+            session_slot_bytes,
+            reply_stage_offset,
+            reply_stage_slots,
+            reply_stage_slot_bytes,
+            reply_bytes_max,
+            sessions_bytes: round_up(
+                reply_stage_offset + reply_stage_slots * reply_stage_slot_bytes,
+                64,
+            ),
             client_slot_count,
             client_slot_bytes,
             clients_bytes: round_up((client_slot_count * client_slot_bytes).max(64), 64),
@@ -224,7 +252,11 @@ impl Layout {
             self.log.entry_bytes_max,
             self.log.region_bytes,
             self.sessions_bytes,
-            SESSION_BYTES,
+            self.session_slot_bytes,
+            self.reply_stage_offset,
+            self.reply_stage_slots,
+            self.reply_stage_slot_bytes,
+            self.reply_bytes_max,
             self.client_slot_count,
             self.client_slot_bytes,
             self.clients_bytes,
@@ -371,7 +403,16 @@ impl Layout {
     /// Session slot `slot`.
     pub fn session(&self, slot: u64) -> Addr {
         assert!(slot < self.session_slot_count);
-        Addr::new(RegionId::Sessions, slot * SESSION_BYTES)
+        Addr::new(RegionId::Sessions, slot * self.session_slot_bytes)
+    }
+
+    /// Reply stage slot `slot`.
+    pub fn reply_stage(&self, slot: u64) -> Addr {
+        assert!(slot < self.reply_stage_slots);
+        Addr::new(
+            RegionId::Sessions,
+            self.reply_stage_offset + slot * self.reply_stage_slot_bytes,
+        )
     }
 
     /// Client slot `slot`.

@@ -94,9 +94,11 @@ pub mod log;
 pub mod mem;
 pub mod node;
 pub mod rng;
+pub mod service;
 pub mod sessions;
 pub mod sm;
 pub mod sst;
+pub mod stream;
 #[cfg(test)]
 mod test_memory;
 
@@ -110,4 +112,4 @@ pub use heartbeat::{CounterEvent, HeartbeatEngine};
 pub use layout::Layout;
 pub use mem::Memory;
 pub use node::{Event, Node, NodeStatus, Role, SubmitError, Submitted};
-pub use sm::{Reply, RequestError, StateMachine};
+pub use sm::{RequestError, StateMachine};

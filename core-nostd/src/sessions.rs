@@ -17,8 +17,8 @@
 
 use crate::checksum::mix64;
 use crate::layout::Layout;
+use crate::layout::SESSION_HEADER_BYTES;
 use crate::mem::Memory;
-use crate::sm::{Reply, REPLY_BYTES_MAX};
 
 /// Slots probed per lookup.
 pub const PROBE_SLOTS: u64 = 16;
@@ -28,9 +28,12 @@ pub const PROBE_SLOTS: u64 = 16;
 pub enum SessionCheck {
     /// Not applied yet: apply it.
     New,
-    /// The client's latest applied request: do not apply again; here is
-    /// its reply.
-    Duplicate(Reply),
+    /// The client's latest applied request: do not apply again; its reply
+    /// is in this session slot ([`Sessions::copy_reply`]).
+    Duplicate {
+        /// The session slot.
+        slot: u64,
+    },
     /// Older than the client's latest applied request: do not apply; the
     /// client has moved on and the reply is gone.
     Stale,
@@ -46,7 +49,6 @@ struct Slot {
     client_id: u64,
     request_id: u64,
     last_index: u64,
-    reply: Reply,
 }
 
 impl Sessions {
@@ -59,35 +61,45 @@ impl Sessions {
 
     fn load<M: Memory + ?Sized>(&self, mem: &M, layout: &Layout, slot: u64) -> Slot {
         let at = layout.session(slot);
-        let len = mem.load_u64(at.add(24)) as usize;
-        let mut reply = Reply::default();
-        let mut bytes = [0u8; REPLY_BYTES_MAX];
-        bytes[..8].copy_from_slice(&mem.load_u64(at.add(32)).to_le_bytes());
-        bytes[8..].copy_from_slice(&mem.load_u64(at.add(40)).to_le_bytes());
-        reply.len = len.min(REPLY_BYTES_MAX) as u8;
-        reply.bytes = bytes;
         Slot {
             client_id: mem.load_u64(at),
             request_id: mem.load_u64(at.add(8)),
             last_index: mem.load_u64(at.add(16)),
-            reply,
         }
     }
 
-    fn store<M: Memory + ?Sized>(&self, mem: &M, layout: &Layout, slot: u64, s: &Slot) {
+    fn store<M: Memory + ?Sized>(
+        &self,
+        mem: &M,
+        layout: &Layout,
+        slot: u64,
+        s: &Slot,
+        reply: &[u8],
+    ) {
         let at = layout.session(slot);
+        let len = reply.len().min(layout.reply_bytes_max as usize);
         mem.store_u64(at, s.client_id);
         mem.store_u64(at.add(8), s.request_id);
         mem.store_u64(at.add(16), s.last_index);
-        mem.store_u64(at.add(24), u64::from(s.reply.len));
-        mem.store_u64(
-            at.add(32),
-            u64::from_le_bytes(s.reply.bytes[..8].try_into().unwrap()),
-        );
-        mem.store_u64(
-            at.add(40),
-            u64::from_le_bytes(s.reply.bytes[8..].try_into().unwrap()),
-        );
+        mem.store_u64(at.add(24), len as u64);
+        mem.write(at.add(SESSION_HEADER_BYTES), &reply[..len]);
+    }
+
+    /// Copies the reply remembered in session `slot` into `out`; returns
+    /// its length (at most `out.len()` and `reply_bytes_max`).
+    pub fn copy_reply<M: Memory + ?Sized>(
+        &self,
+        mem: &M,
+        layout: &Layout,
+        slot: u64,
+        out: &mut [u8],
+    ) -> usize {
+        let at = layout.session(slot);
+        let len = (mem.load_u64(at.add(24)) as usize)
+            .min(layout.reply_bytes_max as usize)
+            .min(out.len());
+        mem.read(at.add(SESSION_HEADER_BYTES), &mut out[..len]);
+        len
     }
 
     fn probe(&self, client_id: u64, k: u64) -> u64 {
@@ -106,10 +118,11 @@ impl Sessions {
             return SessionCheck::New;
         }
         for k in 0..PROBE_SLOTS.min(self.slot_count) {
-            let s = self.load(mem, layout, self.probe(client_id, k));
+            let slot = self.probe(client_id, k);
+            let s = self.load(mem, layout, slot);
             if s.client_id == client_id {
                 return if request_id == s.request_id {
-                    SessionCheck::Duplicate(s.reply)
+                    SessionCheck::Duplicate { slot }
                 } else if request_id < s.request_id {
                     SessionCheck::Stale
                 } else {
@@ -128,7 +141,7 @@ impl Sessions {
         client_id: u64,
         request_id: u64,
         index: u64,
-        reply: Reply,
+        reply: &[u8],
     ) {
         if client_id == 0 {
             return;
@@ -137,7 +150,6 @@ impl Sessions {
             client_id,
             request_id,
             last_index: index,
-            reply,
         };
         let mut victim: Option<(u64, u64)> = None; // (slot, last_index)
         for k in 0..PROBE_SLOTS.min(self.slot_count) {
@@ -146,7 +158,7 @@ impl Sessions {
             if s.client_id == client_id || s.client_id == 0 {
                 // An empty slot earlier in the probe sequence cannot hide
                 // the client further on: slots are never emptied.
-                self.store(mem, layout, slot, &new);
+                self.store(mem, layout, slot, &new, reply);
                 return;
             }
             if victim.is_none_or(|(_, idx)| s.last_index < idx) {
@@ -154,7 +166,7 @@ impl Sessions {
             }
         }
         let (slot, _) = victim.expect("at least one slot probed");
-        self.store(mem, layout, slot, &new);
+        self.store(mem, layout, slot, &new, reply);
     }
 }
 
@@ -173,13 +185,15 @@ mod tests {
         let mem = TestMemory::new(&layout);
         let t = Sessions::new(&layout);
         assert_eq!(t.check(&mem, &layout, 7, 1), SessionCheck::New);
-        t.record(&mem, &layout, 7, 1, 10, Reply::from_bytes(b"ok1"));
-        assert_eq!(
-            t.check(&mem, &layout, 7, 1),
-            SessionCheck::Duplicate(Reply::from_bytes(b"ok1"))
-        );
+        t.record(&mem, &layout, 7, 1, 10, b"ok1");
+        let SessionCheck::Duplicate { slot } = t.check(&mem, &layout, 7, 1) else {
+            panic!("a recorded request is a duplicate");
+        };
+        let mut out = [0u8; 64];
+        let n = t.copy_reply(&mem, &layout, slot, &mut out);
+        assert_eq!(&out[..n], b"ok1");
         assert_eq!(t.check(&mem, &layout, 7, 2), SessionCheck::New);
-        t.record(&mem, &layout, 7, 2, 11, Reply::from_bytes(b"ok2"));
+        t.record(&mem, &layout, 7, 2, 11, b"ok2");
         assert_eq!(t.check(&mem, &layout, 7, 1), SessionCheck::Stale);
         assert_eq!(t.check(&mem, &layout, 8, 1), SessionCheck::New);
         assert_eq!(t.check(&mem, &layout, 0, 1), SessionCheck::New);
@@ -193,24 +207,46 @@ mod tests {
         let mem = TestMemory::new(&layout);
         let t = Sessions::new(&layout);
         for c in 1..=8u64 {
-            t.record(&mem, &layout, c, 1, c, Reply::default());
+            t.record(&mem, &layout, c, 1, c, b"");
         }
         for c in 1..=8u64 {
             assert!(matches!(
                 t.check(&mem, &layout, c, 1),
-                SessionCheck::Duplicate(_)
+                SessionCheck::Duplicate { .. }
             ));
         }
         // Client 1 has the oldest index: it is evicted by client 9.
-        t.record(&mem, &layout, 9, 1, 100, Reply::default());
+        t.record(&mem, &layout, 9, 1, 100, b"");
         assert_eq!(t.check(&mem, &layout, 1, 1), SessionCheck::New);
         assert!(matches!(
             t.check(&mem, &layout, 9, 1),
-            SessionCheck::Duplicate(_)
+            SessionCheck::Duplicate { .. }
         ));
         assert!(matches!(
             t.check(&mem, &layout, 2, 1),
-            SessionCheck::Duplicate(_)
+            SessionCheck::Duplicate { .. }
         ));
+    }
+
+    #[test]
+    fn replies_up_to_the_configured_size_are_kept_whole() {
+        let mut cfg = Config::new(3, MemberId(0));
+        cfg.reply_bytes_max = 100;
+        let layout = Layout::new(&cfg).unwrap();
+        let mem = TestMemory::new(&layout);
+        let t = Sessions::new(&layout);
+        let long: [u8; 100] = core::array::from_fn(|i| i as u8 ^ 0x5A);
+        t.record(&mem, &layout, 3, 1, 1, &long);
+        t.record(&mem, &layout, 4, 1, 2, b"neighbour");
+        let SessionCheck::Duplicate { slot } = t.check(&mem, &layout, 3, 1) else {
+            panic!("recorded");
+        };
+        let mut out = [0u8; 128];
+        let n = t.copy_reply(&mem, &layout, slot, &mut out);
+        assert_eq!(&out[..n], &long[..]);
+        // A short output buffer gets a prefix, never more than it holds.
+        let mut short = [0u8; 10];
+        assert_eq!(t.copy_reply(&mem, &layout, slot, &mut short), 10);
+        assert_eq!(short, long[..10]);
     }
 }

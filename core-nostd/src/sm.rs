@@ -2,38 +2,6 @@
 
 use crate::log::EntryHeader;
 
-/// Largest reply to a write, carried inline in events and in the session
-/// table (for exactly-once retries). Replies to reads are produced by the
-/// host from [`StateMachine::read`] and can be larger.
-pub const REPLY_BYTES_MAX: usize = 16;
-
-/// The reply to a write operation.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Reply {
-    /// Valid bytes in `bytes`.
-    pub len: u8,
-    /// The reply.
-    pub bytes: [u8; REPLY_BYTES_MAX],
-}
-
-impl Reply {
-    /// A reply with the given bytes (truncated to [`REPLY_BYTES_MAX`]).
-    pub fn from_bytes(b: &[u8]) -> Reply {
-        let n = b.len().min(REPLY_BYTES_MAX);
-        let mut bytes = [0u8; REPLY_BYTES_MAX];
-        bytes[..n].copy_from_slice(&b[..n]);
-        Reply {
-            len: n as u8,
-            bytes,
-        }
-    }
-
-    /// The valid bytes.
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.bytes[..usize::from(self.len).min(REPLY_BYTES_MAX)]
-    }
-}
-
 /// Why a read query was not answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReadError {
@@ -60,8 +28,12 @@ pub enum RequestError {
 /// error instead, because the entry is committed and every replica must
 /// agree on its outcome.
 pub trait StateMachine {
-    /// Applies a committed operation and returns the reply for its client.
-    fn apply(&mut self, entry: &EntryHeader, payload: &[u8]) -> Reply;
+    /// Applies a committed operation and writes the reply for its client
+    /// into `reply` (its length is the configured `reply_bytes_max`);
+    /// returns the reply's length. A reply that would not fit must be
+    /// replaced by a short error reply: the outcome of a committed entry
+    /// must be the same on every member, and `reply_bytes_max` is.
+    fn apply(&mut self, entry: &EntryHeader, payload: &[u8], reply: &mut [u8]) -> usize;
 
     /// Answers a read-only query against the current state; the host calls
     /// it once the node reports the read as ready (linearizable).

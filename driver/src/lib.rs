@@ -38,7 +38,7 @@ use verbatim_core::engine::{Engine, EngineTag};
 use verbatim_core::fabric::{Action, Fabric, FabricError, MemberId};
 use verbatim_core::heartbeat::{CounterEvent, HeartbeatEngine};
 use verbatim_core::node::{Event, Role, SubmitError, Submitted};
-use verbatim_core::sm::RequestError;
+use verbatim_core::sm::{ReadError, RequestError};
 use verbatim_core::{Config, ConfigError, Layout, Memory, Node, StateMachine};
 
 /// The engines of one member.
@@ -77,6 +77,8 @@ pub enum Refusal {
     TooLarge,
     /// The service could not answer the read.
     ReadFailed,
+    /// The read's result is larger than the driver's read buffer.
+    ResultTooLarge,
 }
 
 impl Refusal {
@@ -90,6 +92,7 @@ impl Refusal {
             Refusal::Superseded => "superseded by a newer request",
             Refusal::TooLarge => "request too large",
             Refusal::ReadFailed => "read failed",
+            Refusal::ResultTooLarge => "result too large; ask for less (e.g. XRANGE ... COUNT n)",
         }
     }
 }
@@ -187,6 +190,7 @@ pub struct Driver<M: Memory + Clone, S: StateMachine, R> {
     pending_reads: HashMap<u64, (R, Vec<u8>), FastHash>,
     next_token: u64,
     read_buf: Vec<u8>,
+    reply_buf: Vec<u8>,
     counters: DriverCounters,
 }
 
@@ -202,6 +206,7 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
         read_bytes_max: usize,
     ) -> Result<Self, ConfigError> {
         let layout = Layout::new(&config)?;
+        let reply_bytes_max = config.reply_bytes_max as usize;
         let heartbeat = HeartbeatEngine::new(&config, layout, memory.clone(), now_ns);
         let log = Box::new(Node::new(config, memory, service, now_ns)?);
         Ok(Driver {
@@ -210,6 +215,7 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             pending_reads: HashMap::default(),
             next_token: 1,
             read_buf: vec![0u8; read_bytes_max],
+            reply_buf: vec![0u8; reply_bytes_max],
             counters: DriverCounters::default(),
         })
     }
@@ -345,8 +351,9 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                     self.pending_writes
                         .insert((r.client_id, r.request_id), r.route);
                 }
-                Ok(Submitted::Duplicate(reply)) => {
-                    host.answer(r.route, Answer::Ok(reply.as_bytes()))
+                Ok(Submitted::Duplicate { stage }) => {
+                    let n = log.copy_reply(stage, &mut self.reply_buf);
+                    host.answer(r.route, Answer::Ok(&self.reply_buf[..n]))
                 }
                 Err(SubmitError::NotLeader { leader }) => {
                     host.answer(r.route, Answer::NotLeader(leader))
@@ -381,17 +388,17 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             Event::Reply {
                 client_id,
                 request_id,
-                reply,
+                stage,
                 stale,
                 ..
             } => {
                 if let Some(route) = self.pending_writes.remove(&(client_id, request_id)) {
-                    let a = if stale {
-                        Answer::Refused(Refusal::Superseded)
+                    if stale {
+                        host.answer(route, Answer::Refused(Refusal::Superseded));
                     } else {
-                        Answer::Ok(reply.as_bytes())
-                    };
-                    host.answer(route, a);
+                        let n = self.engines.log.copy_reply(stage, &mut self.reply_buf);
+                        host.answer(route, Answer::Ok(&self.reply_buf[..n]));
+                    }
                 }
             }
             Event::ReadReady { token } => {
@@ -400,6 +407,9 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                     match sm.read(&query, &mut self.read_buf) {
                         // Straight from the read buffer to the gateway.
                         Ok(n) => host.answer(route, Answer::Ok(&self.read_buf[..n])),
+                        Err(ReadError::OutputTooSmall) => {
+                            host.answer(route, Answer::Refused(Refusal::ResultTooLarge))
+                        }
                         Err(e) => {
                             tracing::warn!(?e, "a read the service accepted could not be answered");
                             host.answer(route, Answer::Refused(Refusal::ReadFailed))

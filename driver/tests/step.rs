@@ -249,8 +249,8 @@ fn requests_are_checked_by_the_service_and_answered_from_the_log() {
         answers[&2],
         format!("refused {}", Refusal::WrongKind.message())
     );
-    let ok = KvReply::Ok.to_reply();
-    assert_eq!(answers[&3], format!("ok {:?}", ok.as_bytes()));
+    let ok = KvReply::Ok.to_bytes();
+    assert_eq!(answers[&3], format!("ok {:?}", &ok[..]));
     assert_eq!(answers[&4], format!("ok {:?}", b"\x01v1"));
     assert_eq!(
         d.log().counters().entries_appended,

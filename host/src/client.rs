@@ -523,14 +523,14 @@ fn tcp_reply(read: bool, frame: &crate::resp::Frame<'_>) -> Attempt {
     match *frame {
         Frame::Bulk(v) if read => Attempt::Ok([&[1u8][..], v].concat()),
         Frame::NullBulk if read => Attempt::Ok(vec![0]),
-        Frame::Simple(_) if !read => Attempt::Ok(KvReply::Ok.to_reply().as_bytes().to_vec()),
-        Frame::Integer(v) if !read => Attempt::Ok(KvReply::Int(v).to_reply().as_bytes().to_vec()),
+        Frame::Simple(_) if !read => Attempt::Ok(KvReply::Ok.to_bytes().to_vec()),
+        Frame::Integer(v) if !read => Attempt::Ok(KvReply::Int(v).to_bytes().to_vec()),
         Frame::Error(e) => {
             let text = String::from_utf8_lossy(e).into_owned();
             if text.starts_with("TRYAGAIN") {
                 Attempt::Busy
             } else if let Some(err) = kv_error_from_text(&text) {
-                Attempt::Ok(KvReply::Err(err).to_reply().as_bytes().to_vec())
+                Attempt::Ok(KvReply::Err(err).to_bytes().to_vec())
             } else {
                 Attempt::Error(text)
             }
@@ -556,7 +556,7 @@ pub(crate) fn decode_outcome(read: bool, bytes: &[u8]) -> Result<Outcome, Client
             _ => None,
         }));
     }
-    KvReply::from_reply(&verbatim_core::Reply::from_bytes(bytes))
+    KvReply::from_bytes(bytes)
         .map(Outcome::Write)
         .ok_or_else(|| ClientError::Rejected("undecodable reply".into()))
 }

@@ -120,6 +120,9 @@ fn default_value_bytes_max() -> u32 {
 fn default_session_slot_count() -> u32 {
     4096
 }
+fn default_reply_bytes_max() -> u32 {
+    64
+}
 fn default_client_slot_count() -> u32 {
     64
 }
@@ -158,6 +161,10 @@ pub struct ClusterSection {
     /// Client sessions remembered for exactly-once writes.
     #[serde(default = "default_session_slot_count")]
     pub session_slot_count: u32,
+    /// Largest reply to a write (a stream entry id needs up to 41 bytes);
+    /// every member must agree.
+    #[serde(default = "default_reply_bytes_max")]
+    pub reply_bytes_max: u32,
     /// Shared-memory client slots per replica.
     #[serde(default = "default_client_slot_count")]
     pub client_slot_count: u32,
@@ -406,6 +413,7 @@ impl Manifest {
                 key_bytes_max: default_key_bytes_max(),
                 value_bytes_max: default_value_bytes_max(),
                 session_slot_count: default_session_slot_count(),
+                reply_bytes_max: default_reply_bytes_max(),
                 client_slot_count: default_client_slot_count(),
                 seed: 0,
             },
@@ -484,6 +492,7 @@ impl Manifest {
         cfg.log_ring_bytes = c.log_ring_bytes;
         cfg.entry_payload_bytes_max = self.kv_limits().encoded_bytes_max();
         cfg.session_slot_count = c.session_slot_count;
+        cfg.reply_bytes_max = c.reply_bytes_max;
         cfg.client_slot_count = c.client_slot_count;
         cfg.client_slot_bytes = self.client_slot_bytes();
         cfg.heartbeat_period_ns = us_to_ns(t.heartbeat_period_us);
@@ -623,6 +632,7 @@ impl Manifest {
             "log_ring_bytes" => ("cluster.log_ring_bytes", false),
             "entry_payload_bytes_max" => ("cluster.value_bytes_max (and key_bytes_max)", false),
             "session_slot_count" => ("cluster.session_slot_count", false),
+            "reply_bytes_max" => ("cluster.reply_bytes_max", false),
             "client_slot_count" => ("cluster.client_slot_count", false),
             "client_slot_bytes" => ("cluster.value_bytes_max", false),
             "heartbeat_period_ns" => ("timing.heartbeat_period_us", true),

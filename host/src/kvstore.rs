@@ -1,8 +1,10 @@
-//! The replica's key-value storage: a hash map behind the core's
-//! [`KvBackend`] trait (the semantics live in `verbatim_core::kv`).
+//! The replica's storage for its services: a hash map behind the core's
+//! [`KvBackend`] trait and ordered maps behind [`StreamBackend`] (the
+//! semantics live in `verbatim_core::kv` and `verbatim_core::stream`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use verbatim_core::kv::KvBackend;
+use verbatim_core::stream::{StreamBackend, StreamId};
 
 /// A bounded hash map: refuses to grow past `keys_max` keys (the
 /// operation is answered "store full" and the state stays unchanged on
@@ -56,6 +58,99 @@ impl KvBackend for HashBackend {
     }
 }
 
+/// One stream: its entries in id order and the last id ever added (kept
+/// when trimming, as Redis does, so ids never repeat).
+#[derive(Debug, Default)]
+struct Stream {
+    last_id: StreamId,
+    entries: BTreeMap<StreamId, Vec<u8>>,
+}
+
+/// Streams, bounded like the key-value store: at most `entries_max`
+/// entries over all streams (an `XADD` past it is answered "store full"
+/// and changes nothing, identically on every replica).
+#[derive(Debug)]
+pub struct StreamMap {
+    streams: HashMap<Vec<u8>, Stream>,
+    entries: usize,
+    entries_max: usize,
+}
+
+impl StreamMap {
+    /// No streams; at most `entries_max` entries in all.
+    pub fn new(entries_max: usize) -> StreamMap {
+        StreamMap {
+            streams: HashMap::new(),
+            entries: 0,
+            entries_max,
+        }
+    }
+
+    /// Number of streams.
+    pub fn stream_count(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// Entries over all streams.
+    pub fn entry_count(&self) -> usize {
+        self.entries
+    }
+}
+
+impl StreamBackend for StreamMap {
+    fn last_id(&self, key: &[u8]) -> Option<StreamId> {
+        self.streams.get(key).map(|s| s.last_id)
+    }
+
+    fn len(&self, key: &[u8]) -> u64 {
+        self.streams.get(key).map_or(0, |s| s.entries.len() as u64)
+    }
+
+    fn append(&mut self, key: &[u8], id: StreamId, pairs: &[u8]) -> Result<(), ()> {
+        if self.entries >= self.entries_max {
+            return Err(());
+        }
+        let s = self.streams.entry(key.to_vec()).or_default();
+        s.last_id = id;
+        s.entries.insert(id, pairs.to_vec());
+        self.entries += 1;
+        Ok(())
+    }
+
+    fn trim(&mut self, key: &[u8], maxlen: u64) -> u64 {
+        let Some(s) = self.streams.get_mut(key) else {
+            return 0;
+        };
+        let mut removed = 0;
+        while s.entries.len() as u64 > maxlen {
+            s.entries.pop_first();
+            removed += 1;
+        }
+        self.entries -= removed as usize;
+        removed
+    }
+
+    fn range(
+        &self,
+        key: &[u8],
+        start: StreamId,
+        end: StreamId,
+        visit: &mut dyn FnMut(StreamId, &[u8]) -> bool,
+    ) {
+        let Some(s) = self.streams.get(key) else {
+            return;
+        };
+        if start > end {
+            return;
+        }
+        for (id, pairs) in s.entries.range(start..=end) {
+            if !visit(*id, pairs) {
+                break;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,5 +166,30 @@ mod tests {
         assert!(b.del(b"b"));
         assert!(b.set(b"c", b"3").is_ok());
         assert_eq!(b.len(), 2);
+    }
+
+    #[test]
+    fn streams_are_bounded_and_trims_free_room() {
+        let mut m = StreamMap::new(2);
+        let id = |ms| StreamId { ms, seq: 0 };
+        assert!(m.append(b"a", id(1), b"x").is_ok());
+        assert!(m.append(b"b", id(1), b"y").is_ok());
+        assert!(m.append(b"a", id(2), b"z").is_err(), "full");
+        assert_eq!(m.len(b"a"), 1);
+        assert_eq!(m.trim(b"a", 0), 1);
+        assert_eq!(
+            m.last_id(b"a"),
+            Some(id(1)),
+            "the last id outlives trimming"
+        );
+        assert!(m.append(b"a", id(2), b"z").is_ok());
+        let mut seen = Vec::new();
+        m.range(b"a", StreamId::MIN, StreamId::MAX, &mut |i, p| {
+            seen.push((i, p.to_vec()));
+            true
+        });
+        assert_eq!(seen, [(id(2), b"z".to_vec())]);
+        assert_eq!(m.entry_count(), 2);
+        assert_eq!(m.stream_count(), 2);
     }
 }

@@ -11,6 +11,7 @@ pub mod notice;
 pub mod pipeline;
 pub mod replica;
 pub mod resp;
+pub mod resp_stream;
 pub mod service;
 pub mod shm;
 pub mod slots;

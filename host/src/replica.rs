@@ -7,7 +7,7 @@
 use crate::config::{Manifest, PollMode};
 use crate::failover::FailoverTracker;
 use crate::hostfabric::HostFabric;
-use crate::kvstore::HashBackend;
+use crate::kvstore::{HashBackend, StreamMap};
 use crate::notice::{notice_path, DeathNotices};
 use crate::service::{ServiceHandle, ServiceQueue, ServiceReply, ServiceRequest};
 use crate::shm::{spawn_watcher, DeathSeen, PeerLiveness, Segment, ShmFabric, ShmMemory};
@@ -25,6 +25,8 @@ use verbatim_core::fabric::MemberId;
 use verbatim_core::heartbeat::CounterEvent;
 use verbatim_core::kv::KvStateMachine;
 use verbatim_core::node::{Event, ReplState, Role};
+use verbatim_core::service::KvAndStreams;
+use verbatim_core::stream::StreamStateMachine;
 use verbatim_core::Layout;
 use verbatim_driver::{Answer, Driver, DriverEvent, Engines, Host, Incoming};
 
@@ -77,7 +79,11 @@ pub struct ReplicaOptions {
     pub kernel_checks: bool,
 }
 
-type Kv = KvStateMachine<HashBackend>;
+/// The replica's services: the key-value store and the streams.
+/// Smallest buffer for one read's result.
+const READ_RESULT_BYTES_MIN: usize = 1 << 20;
+
+type Kv = KvAndStreams<KvStateMachine<HashBackend>, StreamStateMachine<StreamMap>>;
 /// Requests taken from the RESP threads' queue in one step at most (the
 /// rest wait for the next step, so a flood cannot hold the loop).
 const QUEUE_REQUESTS_PER_STEP: usize = 1024;
@@ -541,7 +547,16 @@ impl<F: HostFabric> Replica<F> {
         counters.insert("completions_unrouted".into(), dc.completions_unrouted);
         counters.insert("counter_own".into(), hb.counter());
         counters.insert("counter_stalls".into(), hb.stalls_reported());
-        counters.insert("keys".into(), log.state_machine().backend().len() as u64);
+        let services = log.state_machine();
+        counters.insert("keys".into(), services.kv.backend().len() as u64);
+        counters.insert(
+            "streams".into(),
+            services.streams.backend().stream_count() as u64,
+        );
+        counters.insert(
+            "stream_entries".into(),
+            services.streams.backend().entry_count() as u64,
+        );
         let member = &m.members[usize::from(self.id.0)];
         Snapshot {
             version: STATUS_VERSION,
@@ -768,7 +783,10 @@ fn drive<F: HostFabric>(
         std::thread::sleep(Duration::from_millis(5));
     }
 
-    let sm = KvStateMachine::new(HashBackend::new(opts.keys_max), m.kv_limits());
+    let sm = KvAndStreams::new(
+        KvStateMachine::new(HashBackend::new(opts.keys_max), m.kv_limits()),
+        StreamStateMachine::new(StreamMap::new(opts.keys_max), m.kv_limits()),
+    );
     // The engines' clock starts now, after the readiness barrier: the first
     // election timeout must not already have expired while we waited.
     let driver = Driver::new(
@@ -776,7 +794,9 @@ fn drive<F: HostFabric>(
         memory.clone(),
         sm,
         clock.elapsed().as_nanos() as u64,
-        m.cluster.value_bytes_max as usize + 1,
+        // A GET's value, or an XRANGE of up to a MiB (a longer range is
+        // refused with a hint to use COUNT, never cut short).
+        (m.cluster.value_bytes_max as usize + 1).max(READ_RESULT_BYTES_MIN),
     )
     .map_err(|e| ReplicaError::Config(e.to_string()))?;
     let status = Arc::new(StatusSlot::default());

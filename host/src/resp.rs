@@ -916,6 +916,8 @@ pub fn encode_frame(frame: &Frame<'_>, out: &mut Vec<u8>) {
 pub enum Command<'a> {
     /// A store operation: GET (a read) or a write for the log.
     Kv(KvOp<'a>),
+    /// A stream command (`XADD`, `XRANGE`, `XLEN`, `XTRIM`).
+    Stream(crate::resp_stream::StreamCommand<'a>),
     /// `PING [message]`.
     Ping(Option<&'a [u8]>),
     /// `ECHO message`.
@@ -1002,6 +1004,12 @@ pub enum CommandError<'a> {
     NoProto,
     /// `HELLO ... AUTH`: there is no authentication.
     AuthUnsupported,
+    /// A stream id that is not `ms` or `ms-seq` (or `*`, `ms-*` for XADD).
+    InvalidStreamId,
+    /// `MAXLEN` below zero.
+    MaxlenNegative,
+    /// An option this server does not implement.
+    Unsupported(&'static str),
 }
 
 /// Longest command name or argument prefix quoted in an error, as Redis.
@@ -1075,6 +1083,11 @@ impl CommandError<'_> {
             }
             CommandError::NoProto => b"NOPROTO unsupported protocol version".to_vec(),
             CommandError::AuthUnsupported => b"ERR AUTH is not supported".to_vec(),
+            CommandError::InvalidStreamId => {
+                b"ERR Invalid stream ID specified as stream command argument".to_vec()
+            }
+            CommandError::MaxlenNegative => b"ERR The MAXLEN argument must be >= 0.".to_vec(),
+            CommandError::Unsupported(what) => format!("ERR {what} is not supported").into_bytes(),
         };
         encode_error(&message, out);
     }
@@ -1272,6 +1285,10 @@ pub fn parse_command<'a>(
     }
     if is(name, "QUIT") {
         return Ok(Command::Quit);
+    }
+    if crate::resp_stream::is_stream_command(name) {
+        let all = crate::resp_stream::args_of(request);
+        return crate::resp_stream::parse(request, &all, limits).map(Command::Stream);
     }
     Err(CommandError::Unknown { name, request })
 }
@@ -1493,7 +1510,9 @@ pub fn reply_local(command: &Command<'_>, out: &mut Vec<u8>) -> Local {
             encode_simple(b"OK", out);
             return Local::Close;
         }
-        Command::Kv(_) | Command::Info(_) | Command::Hello { .. } => return Local::Host,
+        Command::Kv(_) | Command::Stream(_) | Command::Info(_) | Command::Hello { .. } => {
+            return Local::Host
+        }
     }
     Local::Replied
 }

@@ -15,6 +15,7 @@
 
 use crate::config::Manifest;
 use crate::resp::{self, Command, Frame, Local, RespLimits};
+use crate::resp_stream;
 use crate::service::{ServiceHandle, ServiceReply, ServiceRequest};
 use crate::status_server::StatusSlot;
 use std::io::{Read, Write};
@@ -247,7 +248,35 @@ impl<'c> Conn<'c> {
             Local::Close => true,
             Local::Host => {
                 match cmd {
-                    Command::Kv(op) => self.execute(op, raw, out),
+                    Command::Kv(op) => {
+                        let mut payload = vec![0u8; self.kv_limits.encoded_bytes_max() as usize];
+                        match op.encode(&mut payload) {
+                            Ok(n) => {
+                                payload.truncate(n);
+                                if let Some(bytes) = self.execute(payload, !op.is_read(), raw, out)
+                                {
+                                    encode_result(&op, &bytes, out);
+                                }
+                            }
+                            Err(_) => resp::encode_error(b"ERR request too large", out),
+                        }
+                    }
+                    Command::Stream(cmd) => {
+                        let now_ms = std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0, |d| d.as_millis() as u64);
+                        let mut payload = Vec::new();
+                        match cmd.encode(now_ms, &mut payload) {
+                            Ok(Some(())) => {
+                                if let Some(bytes) = self.execute(payload, !cmd.is_read(), raw, out)
+                                {
+                                    resp_stream::reply(&cmd, Some(&bytes), out);
+                                }
+                            }
+                            Ok(None) => resp_stream::reply(&cmd, None, out),
+                            Err(_) => resp::encode_error(b"ERR request too large", out),
+                        }
+                    }
                     Command::Info(section) => self.info(section, out),
                     Command::Hello { .. } => {
                         let role = self
@@ -297,33 +326,39 @@ impl<'c> Conn<'c> {
         resp::encode_bulk(text.as_bytes(), out);
     }
 
-    /// Runs a key-value operation: through our poll loop, or forwarded to
-    /// the leader, retrying while no leader is known.
-    fn execute(&mut self, op: KvOp<'_>, raw: &[u8], out: &mut Vec<u8>) {
+    /// Runs a service operation (encoded): through our poll loop, or
+    /// forwarded to the leader, retrying while no leader is known. Returns
+    /// the service's result bytes, or `None` when the reply (an error, or
+    /// the leader's relayed reply) was written to `out` already.
+    fn execute(
+        &mut self,
+        payload: Vec<u8>,
+        write: bool,
+        raw: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Option<Vec<u8>> {
         let (client_id, request_id) = self.named.take().unwrap_or_else(|| {
             let r = self.next_request;
             self.next_request += 1;
             (self.client_id, r)
         });
-        let mut payload = vec![0u8; self.kv_limits.encoded_bytes_max() as usize];
-        let Ok(n) = op.encode(&mut payload) else {
+        if payload.len() > self.kv_limits.encoded_bytes_max() as usize {
             resp::encode_error(b"ERR request too large", out);
-            return;
-        };
-        payload.truncate(n);
+            return None;
+        }
         let deadline = Instant::now() + REQUEST_TIMEOUT;
         loop {
             let request = ServiceRequest {
                 client_id,
                 request_id,
-                write: !op.is_read(),
+                write,
                 payload: payload.clone(),
                 reply: self.reply_tx.clone(),
                 arrived: Instant::now(),
             };
             if !self.ctx.handle.submit(request) {
                 resp::encode_error(b"ERR replica shutting down", out);
-                return;
+                return None;
             }
             let remaining = deadline.saturating_duration_since(Instant::now());
             let reply = match self.reply_rx.recv_timeout(remaining) {
@@ -333,28 +368,25 @@ impl<'c> Conn<'c> {
                         b"TRYAGAIN request timed out; it may or may not have been applied",
                         out,
                     );
-                    return;
+                    return None;
                 }
             };
             match reply {
-                ServiceReply::Ok(bytes) => {
-                    encode_result(&op, &bytes, out);
-                    return;
-                }
+                ServiceReply::Ok(bytes) => return Some(bytes),
                 ServiceReply::Error(msg) => {
                     resp::encode_error(format!("ERR {msg}").as_bytes(), out);
-                    return;
+                    return None;
                 }
                 ServiceReply::NotLeader(Some(leader)) if leader.0 != self.ctx.me => {
                     if self.forward(leader, client_id, request_id, raw, out) {
-                        return;
+                        return None;
                     }
                 }
                 ServiceReply::NotLeader(_) | ServiceReply::Busy => {}
             }
             if Instant::now() >= deadline {
                 resp::encode_error(b"TRYAGAIN no leader available, retry", out);
-                return;
+                return None;
             }
             // No leader yet (an election is running) or the log is full:
             // wait a little, then ask again with the same ids.
@@ -465,7 +497,7 @@ fn encode_result(op: &KvOp<'_>, bytes: &[u8], out: &mut Vec<u8>) {
         }
         return;
     }
-    match KvReply::from_reply(&verbatim_core::Reply::from_bytes(bytes)) {
+    match KvReply::from_bytes(bytes) {
         Some(r) => resp::reply_for(&r, out),
         None => resp::encode_error(b"ERR internal: undecodable reply", out),
     }

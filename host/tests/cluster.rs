@@ -539,6 +539,198 @@ fn a_redis_client_library_works_unchanged() {
     assert_eq!(after, 101);
 }
 
+/// The second service: Redis stream commands through a client library,
+/// on a follower (forwarded) and on the leader, with Redis's reply shapes
+/// and errors; a failover keeps the stream.
+#[test]
+fn streams_work_through_a_redis_client_library() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let base = free_port_base();
+    let mut cluster = start("itstreams", base);
+    let (leader, term) = cluster
+        .wait_leader(0, Duration::from_secs(10))
+        .expect("a leader");
+    let connect = |member: u8| {
+        let port = base + u16::from(member);
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+        let con = client
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .expect("connect");
+        con.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        con
+    };
+    let mut follower = connect((leader + 1) % 3);
+    let mut on_leader = connect(leader);
+    // Automatic ids grow; explicit ones must be larger than the last.
+    let first: String = redis::cmd("XADD")
+        .arg("events")
+        .arg("*")
+        .arg("kind")
+        .arg("login")
+        .arg("user")
+        .arg("ada")
+        .query(&mut follower)
+        .unwrap();
+    let parse = |id: &str| -> (u64, u64) {
+        let (ms, seq) = id.split_once('-').expect("ms-seq");
+        (ms.parse().unwrap(), seq.parse().unwrap())
+    };
+    let (ms, _) = parse(&first);
+    assert!(
+        ms > 1_600_000_000_000,
+        "an automatic id is wall-clock milliseconds: {first}"
+    );
+    let second: String = redis::cmd("XADD")
+        .arg("events")
+        .arg("*")
+        .arg("kind")
+        .arg("logout")
+        .query(&mut on_leader)
+        .unwrap();
+    assert!(parse(&second) > parse(&first), "{second} after {first}");
+    let explicit = format!("{}-0", u64::MAX / 2);
+    let third: String = redis::cmd("XADD")
+        .arg("events")
+        .arg(&explicit)
+        .arg("kind")
+        .arg("x".repeat(30))
+        .query(&mut follower)
+        .unwrap();
+    assert_eq!(
+        third, explicit,
+        "an id longer than 16 bytes comes back whole"
+    );
+    let too_small: redis::RedisResult<String> = redis::cmd("XADD")
+        .arg("events")
+        .arg("1-1")
+        .arg("k")
+        .arg("v")
+        .query(&mut follower);
+    let err = too_small.expect_err("an id below the top item is refused");
+    assert!(
+        err.to_string()
+            .contains("equal or smaller than the target stream top item"),
+        "{err}"
+    );
+    let zero: redis::RedisResult<String> = redis::cmd("XADD")
+        .arg("fresh")
+        .arg("0-0")
+        .arg("k")
+        .arg("v")
+        .query(&mut follower);
+    assert!(zero.unwrap_err().to_string().contains("greater than 0-0"));
+    let len: i64 = redis::cmd("XLEN")
+        .arg("events")
+        .query(&mut follower)
+        .unwrap();
+    assert_eq!(len, 3);
+    let none: i64 = redis::cmd("XLEN")
+        .arg("nothing")
+        .query(&mut follower)
+        .unwrap();
+    assert_eq!(none, 0);
+    // XRANGE: [[id, [field, value, ...]], ...] in id order.
+    type Range = Vec<(String, Vec<String>)>;
+    let all: Range = redis::cmd("XRANGE")
+        .arg("events")
+        .arg("-")
+        .arg("+")
+        .query(&mut follower)
+        .unwrap();
+    assert_eq!(
+        all,
+        vec![
+            (
+                first.clone(),
+                vec!["kind".into(), "login".into(), "user".into(), "ada".into()]
+            ),
+            (second.clone(), vec!["kind".into(), "logout".into()]),
+            (third.clone(), vec!["kind".into(), "x".repeat(30)]),
+        ]
+    );
+    let after_first: Range = redis::cmd("XRANGE")
+        .arg("events")
+        .arg(format!("({first}"))
+        .arg("+")
+        .arg("COUNT")
+        .arg(1)
+        .query(&mut on_leader)
+        .unwrap();
+    assert_eq!(after_first.len(), 1);
+    assert_eq!(after_first[0].0, second);
+    let empty: Range = redis::cmd("XRANGE")
+        .arg("events")
+        .arg("+")
+        .arg("-")
+        .query(&mut follower)
+        .unwrap();
+    assert!(empty.is_empty());
+    let bad: redis::RedisResult<Range> = redis::cmd("XRANGE")
+        .arg("events")
+        .arg("x")
+        .arg("+")
+        .query(&mut follower);
+    assert!(bad.unwrap_err().to_string().contains("Invalid stream ID"));
+    // XTRIM and XADD ... MAXLEN keep the newest entries.
+    let trimmed: i64 = redis::cmd("XTRIM")
+        .arg("events")
+        .arg("MAXLEN")
+        .arg(2)
+        .query(&mut follower)
+        .unwrap();
+    assert_eq!(trimmed, 1);
+    let _: String = redis::cmd("XADD")
+        .arg("events")
+        .arg("MAXLEN")
+        .arg("~")
+        .arg(2)
+        .arg("*")
+        .arg("kind")
+        .arg("late")
+        .query(&mut follower)
+        .unwrap();
+    let kept: Range = redis::cmd("XRANGE")
+        .arg("events")
+        .arg("-")
+        .arg("+")
+        .query(&mut follower)
+        .unwrap();
+    let ids: Vec<&str> = kept.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids.len(), 2);
+    assert_eq!(ids[0], third);
+    // An odd number of field/value arguments is an arity error, and the
+    // connection stays usable.
+    let odd: redis::RedisResult<String> = redis::cmd("XADD")
+        .arg("events")
+        .arg("*")
+        .arg("lonely")
+        .query(&mut follower);
+    assert!(odd
+        .unwrap_err()
+        .to_string()
+        .contains("wrong number of arguments"));
+    // The stream survives the leader's death: the new leader has it.
+    cluster.kill(leader).expect("kill the leader");
+    let (new_leader, _) = cluster
+        .wait_leader(term, Duration::from_secs(10))
+        .expect("a new leader");
+    assert_ne!(new_leader, leader);
+    let mut on_new = connect(new_leader);
+    let len: i64 = redis::cmd("XLEN").arg("events").query(&mut on_new).unwrap();
+    assert_eq!(len, 2);
+    let next: String = redis::cmd("XADD")
+        .arg("events")
+        .arg("*")
+        .arg("kind")
+        .arg("after-failover")
+        .query(&mut on_new)
+        .unwrap();
+    assert!(
+        parse(&next) > parse(&third),
+        "ids keep growing across leaders"
+    );
+}
+
 /// Interop with the real tools. `cargo test` runs without them (a machine
 /// with only the Rust toolchain); `.ci/run` installs redis-tools and runs
 /// this with `--ignored`.

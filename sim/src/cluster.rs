@@ -920,7 +920,7 @@ impl Cluster {
     fn client_answer(&mut self, route: SimRoute, answer: SentAnswer) -> (ClientAnswer, usize) {
         match answer {
             SentAnswer::Ok(bytes) if route.write => {
-                let a = match KvReply::from_reply(&verbatim_core::Reply::from_bytes(&bytes)) {
+                let a = match KvReply::from_bytes(&bytes) {
                     Some(KvReply::Ok) => ClientAnswer::Done(KvOutput::Ok),
                     Some(KvReply::Int(v)) => ClientAnswer::Done(KvOutput::Int(v)),
                     Some(KvReply::Err(KvError::NotInteger)) => {

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use verbatim_core::checksum::Checksum;
 use verbatim_core::kv::{KvBackend, KvLimits, KvStateMachine};
 use verbatim_core::log::EntryHeader;
-use verbatim_core::sm::{ReadError, Reply, RequestError, StateMachine};
+use verbatim_core::sm::{ReadError, RequestError, StateMachine};
 
 /// A `BTreeMap` backend (deterministic iteration for state digests).
 #[derive(Default, Debug)]
@@ -61,9 +61,9 @@ impl RecordingKv {
 }
 
 impl StateMachine for RecordingKv {
-    fn apply(&mut self, entry: &EntryHeader, payload: &[u8]) -> Reply {
+    fn apply(&mut self, entry: &EntryHeader, payload: &[u8], reply: &mut [u8]) -> usize {
         self.applied.borrow_mut().push(EntryId::of(entry, payload));
-        self.inner.apply(entry, payload)
+        self.inner.apply(entry, payload, reply)
     }
 
     fn read(&self, query: &[u8], out: &mut [u8]) -> Result<usize, ReadError> {

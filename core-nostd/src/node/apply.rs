@@ -37,9 +37,12 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     pub(super) fn apply_committed(&mut self) {
         let mut applied = 0u32;
         let max_payload = self.cfg.entry_payload_bytes_max;
+        let reply_max = self.layout.reply_bytes_max as usize;
+        let cycling_stage_slots = self.layout.reply_stage_slots - 1;
         while self.apply_pos < self.commit_pos
             && applied < self.cfg.apply_batch_max
             && EVENT_QUEUE_CAP - self.events.len() >= 2
+            && self.replies_queued < cycling_stage_slots
         {
             let result =
                 self.ring
@@ -61,10 +64,15 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                     let check =
                         self.sessions
                             .check(&self.mem, &self.layout, h.client_id, h.request_id);
-                    let (reply, stale) = match check {
+                    let stage = self.reply_stage_next;
+                    let stale = match check {
                         SessionCheck::New => {
                             let payload = &self.payload[..h.payload_len as usize];
-                            let reply = self.sm.apply(&h, payload);
+                            let n = self.sm.apply(&h, payload, &mut self.reply_buf[..reply_max]);
+                            // A service that reports more than it was given
+                            // is a bug in our own code, not outside input.
+                            assert!(n <= reply_max, "reply longer than reply_bytes_max");
+                            let reply = &self.reply_buf[..n];
                             self.sessions.record(
                                 &self.mem,
                                 &self.layout,
@@ -73,21 +81,33 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                                 h.index,
                                 reply,
                             );
+                            if is_leader {
+                                self.stage_reply(stage, reply);
+                            }
                             self.counters.operations_applied += 1;
-                            (reply, false)
+                            false
                         }
-                        SessionCheck::Duplicate(reply) => {
+                        SessionCheck::Duplicate { slot } => {
                             self.counters.duplicates += 1;
-                            (reply, false)
+                            if is_leader {
+                                self.stage_session_reply(stage, slot);
+                            }
+                            false
                         }
-                        SessionCheck::Stale => (Reply::default(), true),
+                        SessionCheck::Stale => {
+                            if is_leader {
+                                self.stage_reply(stage, &[]);
+                            }
+                            true
+                        }
                     };
                     if is_leader {
+                        self.reply_stage_next = (stage + 1) % cycling_stage_slots;
                         self.push_event(Event::Reply {
                             client_id: h.client_id,
                             request_id: h.request_id,
                             index: h.index,
-                            reply,
+                            stage: stage as u32,
                             stale,
                         });
                     }

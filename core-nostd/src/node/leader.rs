@@ -177,9 +177,15 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             .sessions
             .check(&self.mem, &self.layout, client_id, request_id)
         {
-            SessionCheck::Duplicate(reply) => {
+            SessionCheck::Duplicate { slot } => {
                 self.counters.duplicates += 1;
-                return Ok(Submitted::Duplicate(reply));
+                // The last stage slot is never used by apply: the reply
+                // stays there until the host's next call.
+                let stage = self.layout.reply_stage_slots - 1;
+                self.stage_session_reply(stage, slot);
+                return Ok(Submitted::Duplicate {
+                    stage: stage as u32,
+                });
             }
             SessionCheck::Stale => return Err(SubmitError::Stale),
             SessionCheck::New => {}

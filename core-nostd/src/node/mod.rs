@@ -13,7 +13,7 @@ mod leader;
 #[cfg(test)]
 mod tests;
 
-use crate::config::{Config, ConfigError, ENTRY_PAYLOAD_BYTES_CAP};
+use crate::config::{Config, ConfigError, ENTRY_PAYLOAD_BYTES_CAP, REPLY_BYTES_CAP};
 use crate::fabric::{
     Access, Action, Channel, Completion, FabricError, MemberId, RegionId, MAX_MEMBERS,
 };
@@ -22,7 +22,7 @@ use crate::log::{AdjustHeader, Ring};
 use crate::mem::Memory;
 use crate::rng::SplitMix64;
 use crate::sessions::Sessions;
-use crate::sm::{Reply, StateMachine};
+use crate::sm::StateMachine;
 use crate::sst::Row;
 use heapless::Deque;
 
@@ -62,8 +62,11 @@ pub enum Event {
         request_id: u64,
         /// Log index of the applied entry.
         index: u64,
-        /// The state machine's reply (the first one, for duplicates).
-        reply: Reply,
+        /// Where the state machine's reply (the first one, for
+        /// duplicates) waits: [`Node::copy_reply`] with this stage slot
+        /// returns it until the next call into the node other than
+        /// `poll_*` and the getters.
+        stage: u32,
         /// True when the request had been superseded by a newer one of the
         /// same client, so no reply is remembered for it.
         stale: bool,
@@ -124,8 +127,12 @@ pub enum Submitted {
         /// Log index.
         index: u64,
     },
-    /// Already applied earlier: here is its reply; nothing was appended.
-    Duplicate(Reply),
+    /// Already applied earlier; nothing was appended. Its reply waits in
+    /// this reply stage slot ([`Node::copy_reply`]) until the next call.
+    Duplicate {
+        /// The reply stage slot.
+        stage: u32,
+    },
 }
 
 /// Refused submissions.
@@ -535,6 +542,16 @@ pub struct Node<M: Memory, S: StateMachine> {
     log_full_reported: bool,
     counters: Counters,
     payload: [u8; ENTRY_PAYLOAD_BYTES_CAP as usize],
+    /// The state machine writes a write's reply here (the first
+    /// `reply_bytes_max` bytes).
+    reply_buf: [u8; REPLY_BYTES_CAP as usize],
+    /// Next reply stage slot for an applied write (cycles below the last
+    /// slot, which is the submission-time duplicate's).
+    reply_stage_next: u64,
+    /// Reply events queued and not yet polled: apply stops when every
+    /// cycling stage slot holds one, so a reply is never overwritten
+    /// before the host saw its event.
+    replies_queued: u64,
 }
 
 impl<M: Memory, S: StateMachine> Node<M, S> {
@@ -632,6 +649,9 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             log_full_reported: false,
             counters: Counters::default(),
             payload: [0; ENTRY_PAYLOAD_BYTES_CAP as usize],
+            reply_buf: [0; REPLY_BYTES_CAP as usize],
+            reply_stage_next: 0,
+            replies_queued: 0,
             cfg: config,
         };
         Ok(node)
@@ -779,7 +799,30 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
 
     /// The next event for the host.
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
+        let e = self.events.pop_front();
+        if let Some(Event::Reply { .. }) = e {
+            self.replies_queued -= 1;
+        }
+        e
+    }
+
+    /// Copies the reply waiting in reply stage slot `stage` (from an
+    /// [`Event::Reply`] or [`Submitted::Duplicate`]) into `out`; returns
+    /// its length, at most `reply_bytes_max` and `out.len()`.
+    pub fn copy_reply(&self, stage: u32, out: &mut [u8]) -> usize {
+        let stage = u64::from(stage);
+        if stage >= self.layout.reply_stage_slots {
+            return 0;
+        }
+        let at = self.layout.reply_stage(stage);
+        let len = (self.mem.load_u64(at) as usize)
+            .min(self.layout.reply_bytes_max as usize)
+            .min(out.len());
+        self.mem.read(
+            at.add(crate::layout::REPLY_STAGE_HEADER_BYTES),
+            &mut out[..len],
+        );
+        len
     }
 
     /// When [`Node::handle_timeout`] must be called at the latest (our
@@ -943,9 +986,37 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.now = self.now.max(now);
     }
 
+    /// Stores a reply in stage slot `stage`.
+    fn stage_reply(&self, stage: u64, reply: &[u8]) {
+        let at = self.layout.reply_stage(stage);
+        let len = reply.len().min(self.layout.reply_bytes_max as usize);
+        self.mem.store_u64(at, len as u64);
+        self.mem.write(
+            at.add(crate::layout::REPLY_STAGE_HEADER_BYTES),
+            &reply[..len],
+        );
+    }
+
+    /// Copies session `slot`'s remembered reply into stage slot `stage`.
+    fn stage_session_reply(&mut self, stage: u64, slot: u64) {
+        let max = self.layout.reply_bytes_max as usize;
+        let n = self
+            .sessions
+            .copy_reply(&self.mem, &self.layout, slot, &mut self.reply_buf[..max]);
+        let at = self.layout.reply_stage(stage);
+        self.mem.store_u64(at, n as u64);
+        self.mem.write(
+            at.add(crate::layout::REPLY_STAGE_HEADER_BYTES),
+            &self.reply_buf[..n],
+        );
+    }
+
     fn push_event(&mut self, e: Event) {
         // The queue is sized so that one call cannot overflow it when the
         // host drains after every call; apply checks space before going on.
+        if let Event::Reply { .. } = e {
+            self.replies_queued += 1;
+        }
         if self.events.push_back(e).is_err() {
             panic!("event queue overflow: the host must drain events after every call");
         }
