@@ -10,6 +10,7 @@ use crate::check::election::ElectionSafety;
 use crate::check::linearizability::{check_history, Verdict};
 use crate::check::log_matching::check_log_matching;
 use crate::check::state_machine::StateMachineSafety;
+use crate::check::streams::{check_streams, StreamInput, StreamOperation, StreamOutput};
 use crate::check::{EntryId, Violation};
 use crate::history::{KvInput, KvOutput, Operation};
 use crate::kvsm::RecordingKv;
@@ -28,6 +29,9 @@ use verbatim_core::kv::{KvError, KvLimits, KvOp, KvReply};
 use verbatim_core::log::Ring;
 use verbatim_core::node::{Event, Role};
 use verbatim_core::rng::SplitMix64;
+use verbatim_core::stream::{
+    encode_pairs, pairs_iter, range_entries, IdSpec, StreamId, StreamOp, StreamReply,
+};
 use verbatim_core::{Config, Layout, MemberId};
 use verbatim_driver::{Answer, Driver, DriverEvent, Engines, Host, Incoming, Refusal};
 
@@ -124,6 +128,9 @@ pub struct ClusterOptions {
     pub cas_permille: u64,
     /// Per mille that are DELs (the rest are SETs).
     pub del_permille: u64,
+    /// Per mille of all operations that go to the stream service (half
+    /// `XADD`, half whole-stream `XRANGE`), before the key-value mix.
+    pub stream_permille: u64,
     /// Largest value written.
     pub value_bytes_max: usize,
     /// Smallest value written (model runs fix the size).
@@ -185,6 +192,7 @@ impl ClusterOptions {
             incr_permille: 150,
             cas_permille: 100,
             del_permille: 50,
+            stream_permille: 100,
             value_bytes_max: 64,
             value_bytes_min: 0,
             think_ns_max: 20_000,
@@ -238,11 +246,14 @@ pub struct RunReport {
     pub trace: Vec<String>,
     /// The client history.
     pub history: Vec<Operation>,
+    /// The stream operations of the history.
+    pub stream_history: Vec<StreamOperation>,
 }
 
 #[derive(Debug)]
 enum ClientAnswer {
     Done(KvOutput),
+    StreamDone(StreamOutput),
     Redirect(Option<MemberId>),
     Busy,
 }
@@ -252,6 +263,7 @@ struct ClientRequest {
     client: usize,
     request_id: u64,
     write: bool,
+    stream: bool,
     payload: Vec<u8>,
 }
 
@@ -370,6 +382,8 @@ struct SimRoute {
     client: usize,
     request_id: u64,
     write: bool,
+    /// A stream operation (its answers decode differently).
+    stream: bool,
 }
 
 /// An answer as the simulated member sends it back.
@@ -404,7 +418,9 @@ struct SimNode {
 }
 
 struct Outstanding {
+    /// Index in the history (the stream history when `stream`).
     op: usize,
+    stream: bool,
     request_id: u64,
     write: bool,
     payload: Vec<u8>,
@@ -429,6 +445,7 @@ pub struct Cluster {
     ring: Ring,
     limits: KvLimits,
     history: Vec<Operation>,
+    stream_history: Vec<StreamOperation>,
     now: u64,
     end_ns: u64,
     healed: bool,
@@ -463,7 +480,8 @@ impl Cluster {
             memories.push(mem.clone());
             let mut cfg = opts.config.clone();
             cfg.self_id = MemberId(i as u8);
-            let read_bytes_max = limits.value_bytes_max as usize + 1;
+            // A GET's value or a whole stream (XRANGE - +).
+            let read_bytes_max = (limits.value_bytes_max as usize + 1).max(1 << 20);
             let driver = Driver::new(cfg, mem, RecordingKv::new(limits), 0, read_bytes_max)
                 .expect("valid config");
             nodes.push(SimNode {
@@ -558,6 +576,7 @@ impl Cluster {
             clients,
             limits,
             history: Vec::new(),
+            stream_history: Vec::new(),
             now: 0,
             end_ns,
             healed: false,
@@ -918,7 +937,40 @@ impl Cluster {
     /// Decodes a member's answer as the client sees it (and its size on
     /// the wire).
     fn client_answer(&mut self, route: SimRoute, answer: SentAnswer) -> (ClientAnswer, usize) {
+        let stream = route.stream;
         match answer {
+            SentAnswer::Ok(bytes) if stream => {
+                let out = if route.write {
+                    match StreamReply::from_bytes(&bytes) {
+                        Some(StreamReply::Id(id)) => Some(StreamOutput::Id(id)),
+                        _ => None,
+                    }
+                } else {
+                    range_entries(&bytes).map(|entries| {
+                        StreamOutput::Entries(
+                            entries
+                                .map(|e| {
+                                    let tag = pairs_iter(e.pairs)
+                                        .next()
+                                        .map_or(Vec::new(), |(_, v)| v.to_vec());
+                                    (e.id, tag)
+                                })
+                                .collect(),
+                        )
+                    })
+                };
+                match out {
+                    Some(out) => (ClientAnswer::StreamDone(out), bytes.len() + 8),
+                    None => {
+                        self.violation(Violation {
+                            invariant: "client replies",
+                            time_ns: self.now,
+                            detail: format!("unexpected stream reply {bytes:?}"),
+                        });
+                        (ClientAnswer::Busy, 16)
+                    }
+                }
+            }
             SentAnswer::Ok(bytes) if route.write => {
                 let a = match KvReply::from_bytes(&bytes) {
                     Some(KvReply::Ok) => ClientAnswer::Done(KvOutput::Ok),
@@ -1136,9 +1188,15 @@ impl Cluster {
         );
         let vmax = o.value_bytes_max.max(16);
         let vmin = o.value_bytes_min;
+        let stream_p = o.stream_permille;
         let client = &mut self.clients[c];
         let request_id = client.next_request;
         client.next_request += 1;
+        if stream_p > 0 && client.rng.range_inclusive(0, 999) < stream_p {
+            self.client_new_stream_op(c, request_id);
+            return;
+        }
+        let client = &mut self.clients[c];
         let r = client.rng.range_inclusive(0, 999);
         let value_key = format!("k{}", client.rng.range_inclusive(0, keys - 1)).into_bytes();
         let counter_key = format!("n{}", client.rng.range_inclusive(0, keys - 1)).into_bytes();
@@ -1200,6 +1258,62 @@ impl Cluster {
         });
         self.clients[c].outstanding = Some(Outstanding {
             op: self.history.len() - 1,
+            stream: false,
+            request_id,
+            write,
+            payload,
+            attempt: 0,
+        });
+        self.client_send(c);
+    }
+
+    /// A stream operation: an `XADD` of a unique tag (automatic id from
+    /// the client's clock) or a whole-stream `XRANGE`, on one of two
+    /// streams.
+    fn client_new_stream_op(&mut self, c: usize, request_id: u64) {
+        let client = &mut self.clients[c];
+        let key = format!("s{}", client.rng.range_inclusive(0, 1)).into_bytes();
+        let (input, write) = if client.rng.chance(1, 2) {
+            let tag = format!("c{c}r{request_id}").into_bytes();
+            (StreamInput::Add { key, tag }, true)
+        } else {
+            (StreamInput::Range { key }, false)
+        };
+        let mut pairs = vec![0u8; 64];
+        let op = match &input {
+            StreamInput::Add { key, tag } => {
+                let n = encode_pairs([(&b"tag"[..], &tag[..])].into_iter(), &mut pairs)
+                    .expect("a short tag fits");
+                pairs.truncate(n);
+                StreamOp::Add {
+                    key,
+                    id: IdSpec::Auto {
+                        hint_ms: self.now / 1_000_000,
+                    },
+                    maxlen: None,
+                    pairs: &pairs,
+                }
+            }
+            StreamInput::Range { key } => StreamOp::Range {
+                key,
+                start: StreamId::MIN,
+                end: StreamId::MAX,
+                count: None,
+            },
+        };
+        let mut payload = vec![0u8; 256];
+        let n = op.encode(&mut payload).expect("a short operation fits");
+        payload.truncate(n);
+        self.stream_history.push(StreamOperation {
+            client: c as u64,
+            input,
+            call_ns: self.now,
+            return_ns: u64::MAX,
+            output: None,
+        });
+        self.clients[c].outstanding = Some(Outstanding {
+            op: self.stream_history.len() - 1,
+            stream: true,
             request_id,
             write,
             payload,
@@ -1215,6 +1329,7 @@ impl Cluster {
             client: c,
             request_id: o.request_id,
             write: o.write,
+            stream: o.stream,
             payload: o.payload.clone(),
         };
         let at = self.now + self.opts.net.ud_ns(req.payload.len() as u64) as u64;
@@ -1240,6 +1355,17 @@ impl Cluster {
         });
         let n = self.nodes.len();
         match answer {
+            ClientAnswer::StreamDone(out) => {
+                let o = self.clients[c].outstanding.take().unwrap();
+                let op = &mut self.stream_history[o.op];
+                op.output = Some(out);
+                op.return_ns = self.now;
+                let think = self.clients[c]
+                    .rng
+                    .range_inclusive(0, self.opts.think_ns_max);
+                self.queue
+                    .push(self.now + think, Ev::ClientSend { client: c });
+            }
             ClientAnswer::Done(out) => {
                 let o = self.clients[c].outstanding.take().unwrap();
                 let op = &mut self.history[o.op];
@@ -1289,6 +1415,7 @@ impl Cluster {
                     client: c,
                     request_id: o.request_id,
                     write: o.write,
+                    stream: o.stream,
                     payload: o.payload.clone(),
                 };
                 let attempt = o.attempt;
@@ -1308,14 +1435,15 @@ impl Cluster {
         if self.opts.trace {
             for c in 0..self.clients.len() {
                 if let Some(o) = &self.clients[c].outstanding {
-                    let (op, attempt, target) = (
-                        self.history[o.op].clone(),
-                        o.attempt,
-                        self.clients[c].target,
-                    );
+                    let op = if o.stream {
+                        format!("{:?}", self.stream_history[o.op])
+                    } else {
+                        format!("{:?}", self.history[o.op])
+                    };
+                    let (attempt, target) = (o.attempt, self.clients[c].target);
                     self.log(|| {
                         format!(
-                            "end client {c}: outstanding attempt {attempt} target {target}: {op:?}"
+                            "end client {c}: outstanding attempt {attempt} target {target}: {op}"
                         )
                     });
                 }
@@ -1370,6 +1498,13 @@ impl Cluster {
         }
         for v in self.sm_safety.check_final(self.now, &states) {
             self.violation(v);
+        }
+        if let Err(v) = check_streams(&self.stream_history) {
+            self.violation(Violation {
+                invariant: "stream linearizability",
+                time_ns: self.now,
+                detail: format!("stream {:?}: {}", String::from_utf8_lossy(&v.key), v.detail),
+            });
         }
         let mut unknown = false;
         match check_history(&self.history) {
@@ -1443,6 +1578,7 @@ impl Cluster {
             violations: self.violations,
             trace: self.trace,
             history: self.history,
+            stream_history: self.stream_history,
         }
     }
 }
@@ -1549,6 +1685,7 @@ impl Host<SimMemory, RecordingKv> for SimHost<'_> {
                 client: req.client,
                 request_id: req.request_id,
                 write: req.write,
+                stream: req.stream,
             },
         })
     }

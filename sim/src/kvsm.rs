@@ -1,6 +1,6 @@
-//! The key-value state machine as the simulator runs it: the core's
-//! semantics over a `BTreeMap`, recording every applied operation for the
-//! state-machine-safety checker.
+//! The services as the simulator runs them: the core's key-value and
+//! stream semantics over `BTreeMap`s, recording every applied operation for
+//! the state-machine-safety checker.
 
 use crate::check::EntryId;
 use std::cell::RefCell;
@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use verbatim_core::checksum::Checksum;
 use verbatim_core::kv::{KvBackend, KvLimits, KvStateMachine};
 use verbatim_core::log::EntryHeader;
+use verbatim_core::service::KvAndStreams;
 use verbatim_core::sm::{ReadError, RequestError, StateMachine};
+use verbatim_core::stream::{StreamBackend, StreamId, StreamStateMachine};
 
 /// A `BTreeMap` backend (deterministic iteration for state digests).
 #[derive(Default, Debug)]
@@ -27,9 +29,58 @@ impl KvBackend for MapBackend {
     }
 }
 
-/// The KV state machine plus a record of what it applied.
+/// Streams in `BTreeMap`s: per stream its last id and its entries.
+#[derive(Default, Debug)]
+pub struct MapStreams(pub BTreeMap<Vec<u8>, (StreamId, BTreeMap<StreamId, Vec<u8>>)>);
+
+impl StreamBackend for MapStreams {
+    fn last_id(&self, key: &[u8]) -> Option<StreamId> {
+        self.0.get(key).map(|s| s.0)
+    }
+    fn len(&self, key: &[u8]) -> u64 {
+        self.0.get(key).map_or(0, |s| s.1.len() as u64)
+    }
+    fn append(&mut self, key: &[u8], id: StreamId, pairs: &[u8]) -> Result<(), ()> {
+        let s = self.0.entry(key.to_vec()).or_default();
+        s.0 = id;
+        s.1.insert(id, pairs.to_vec());
+        Ok(())
+    }
+    fn trim(&mut self, key: &[u8], maxlen: u64) -> u64 {
+        let Some(s) = self.0.get_mut(key) else {
+            return 0;
+        };
+        let mut removed = 0;
+        while s.1.len() as u64 > maxlen {
+            s.1.pop_first();
+            removed += 1;
+        }
+        removed
+    }
+    fn range(
+        &self,
+        key: &[u8],
+        start: StreamId,
+        end: StreamId,
+        visit: &mut dyn FnMut(StreamId, &[u8]) -> bool,
+    ) {
+        if start > end {
+            return;
+        }
+        if let Some(s) = self.0.get(key) {
+            for (id, p) in s.1.range(start..=end) {
+                if !visit(*id, p) {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// The services (key-value store and streams) plus a record of what they
+/// applied.
 pub struct RecordingKv {
-    inner: KvStateMachine<MapBackend>,
+    inner: KvAndStreams<KvStateMachine<MapBackend>, StreamStateMachine<MapStreams>>,
     applied: RefCell<Vec<EntryId>>,
 }
 
@@ -37,7 +88,10 @@ impl RecordingKv {
     /// An empty store.
     pub fn new(limits: KvLimits) -> Self {
         RecordingKv {
-            inner: KvStateMachine::new(MapBackend::default(), limits),
+            inner: KvAndStreams::new(
+                KvStateMachine::new(MapBackend::default(), limits),
+                StreamStateMachine::new(MapStreams::default(), limits),
+            ),
             applied: RefCell::new(Vec::new()),
         }
     }
@@ -50,11 +104,23 @@ impl RecordingKv {
     /// Digest of the whole state.
     pub fn digest(&self) -> u64 {
         let mut c = Checksum::new(0x0053_5441_5445); // "STATE"
-        for (k, v) in &self.inner.backend().0 {
+        for (k, v) in &self.inner.kv.backend().0 {
             c.word(k.len() as u64);
             c.bytes(k);
             c.word(v.len() as u64);
             c.bytes(v);
+        }
+        for (k, (last, entries)) in &self.inner.streams.backend().0 {
+            c.word(k.len() as u64);
+            c.bytes(k);
+            c.word(last.ms);
+            c.word(last.seq);
+            for (id, pairs) in entries {
+                c.word(id.ms);
+                c.word(id.seq);
+                c.word(pairs.len() as u64);
+                c.bytes(pairs);
+            }
         }
         c.finish()
     }

@@ -20,6 +20,7 @@ pub fn options_for_seed(seed: u64) -> ClusterOptions {
     o.incr_permille = r.range_inclusive(0, 200);
     o.cas_permille = r.range_inclusive(0, 150);
     o.del_permille = r.range_inclusive(0, 50);
+    o.stream_permille = r.range_inclusive(0, 200);
     o.value_bytes_max = r.range_inclusive(16, 300) as usize;
     o.net.latency_scale = 1.0 + r.range_inclusive(0, 200) as f64 / 100.0;
     o.tearing = r.chance(1, 3);

@@ -9,6 +9,7 @@ pub mod election;
 pub mod linearizability;
 pub mod log_matching;
 pub mod state_machine;
+pub mod streams;
 
 use verbatim_core::checksum::Checksum;
 use verbatim_core::log::EntryHeader;
