@@ -423,7 +423,17 @@ impl Client {
             // The server retries internally while it has no leader, up to
             // its own timeout: wait a little longer than that.
             let _ = s.set_read_timeout(Some(crate::tcp::REQUEST_TIMEOUT + Duration::from_secs(1)));
-            self.tcp[m] = Some((s, Vec::new()));
+            let mut buf = Vec::new();
+            if let Some(password) = self.manifest.cluster.resp_password.clone() {
+                let mut s = s;
+                match tcp_auth(&mut s, &mut buf, password.as_bytes(), &self.limits) {
+                    Ok(()) => self.tcp[m] = Some((s, buf)),
+                    Err(AuthFailure::Refused(why)) => return Attempt::Error(why),
+                    Err(AuthFailure::Io) => return Attempt::Failed,
+                }
+            } else {
+                self.tcp[m] = Some((s, buf));
+            }
         }
         let (stream, buf) = self.tcp[m].as_mut().expect("connected above");
         let mut req = Vec::new();
@@ -450,6 +460,46 @@ impl Client {
                 }
                 Ok(n) => buf.extend_from_slice(&chunk[..n]),
             }
+        }
+    }
+}
+
+enum AuthFailure {
+    /// The replica answered with an error (wrong password).
+    Refused(String),
+    /// The connection failed.
+    Io,
+}
+
+/// Sends `AUTH <password>` and waits for its `+OK`.
+fn tcp_auth(
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    password: &[u8],
+    limits: &KvLimits,
+) -> Result<(), AuthFailure> {
+    let mut req = Vec::new();
+    crate::resp::encode_array_header(2, &mut req);
+    crate::resp::encode_bulk(b"AUTH", &mut req);
+    crate::resp::encode_bulk(password, &mut req);
+    stream.write_all(&req).map_err(|_| AuthFailure::Io)?;
+    let resp_limits = crate::resp::RespLimits::for_kv(limits);
+    let mut chunk = [0u8; 1024];
+    loop {
+        if let Ok(Some((frame, used))) = crate::resp::parse_frame(buf, &resp_limits) {
+            let result = match frame {
+                crate::resp::Frame::Simple(_) => Ok(()),
+                crate::resp::Frame::Error(e) => Err(AuthFailure::Refused(
+                    String::from_utf8_lossy(e).into_owned(),
+                )),
+                _ => Err(AuthFailure::Refused("unexpected reply to AUTH".into())),
+            };
+            buf.drain(..used);
+            return result;
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => return Err(AuthFailure::Io),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
     }
 }

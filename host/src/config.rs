@@ -120,6 +120,9 @@ fn default_value_bytes_max() -> u32 {
 fn default_session_slot_count() -> u32 {
     4096
 }
+fn default_resp_output_bytes_max() -> u64 {
+    64 << 20
+}
 fn default_reply_bytes_max() -> u32 {
     64
 }
@@ -165,6 +168,19 @@ pub struct ClusterSection {
     /// every member must agree.
     #[serde(default = "default_reply_bytes_max")]
     pub reply_bytes_max: u32,
+    /// RESP password (Redis's `requirepass`): when set, a connection must
+    /// `AUTH` before any other command. Required to serve RESP on an
+    /// address other than loopback (Redis's protected mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resp_password: Option<String>,
+    /// Close a RESP connection idle for this long (seconds; 0: never, as
+    /// Redis's `timeout 0`).
+    #[serde(default)]
+    pub resp_idle_timeout_s: u64,
+    /// Close a RESP connection whose unsent replies exceed this many bytes
+    /// (Redis's `client-output-buffer-limit` hard limit).
+    #[serde(default = "default_resp_output_bytes_max")]
+    pub resp_output_bytes_max: u64,
     /// Shared-memory client slots per replica.
     #[serde(default = "default_client_slot_count")]
     pub client_slot_count: u32,
@@ -414,6 +430,9 @@ impl Manifest {
                 value_bytes_max: default_value_bytes_max(),
                 session_slot_count: default_session_slot_count(),
                 reply_bytes_max: default_reply_bytes_max(),
+                resp_password: None,
+                resp_idle_timeout_s: 0,
+                resp_output_bytes_max: default_resp_output_bytes_max(),
                 client_slot_count: default_client_slot_count(),
                 seed: 0,
             },
@@ -514,6 +533,21 @@ impl Manifest {
 
     /// Checks everything; the error names the manifest field.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.cluster.resp_password.as_deref() == Some("") {
+            return Err(ConfigError::new(
+                "cluster.resp_password",
+                "is empty; remove the line (no authentication) or set a password",
+            ));
+        }
+        if self.cluster.resp_output_bytes_max < 1 << 16 {
+            return Err(ConfigError::new(
+                "cluster.resp_output_bytes_max",
+                format!(
+                    "is {}; allow at least 65536 bytes of unsent replies per connection",
+                    self.cluster.resp_output_bytes_max
+                ),
+            ));
+        }
         let c = &self.cluster;
         if c.name.is_empty()
             || c.name.len() > 32
@@ -548,10 +582,20 @@ impl Manifest {
                 ));
             }
             if let Some(addr) = &m.resp_addr {
-                if addr.parse::<std::net::SocketAddr>().is_err() {
+                let Ok(parsed) = addr.parse::<std::net::SocketAddr>() else {
                     return Err(ConfigError::new(
                         format!("members[{i}].resp_addr"),
                         format!("`{addr}` is not an address like 127.0.0.1:7000"),
+                    ));
+                };
+                // Redis's protected mode: no password, no network.
+                if !parsed.ip().is_loopback() && self.cluster.resp_password.is_none() {
+                    return Err(ConfigError::new(
+                        format!("members[{i}].resp_addr"),
+                        format!(
+                            "`{addr}` is reachable from other hosts but cluster.resp_password is not set; \
+                             set a password (clients then AUTH) or bind 127.0.0.1"
+                        ),
                     ));
                 }
             }
@@ -721,6 +765,29 @@ id = 2
         let e = Manifest::parse(BASE, &["=x".into()]).unwrap_err();
         assert_eq!(e.field, "--set");
         assert!(e.message.contains("key=value"), "{e}");
+    }
+
+    /// Redis's protected mode: a RESP address other hosts can reach needs
+    /// a password.
+    #[test]
+    fn a_public_resp_address_needs_a_password() {
+        let e =
+            Manifest::parse(BASE, &["members.0.resp_addr=\"0.0.0.0:7000\"".into()]).unwrap_err();
+        assert_eq!(e.field, "members[0].resp_addr");
+        assert!(e.message.contains("resp_password"), "{e}");
+        let m = Manifest::parse(
+            BASE,
+            &[
+                "members.0.resp_addr=\"0.0.0.0:7000\"".into(),
+                "cluster.resp_password=\"pw\"".into(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(m.cluster.resp_password.as_deref(), Some("pw"));
+        let e = Manifest::parse(BASE, &["cluster.resp_password=\"\"".into()]).unwrap_err();
+        assert_eq!(e.field, "cluster.resp_password");
+        let e = Manifest::parse(BASE, &["cluster.resp_output_bytes_max=10".into()]).unwrap_err();
+        assert_eq!(e.field, "cluster.resp_output_bytes_max");
     }
 
     #[test]

@@ -11,7 +11,16 @@
 //! Redis client gets a fresh client id per connection and sequential
 //! request ids; a verbatim client sends `RID <client_id> <request_id>`
 //! before a command to name it, so that a retry (on another connection or
-//! replica) is recognised. Forwarding preserves the ids.
+//! replica) is recognised. Forwarding preserves the ids and counts hops
+//! (`RID <client_id> <request_id> <hops>`), so a request is forwarded at
+//! most once.
+//!
+//! Security (Redis's model): with `cluster.resp_password` set, a connection
+//! must `AUTH <password>` (or `AUTH default <password>`) before anything
+//! else (`-NOAUTH` otherwise); the manifest refuses a non-loopback address
+//! without a password (protected mode); a connection idle for
+//! `cluster.resp_idle_timeout_s` or with more than
+//! `cluster.resp_output_bytes_max` unsent reply bytes is closed.
 
 use crate::config::Manifest;
 use crate::resp::{self, Command, Frame, Local, RespLimits};
@@ -30,6 +39,11 @@ use verbatim_core::kv::{KvLimits, KvOp, KvReply};
 pub const RESP_CONNECTIONS_MAX: usize = 1024;
 /// How long one operation may take, retries and forwarding included.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a reply may wait for a client that does not read.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A forwarded request is never forwarded again: a member that is not the
+/// leader any more answers TRYAGAIN instead of starting a loop.
+pub const FORWARD_HOPS_MAX: u8 = 1;
 
 /// A running RESP listener.
 pub struct RespServer {
@@ -131,6 +145,8 @@ struct Upstream {
     leader: MemberId,
     stream: TcpStream,
     buf: Vec<u8>,
+    /// `AUTH` was sent on this connection.
+    authenticated: bool,
 }
 
 struct Conn<'c> {
@@ -144,6 +160,10 @@ struct Conn<'c> {
     upstream: Option<Upstream>,
     resp_limits: RespLimits,
     kv_limits: KvLimits,
+    /// Hops the named request (`RID`) has made.
+    named_hops: u8,
+    /// False until `AUTH` succeeds, when a password is set.
+    authenticated: bool,
 }
 
 impl<'c> Conn<'c> {
@@ -161,6 +181,8 @@ impl<'c> Conn<'c> {
             upstream: None,
             resp_limits: RespLimits::for_kv(&kv_limits),
             kv_limits,
+            named_hops: 0,
+            authenticated: ctx.manifest.cluster.resp_password.is_none(),
         }
     }
 
@@ -168,6 +190,14 @@ impl<'c> Conn<'c> {
         let _ = self
             .stream
             .set_read_timeout(Some(Duration::from_millis(200)));
+        let _ = self.stream.set_write_timeout(Some(WRITE_TIMEOUT));
+        let idle_timeout = match self.ctx.manifest.cluster.resp_idle_timeout_s {
+            0 => None,
+            s => Some(Duration::from_secs(s)),
+        };
+        let output_max =
+            usize::try_from(self.ctx.manifest.cluster.resp_output_bytes_max).unwrap_or(usize::MAX);
+        let mut last_activity = Instant::now();
         let mut inbuf: Vec<u8> = Vec::with_capacity(16 * 1024);
         let mut out: Vec<u8> = Vec::with_capacity(16 * 1024);
         let mut chunk = vec![0u8; 64 * 1024];
@@ -181,10 +211,15 @@ impl<'c> Conn<'c> {
                         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                     ) =>
                 {
-                    continue
+                    if idle_timeout.is_some_and(|t| last_activity.elapsed() >= t) {
+                        tracing::debug!(client = self.client_id, "idle RESP connection closed");
+                        return;
+                    }
+                    continue;
                 }
                 Err(_) => return,
             };
+            last_activity = Instant::now();
             inbuf.extend_from_slice(&chunk[..n]);
             let mut at = 0;
             let mut close = false;
@@ -196,6 +231,16 @@ impl<'c> Conn<'c> {
                             close = true;
                         }
                         at += used;
+                        if out.len() > output_max {
+                            // Redis's hard output-buffer limit: the client
+                            // asks faster than it reads.
+                            tracing::warn!(
+                                client = self.client_id,
+                                bytes = out.len(),
+                                "RESP connection closed: output buffer limit"
+                            );
+                            return;
+                        }
                         if close {
                             break;
                         }
@@ -223,14 +268,28 @@ impl<'c> Conn<'c> {
 
     /// Handles one request frame; true means close after replying.
     fn handle_frame(&mut self, frame: &Frame<'_>, raw: &[u8], out: &mut Vec<u8>) -> bool {
+        if let Some(auth) = auth_command(frame) {
+            self.auth(auth, out);
+            return false;
+        }
+        if !self.authenticated {
+            // QUIT is allowed before AUTH (Redis allows AUTH, HELLO, QUIT).
+            if let Ok(Command::Quit) = resp::parse_command(frame, &self.kv_limits) {
+                resp::encode_simple(b"OK", out);
+                return true;
+            }
+            resp::encode_error(b"NOAUTH Authentication required.", out);
+            return false;
+        }
         if let Some(ids) = rid_command(frame) {
             match ids {
-                Some(ids) => {
-                    self.named = Some(ids);
+                Some((client, request, hops)) => {
+                    self.named = Some((client, request));
+                    self.named_hops = hops;
                     resp::encode_simple(b"OK", out);
                 }
                 None => resp::encode_error(
-                    b"ERR usage: RID <client_id> <request_id> (positive integers)",
+                    b"ERR usage: RID <client_id> <request_id> [hops] (positive integers)",
                     out,
                 ),
             }
@@ -326,6 +385,31 @@ impl<'c> Conn<'c> {
         resp::encode_bulk(text.as_bytes(), out);
     }
 
+    /// `AUTH [default] <password>`, with Redis's replies.
+    fn auth(&mut self, auth: Option<&[u8]>, out: &mut Vec<u8>) {
+        let Some(given) = auth else {
+            resp::encode_error(b"ERR wrong number of arguments for 'auth' command", out);
+            return;
+        };
+        match self.ctx.manifest.cluster.resp_password.as_deref() {
+            None => resp::encode_error(
+                b"ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+                out,
+            ),
+            Some(expected) if constant_time_eq(expected.as_bytes(), given) => {
+                self.authenticated = true;
+                resp::encode_simple(b"OK", out);
+            }
+            Some(_) => {
+                self.authenticated = false;
+                resp::encode_error(
+                    b"WRONGPASS invalid username-password pair or user is disabled.",
+                    out,
+                );
+            }
+        }
+    }
+
     /// Runs a service operation (encoded): through our poll loop, or
     /// forwarded to the leader, retrying while no leader is known. Returns
     /// the service's result bytes, or `None` when the reply (an error, or
@@ -337,6 +421,7 @@ impl<'c> Conn<'c> {
         raw: &[u8],
         out: &mut Vec<u8>,
     ) -> Option<Vec<u8>> {
+        let hops = std::mem::take(&mut self.named_hops);
         let (client_id, request_id) = self.named.take().unwrap_or_else(|| {
             let r = self.next_request;
             self.next_request += 1;
@@ -377,8 +462,15 @@ impl<'c> Conn<'c> {
                     resp::encode_error(format!("ERR {msg}").as_bytes(), out);
                     return None;
                 }
+                ServiceReply::NotLeader(_) if hops >= FORWARD_HOPS_MAX => {
+                    resp::encode_error(
+                        b"TRYAGAIN not the leader (a forwarded request is not forwarded again)",
+                        out,
+                    );
+                    return None;
+                }
                 ServiceReply::NotLeader(Some(leader)) if leader.0 != self.ctx.me => {
-                    if self.forward(leader, client_id, request_id, raw, out) {
+                    if self.forward(leader, client_id, request_id, hops + 1, raw, out) {
                         return None;
                     }
                 }
@@ -401,6 +493,7 @@ impl<'c> Conn<'c> {
         leader: MemberId,
         client_id: u64,
         request_id: u64,
+        hops: u8,
         raw: &[u8],
         out: &mut Vec<u8>,
     ) -> bool {
@@ -422,33 +515,51 @@ impl<'c> Conn<'c> {
             };
             let _ = stream.set_nodelay(true);
             let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
+            let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
             self.upstream = Some(Upstream {
                 leader,
                 stream,
                 buf: Vec::new(),
+                authenticated: false,
             });
         }
+        let password = self.ctx.manifest.cluster.resp_password.clone();
         let up = self.upstream.as_mut().expect("just set");
         let mut req = Vec::with_capacity(raw.len() + 64);
-        resp::encode_array_header(3, &mut req);
+        // The leader asks members for the password like any client.
+        let mut replies_before = 1;
+        if let (Some(p), false) = (&password, up.authenticated) {
+            resp::encode_array_header(2, &mut req);
+            resp::encode_bulk(b"AUTH", &mut req);
+            resp::encode_bulk(p.as_bytes(), &mut req);
+            replies_before += 1;
+            up.authenticated = true;
+        }
+        resp::encode_array_header(4, &mut req);
         resp::encode_bulk(b"RID", &mut req);
         resp::encode_bulk(client_id.to_string().as_bytes(), &mut req);
         resp::encode_bulk(request_id.to_string().as_bytes(), &mut req);
+        resp::encode_bulk(hops.to_string().as_bytes(), &mut req);
         req.extend_from_slice(raw);
         if up.stream.write_all(&req).is_err() {
             self.upstream = None;
             return false;
         }
-        // Two replies: +OK for RID, then the command's, which is relayed.
+        // Replies: +OK for AUTH (once per connection) and for RID, then
+        // the command's, which is relayed.
         let limits = RespLimits::for_kv(&self.kv_limits);
         let mut chunk = [0u8; 16 * 1024];
         loop {
-            if let Ok(Some((_, first))) = resp::parse_frame(&up.buf, &limits) {
-                if let Ok(Some((_, second))) = resp::parse_frame(&up.buf[first..], &limits) {
-                    out.extend_from_slice(&up.buf[first..first + second]);
-                    up.buf.drain(..first + second);
+            let mut at = 0;
+            let mut complete = 0;
+            while let Ok(Some((_, used))) = resp::parse_frame(&up.buf[at..], &limits) {
+                if complete == replies_before {
+                    out.extend_from_slice(&up.buf[at..at + used]);
+                    up.buf.drain(..at + used);
                     return true;
                 }
+                at += used;
+                complete += 1;
             }
             match up.stream.read(&mut chunk) {
                 Ok(0) | Err(_) => {
@@ -465,9 +576,44 @@ fn redis_role(role: &str) -> String {
     if role == "leader" { "master" } else { "slave" }.to_string()
 }
 
-/// `RID <client_id> <request_id>`: `None` when the frame is not RID,
-/// `Some(None)` when it is malformed.
-fn rid_command(frame: &Frame<'_>) -> Option<Option<(u64, u64)>> {
+/// `AUTH <password>` or `AUTH <user> <password>` (only the `default`
+/// user exists): `None` when the frame is not AUTH; `Some(None)` for a
+/// wrong number of arguments or another user (then no password matches).
+fn auth_command<'a>(frame: &Frame<'a>) -> Option<Option<&'a [u8]>> {
+    let Frame::Array(a) = frame else { return None };
+    let mut it = a.iter();
+    if !it
+        .next()?
+        .as_bytes()
+        .is_some_and(|b| b.eq_ignore_ascii_case(b"AUTH"))
+    {
+        return None;
+    }
+    let args: Vec<&[u8]> = it.map(|f| f.as_bytes().unwrap_or(&[])).collect();
+    Some(match args.as_slice() {
+        [password] => Some(password),
+        [user, password] if user.eq_ignore_ascii_case(b"default") => Some(password),
+        // Another user: a password that can never match.
+        [_, _] => Some(&[0xFF, 0x00, 0xFF][..]),
+        _ => None,
+    })
+}
+
+/// Compares without an early exit on the first differing byte (the time
+/// does not tell how much of a guess was right).
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = a.len() ^ b.len();
+    for i in 0..a.len().max(b.len()) {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0);
+        diff |= usize::from(x ^ y);
+    }
+    diff == 0
+}
+
+/// `RID <client_id> <request_id> [hops]`: `None` when the frame is not
+/// RID, `Some(None)` when it is malformed.
+fn rid_command(frame: &Frame<'_>) -> Option<Option<(u64, u64, u8)>> {
     let Frame::Array(a) = frame else { return None };
     let mut it = a.iter();
     let first = it.next()?;
@@ -483,10 +629,20 @@ fn rid_command(frame: &Frame<'_>) -> Option<Option<(u64, u64)>> {
         (v > 0).then_some(v)
     };
     let (c, r) = (num(it.next()), num(it.next()));
+    let hops = match it.next() {
+        None => 0,
+        Some(f) => match f
+            .as_bytes()
+            .and_then(|b| std::str::from_utf8(b).ok()?.parse::<u8>().ok())
+        {
+            Some(h) => h,
+            None => return Some(None),
+        },
+    };
     if it.next().is_some() {
         return Some(None);
     }
-    Some(c.zip(r))
+    Some(c.zip(r).map(|(c, r)| (c, r, hops)))
 }
 
 fn encode_result(op: &KvOp<'_>, bytes: &[u8], out: &mut Vec<u8>) {
@@ -500,5 +656,64 @@ fn encode_result(op: &KvOp<'_>, bytes: &[u8], out: &mut Vec<u8>) {
     match KvReply::from_bytes(bytes) {
         Some(r) => resp::reply_for(&r, out),
         None => resp::encode_error(b"ERR internal: undecodable reply", out),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(parts: &[&[u8]]) -> Vec<u8> {
+        let mut out = Vec::new();
+        resp::encode_array_header(parts.len(), &mut out);
+        for p in parts {
+            resp::encode_bulk(p, &mut out);
+        }
+        out
+    }
+
+    fn parsed<T>(bytes: &[u8], f: impl Fn(&Frame<'_>) -> T) -> T {
+        let limits = RespLimits::for_kv(&KvLimits {
+            key_bytes_max: 64,
+            value_bytes_max: 64,
+        });
+        let (fr, _) = resp::parse_frame(bytes, &limits).unwrap().unwrap();
+        f(&fr)
+    }
+
+    #[test]
+    fn rid_carries_hops_and_refuses_junk() {
+        let rid = |parts: &[&[u8]]| parsed(&frame(parts), rid_command);
+        assert_eq!(rid(&[b"RID", b"7", b"9"]), Some(Some((7, 9, 0))));
+        assert_eq!(rid(&[b"rid", b"7", b"9", b"1"]), Some(Some((7, 9, 1))));
+        assert_eq!(rid(&[b"RID", b"7", b"9", b"x"]), Some(None));
+        assert_eq!(rid(&[b"RID", b"0", b"9"]), Some(None));
+        assert_eq!(rid(&[b"RID", b"7", b"9", b"1", b"2"]), Some(None));
+        assert_eq!(rid(&[b"GET", b"k"]), None);
+    }
+
+    #[test]
+    fn auth_forms_are_those_redis_accepts() {
+        let auth = |parts: &[&[u8]]| {
+            parsed(&frame(parts), |f| {
+                auth_command(f).map(|a| a.map(<[u8]>::to_vec))
+            })
+        };
+        assert_eq!(auth(&[b"AUTH", b"pw"]), Some(Some(b"pw".to_vec())));
+        assert_eq!(
+            auth(&[b"auth", b"default", b"pw"]),
+            Some(Some(b"pw".to_vec()))
+        );
+        let other = auth(&[b"AUTH", b"alice", b"pw"]).unwrap().unwrap();
+        assert!(
+            !constant_time_eq(&other, b"pw"),
+            "another user never matches"
+        );
+        assert_eq!(auth(&[b"AUTH"]), Some(None));
+        assert_eq!(auth(&[b"PING"]), None);
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"abcd"));
+        assert!(!constant_time_eq(b"", b"a"));
     }
 }

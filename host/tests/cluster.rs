@@ -25,6 +25,10 @@ fn binary() -> PathBuf {
 }
 
 fn start(tag: &str, base_port: u16) -> LocalCluster {
+    start_with(tag, base_port, Vec::new())
+}
+
+fn start_with(tag: &str, base_port: u16, overrides: Vec<String>) -> LocalCluster {
     LocalCluster::start(
         &LocalOptions {
             name: format!("{tag}{}", std::process::id()),
@@ -32,7 +36,7 @@ fn start(tag: &str, base_port: u16) -> LocalCluster {
             base_port,
             poll: PollMode::Adaptive,
             cores: Vec::new(),
-            overrides: Vec::new(),
+            overrides,
             binary: binary(),
         },
         Duration::from_secs(30),
@@ -728,6 +732,122 @@ fn streams_work_through_a_redis_client_library() {
     assert!(
         parse(&next) > parse(&third),
         "ids keep growing across leaders"
+    );
+}
+
+/// Redis's security model on the RESP port: with a password, nothing but
+/// AUTH (and QUIT) before AUTH; wrong passwords refused; a client library
+/// with the password works on a follower (which authenticates to the
+/// leader when it forwards); verbatim's own TCP client uses the manifest's
+/// password; idle connections and connections that do not read their
+/// replies are closed.
+#[test]
+fn resp_requires_auth_when_a_password_is_set_and_bounds_connections() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let base = free_port_base();
+    let cluster = start_with(
+        "itauth",
+        base,
+        vec![
+            "cluster.resp_password=\"s3cret pass\"".into(),
+            "cluster.resp_idle_timeout_s=1".into(),
+            "cluster.resp_output_bytes_max=65536".into(),
+        ],
+    );
+    let (leader, _) = cluster
+        .wait_leader(0, Duration::from_secs(10))
+        .expect("a leader");
+    let follower_port = base + u16::from((leader + 1) % 3);
+    let raw = |port: u16, request: &[u8]| -> Vec<u8> {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(request).unwrap();
+        let mut got = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while !got.ends_with(b"\r\n") || got.iter().filter(|&&b| b == b'\n').count() < 2 {
+            match s.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&chunk[..n]),
+            }
+        }
+        got
+    };
+    // Before AUTH: refused, the connection stays open for AUTH.
+    let got = raw(
+        follower_port,
+        b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n*1\r\n$4\r\nPING\r\n",
+    );
+    assert_eq!(
+        got,
+        b"-NOAUTH Authentication required.\r\n-NOAUTH Authentication required.\r\n"
+    );
+    let got = raw(
+        follower_port,
+        b"*2\r\n$4\r\nAUTH\r\n$5\r\nwrong\r\n*1\r\n$4\r\nPING\r\n",
+    );
+    assert_eq!(
+        got,
+        &b"-WRONGPASS invalid username-password pair or user is disabled.\r\n-NOAUTH Authentication required.\r\n"[..]
+    );
+    // A client library with the password, on a follower.
+    let url = format!("redis://:s3cret%20pass@127.0.0.1:{follower_port}/");
+    let client = redis::Client::open(url).unwrap();
+    let mut con = client
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .expect("connect with the password");
+    let ok: String = redis::cmd("SET").arg("k").arg("v").query(&mut con).unwrap();
+    assert_eq!(ok, "OK");
+    let v: String = redis::cmd("GET").arg("k").query(&mut con).unwrap();
+    assert_eq!(v, "v");
+    // Verbatim's TCP client takes the password from the manifest.
+    let mut c = Client::new(
+        &cluster.manifest,
+        ClientOptions {
+            transport: Transport::Tcp,
+            ..ClientOptions::default()
+        },
+    );
+    assert_eq!(c.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+    // Idle for longer than resp_idle_timeout_s: closed by the server.
+    let mut idle = TcpStream::connect(("127.0.0.1", follower_port)).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    assert!(
+        matches!(idle.read(&mut byte), Ok(0)),
+        "an idle connection is closed"
+    );
+    // A client that sends 100 GETs of a 4 KB value and reads nothing goes
+    // past the 64 KiB output limit: the connection is closed before all
+    // replies were sent. (`con` was idle too: connect again.)
+    let mut con = client
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .expect("connect again");
+    let _: String = redis::cmd("SET")
+        .arg("big")
+        .arg(vec![b'x'; 4000])
+        .query(&mut con)
+        .unwrap();
+    let mut greedy = TcpStream::connect(("127.0.0.1", follower_port)).unwrap();
+    greedy
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut req = b"*2\r\n$4\r\nAUTH\r\n$11\r\ns3cret pass\r\n".to_vec();
+    for _ in 0..100 {
+        req.extend_from_slice(b"*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n");
+    }
+    greedy.write_all(&req).unwrap();
+    let mut total = 0usize;
+    let mut chunk = [0u8; 65536];
+    loop {
+        match greedy.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => total += n,
+        }
+    }
+    assert!(
+        total < 100 * 4000,
+        "the connection was closed at the output limit ({total} bytes read)"
     );
 }
 

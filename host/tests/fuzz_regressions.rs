@@ -32,7 +32,11 @@ fn manifest_regressions_hold() {
         } else {
             Vec::new()
         };
-        let body = if overrides.is_empty() { &text[..] } else { rest };
+        let body = if overrides.is_empty() {
+            &text[..]
+        } else {
+            rest
+        };
         match Manifest::parse(body, &overrides) {
             Ok(m) => {
                 let back = Manifest::parse(&m.to_toml(), &[]).expect("a valid manifest re-parses");

@@ -29,9 +29,12 @@ impl KvBackend for MapBackend {
     }
 }
 
-/// Streams in `BTreeMap`s: per stream its last id and its entries.
+/// One stream: its last id and its entries.
+pub type MapStream = (StreamId, BTreeMap<StreamId, Vec<u8>>);
+
+/// Streams in `BTreeMap`s.
 #[derive(Default, Debug)]
-pub struct MapStreams(pub BTreeMap<Vec<u8>, (StreamId, BTreeMap<StreamId, Vec<u8>>)>);
+pub struct MapStreams(pub BTreeMap<Vec<u8>, MapStream>);
 
 impl StreamBackend for MapStreams {
     fn last_id(&self, key: &[u8]) -> Option<StreamId> {

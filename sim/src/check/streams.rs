@@ -104,10 +104,13 @@ pub fn check_streams(history: &[StreamOperation]) -> Result<(), StreamViolation>
     Ok(())
 }
 
+/// A read and the entries it returned.
+type Read<'a> = (&'a StreamOperation, &'a [(StreamId, Vec<u8>)]);
+
 fn check_stream(ops: &[&StreamOperation]) -> Result<(), String> {
     let mut adds: HashMap<&[u8], &StreamOperation> = HashMap::new();
     let mut acked: Vec<(StreamId, &StreamOperation)> = Vec::new();
-    let mut reads: Vec<(&StreamOperation, &[(StreamId, Vec<u8>)])> = Vec::new();
+    let mut reads: Vec<Read<'_>> = Vec::new();
     for op in ops {
         match (&op.input, &op.output) {
             (StreamInput::Add { tag, .. }, out) => {
@@ -189,7 +192,7 @@ fn check_stream(ops: &[&StreamOperation]) -> Result<(), String> {
         }
     }
     // 3. Prefixes: sorted by length, each read is a prefix of the next.
-    let mut by_len: Vec<&(&StreamOperation, &[(StreamId, Vec<u8>)])> = reads.iter().collect();
+    let mut by_len: Vec<&Read<'_>> = reads.iter().collect();
     by_len.sort_by_key(|(_, e)| e.len());
     for w in by_len.windows(2) {
         let (short, long) = (w[0], w[1]);
