@@ -9,6 +9,7 @@ pub mod kvstore;
 pub mod local;
 pub mod notice;
 pub mod pipeline;
+pub mod private;
 pub mod replica;
 pub mod resp;
 pub mod resp_stream;

@@ -63,9 +63,11 @@ impl LocalCluster {
             .map_err(|e: toml::de::Error| e.to_string())?;
         manifest.validate().map_err(|e| e.to_string())?;
         let run_dir = manifest.run_dir();
-        std::fs::create_dir_all(&run_dir).map_err(|e| format!("{}: {e}", run_dir.display()))?;
+        crate::private::ensure_private_dir(&run_dir).map_err(|e| e.to_string())?;
         let manifest_path = run_dir.join(verbatim_status::paths::MANIFEST_FILE);
-        std::fs::write(&manifest_path, manifest.to_toml())
+        // 0600: it may hold the RESP password.
+        crate::private::create_private_file(&manifest_path)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, manifest.to_toml().as_bytes()))
             .map_err(|e| format!("{}: {e}", manifest_path.display()))?;
         let mut cluster = LocalCluster {
             manifest,

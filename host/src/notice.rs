@@ -29,7 +29,6 @@
 
 use crate::error::ShmError;
 use memmap2::MmapRaw;
-use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
@@ -106,12 +105,7 @@ impl DeathNotices {
             s.push(format!(".tmp{}", std::process::id()));
             PathBuf::from(s)
         };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
+        let file = crate::private::create_private_file(&tmp)
             .map_err(|e| ShmError::io(&tmp, "create", e))?;
         file.set_len(FILE_BYTES as u64)
             .map_err(|e| ShmError::io(&tmp, "size", e))?;

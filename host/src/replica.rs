@@ -673,8 +673,8 @@ pub fn run(opts: ReplicaOptions, shutdown: Arc<AtomicBool>) -> Result<(), Replic
     let io = |what: String| move |source| ReplicaError::Io { what, source };
     std::fs::create_dir_all(m.shm_dir())
         .map_err(io(format!("creating {}", m.shm_dir().display())))?;
-    std::fs::create_dir_all(m.run_dir())
-        .map_err(io(format!("creating {}", m.run_dir().display())))?;
+    crate::private::ensure_private_dir(&m.run_dir())
+        .map_err(|e| ReplicaError::Config(e.to_string()))?;
     // Death notices first, on this (the poll) thread, before the segment
     // that makes peers look for them; dropped (unlinked) on every return.
     let _notices = match DeathNotices::hold(&notice_path(&m.segment_path(opts.id))) {

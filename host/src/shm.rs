@@ -137,12 +137,7 @@ impl Segment {
         // half-initialised segment, and the old inode (if any) stays valid
         // for whoever still maps it.
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
+        let file = crate::private::create_private_file(&tmp)
             .map_err(|e| ShmError::io(&tmp, "create", e))?;
         file.set_len(total)
             .map_err(|e| ShmError::io(&tmp, "size", e))?;
