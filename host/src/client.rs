@@ -140,13 +140,21 @@ pub struct Client {
     encode_buf: Vec<u8>,
 }
 
+/// A client id from the OS's random source: two clients (of any process,
+/// on any host) must not share a session, and a guessable id would let one
+/// client make another's retries look stale.
 pub(crate) fn random_id() -> u64 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let addr = &t as *const u64 as u64;
+    let id = getrandom::u64().unwrap_or_else(|e| {
+        // Only without /dev/urandom or getrandom(2); a unique-enough id
+        // still beats failing the client.
+        tracing::warn!(error = %e, "no OS randomness for a client id; deriving one from the clock");
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        verbatim_core::checksum::mix64(t ^ u64::from(std::process::id()).rotate_left(32))
+    });
     // Never 0: client id 0 means "no session" to the replicas.
-    verbatim_core::checksum::mix64(t ^ u64::from(std::process::id()).rotate_left(32) ^ addr) | 1
+    id | 1
 }
 
 impl Client {
@@ -609,4 +617,20 @@ pub(crate) fn decode_outcome(read: bool, bytes: &[u8]) -> Result<Outcome, Client
     KvReply::from_bytes(bytes)
         .map(Outcome::Write)
         .ok_or_else(|| ClientError::Rejected("undecodable reply".into()))
+}
+
+#[cfg(test)]
+mod id_tests {
+    use super::random_id;
+
+    #[test]
+    fn client_ids_are_random_odd_and_distinct() {
+        let ids: std::collections::HashSet<u64> = (0..1000).map(|_| random_id()).collect();
+        assert_eq!(ids.len(), 1000);
+        assert!(ids.iter().all(|id| id & 1 == 1), "never 0");
+        // Random bits everywhere, not a counter or a clock: the high
+        // halves differ too.
+        let highs: std::collections::HashSet<u64> = ids.iter().map(|id| id >> 32).collect();
+        assert!(highs.len() > 990);
+    }
 }

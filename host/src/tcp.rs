@@ -125,13 +125,11 @@ impl Drop for RespServer {
     }
 }
 
-/// Client ids of plain connections: high bits from the clock and process,
-/// so that two replicas (or restarts) never hand out the same id.
+/// Client ids of plain connections: random high bits (the OS's source),
+/// then a counter, so that two replicas (or restarts) never hand out the
+/// same id.
 fn client_id_base() -> u64 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    (verbatim_core::checksum::mix64(t ^ u64::from(std::process::id())) & !0xFFFF_FFFF) | 1 << 63
+    (crate::client::random_id() & !0xFFFF_FFFF) | 1 << 63
 }
 
 struct Ctx {
