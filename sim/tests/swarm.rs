@@ -233,4 +233,17 @@ fn model_mode_tracks_dares_analytical_bounds() {
     for w in rows.windows(2).filter(|w| w[0].members == w[1].members) {
         assert!(w[1].sim_write_us + 0.05 >= w[0].sim_write_us, "{w:?}");
     }
+    // Against what DARE measured (§6, Figure 8a: five servers, small
+    // values, medians): reads below 8 µs, writes about 15 µs. The
+    // simulator charges no CPU work between posts, which DARE names as
+    // why its measured writes exceed its model: so the simulated write may
+    // be faster than 15 µs, but not by more than DARE's own model is
+    // (about 2×), and never slower; reads stay under DARE's 8 µs.
+    for r in rows.iter().filter(|r| r.members == 5 && r.size <= 64) {
+        assert!(r.sim_read_us < 8.0, "DARE measured reads below 8 µs: {r:?}");
+        assert!(
+            r.sim_write_us <= 15.0 && r.sim_write_us >= 15.0 / 2.5,
+            "DARE measured writes of about 15 µs: {r:?}"
+        );
+    }
 }
