@@ -63,6 +63,7 @@ impl StatusServer {
         let thread = std::thread::Builder::new()
             .name("verbatim-status".into())
             .spawn(move || {
+                crate::topology::lower_thread_priority();
                 while !stop2.load(Ordering::Acquire) {
                     match listener.accept() {
                         Ok((stream, _)) => {
@@ -78,6 +79,7 @@ impl StatusServer {
                             let _ = std::thread::Builder::new()
                                 .name("verbatim-status-conn".into())
                                 .spawn(move || {
+                                    crate::topology::lower_thread_priority();
                                     serve(stream, &slot, &stop);
                                     active.fetch_sub(1, Ordering::AcqRel);
                                 });

@@ -44,6 +44,9 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A forwarded request is never forwarded again: a member that is not the
 /// leader any more answers TRYAGAIN instead of starting a loop.
 pub const FORWARD_HOPS_MAX: u8 = 1;
+/// How a forwarded request's reply starts when the member it was forwarded
+/// to is not the leader any more; the forwarding member retries.
+const NOT_LEADER_FORWARDED: &[u8] = b"-TRYAGAIN not the leader";
 
 /// A running RESP listener.
 pub struct RespServer {
@@ -78,6 +81,7 @@ impl RespServer {
         let thread = std::thread::Builder::new()
             .name("verbatim-resp".into())
             .spawn(move || {
+                crate::topology::lower_thread_priority();
                 while !stop2.load(Ordering::Acquire) && !shutdown.load(Ordering::Acquire) {
                     match listener.accept() {
                         Ok((mut stream, _)) => {
@@ -91,6 +95,7 @@ impl RespServer {
                             let _ = std::thread::Builder::new()
                                 .name("verbatim-resp-conn".into())
                                 .spawn(move || {
+                                    crate::topology::lower_thread_priority();
                                     let _ = stream.set_nodelay(true);
                                     Conn::new(&ctx, stream, client_id).serve(&stop);
                                     active.fetch_sub(1, Ordering::AcqRel);
@@ -461,10 +466,8 @@ impl<'c> Conn<'c> {
                     return None;
                 }
                 ServiceReply::NotLeader(_) if hops >= FORWARD_HOPS_MAX => {
-                    resp::encode_error(
-                        b"TRYAGAIN not the leader (a forwarded request is not forwarded again)",
-                        out,
-                    );
+                    out.extend_from_slice(NOT_LEADER_FORWARDED);
+                    out.extend_from_slice(b" (a forwarded request is not forwarded again)\r\n");
                     return None;
                 }
                 ServiceReply::NotLeader(Some(leader)) if leader.0 != self.ctx.me => {
@@ -552,9 +555,16 @@ impl<'c> Conn<'c> {
             let mut complete = 0;
             while let Ok(Some((_, used))) = resp::parse_frame(&up.buf[at..], &limits) {
                 if complete == replies_before {
-                    out.extend_from_slice(&up.buf[at..at + used]);
+                    let reply = &up.buf[at..at + used];
+                    // The member we forwarded to lost the leadership: not
+                    // the client's business. Retry from here (we may be
+                    // the new leader, or know who is).
+                    let relay = !reply.starts_with(NOT_LEADER_FORWARDED);
+                    if relay {
+                        out.extend_from_slice(reply);
+                    }
                     up.buf.drain(..at + used);
-                    return true;
+                    return relay;
                 }
                 at += used;
                 complete += 1;

@@ -149,6 +149,23 @@ pub fn request_short_slice(slice_ns: u64) -> bool {
     rc == 0
 }
 
+/// Nice value of gateway and status threads: the scheduler prefers the
+/// poll loops when they compete for a core (issue 12 item 8: fifty busy
+/// RESP connections must not delay a leader's heartbeats into an election).
+pub const HELPER_NICE: i32 = 10;
+
+/// Lowers the calling thread's scheduling priority to [`HELPER_NICE`]
+/// (Linux: a thread's nice value is its own). Best effort: a failure is
+/// logged once per thread at debug level.
+pub fn lower_thread_priority() {
+    // SAFETY: setpriority has no memory preconditions; PRIO_PROCESS with
+    // who = 0 means the calling thread on Linux.
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, HELPER_NICE) };
+    if r != 0 {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "could not lower a helper thread's priority");
+    }
+}
+
 /// Restricts the calling thread to every CPU it may use except
 /// `poll_core`, so that the helper threads it spawns next (pidfd watcher,
 /// status and RESP servers, verbs exchange) inherit a mask that keeps them

@@ -811,6 +811,38 @@ fn resp_requires_auth_when_a_password_is_set_and_bounds_connections() {
     assert_eq!(ok, "OK");
     let v: String = redis::cmd("GET").arg("k").query(&mut con).unwrap();
     assert_eq!(v, "v");
+    // The connection threads run at a lower priority than the poll loop
+    // (issue 12 item 8): nice 10 against the main thread's 0.
+    let pid = cluster.pid((leader + 1) % 3).expect("running");
+    let mut nices = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let stat = std::fs::read_to_string(task.unwrap().path().join("stat")).unwrap_or_default();
+        // comm is in parentheses and may hold spaces: fields after ')'.
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let comm = head.split_once('(').map_or("", |(_, c)| c);
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // After ')': state is field 3, nice is field 19.
+        let nice: i32 = fields.get(16).and_then(|n| n.parse().ok()).unwrap_or(0);
+        nices.push((comm.to_string(), nice));
+    }
+    assert!(
+        nices
+            .iter()
+            .any(|(c, n)| c.starts_with("verbatim-resp") && *n == 10),
+        "{nices:?}"
+    );
+    assert!(
+        nices
+            .iter()
+            .all(|(c, n)| !c.starts_with("verbatim-resp") || *n == 10),
+        "{nices:?}"
+    );
+    assert!(
+        nices.iter().any(|(c, n)| c == "verbatim" && *n == 0),
+        "{nices:?}"
+    );
     // Verbatim's TCP client takes the password from the manifest.
     let mut c = Client::new(
         &cluster.manifest,
