@@ -56,6 +56,18 @@ pub fn checks<H: FabricHarness>() -> Vec<(&'static str, Check<H>)> {
         ("private regions are not accessible", private_regions::<H>),
         ("malformed requests complete with an error", malformed::<H>),
         ("a dead peer yields error completions", dead_peer::<H>),
+        (
+            "a write in flight never lands after a revoke",
+            write_in_flight_during_revoke::<H>,
+        ),
+        (
+            "a stale write never lands after a re-grant",
+            stale_write_after_regrant::<H>,
+        ),
+        (
+            "a peer dying mid-operation completes everything",
+            peer_dies_mid_operation::<H>,
+        ),
     ]
 }
 
@@ -392,6 +404,146 @@ fn dead_peer<H: FabricHarness>(h: &mut H) -> Result<(), String> {
         Op::write_u64(Addr::new(RegionId::Control, 0), 4),
     );
     expect(h, A, 4, WcStatus::Ok)?;
+    Ok(())
+}
+
+/// Drains `m`'s completions for ids `ids` (any order), returning their
+/// statuses; an id that never completes is an error.
+fn drain<H: FabricHarness>(
+    h: &mut H,
+    m: MemberId,
+    ids: &[u64],
+) -> Result<Vec<(u64, WcStatus)>, String> {
+    let mut got = Vec::new();
+    while got.len() < ids.len() {
+        match h.next_completion(m) {
+            Some(c) if ids.contains(&c.wr_id.0) => got.push((c.wr_id.0, c.status)),
+            Some(c) => return Err(format!("unexpected completion {c:?}")),
+            None => {
+                return Err(format!(
+                    "completions of {ids:?} missing (got {got:?}): a request was lost"
+                ))
+            }
+        }
+    }
+    Ok(got)
+}
+
+fn write_in_flight_during_revoke<H: FabricHarness>(h: &mut H) -> Result<(), String> {
+    let tail = Addr::new(RegionId::Log, 8);
+    h.fabric(B)
+        .set_access(A, RegionId::Log, Access::Granted)
+        .map_err(|e| format!("grant: {e:?}"))?;
+    post(h, A, 1, B, Op::write_u64(tail, 7));
+    expect(h, A, 1, WcStatus::Ok)?;
+    // Posted, then revoked before it may have arrived.
+    post(h, A, 2, B, Op::write_u64(tail, 8));
+    h.fabric(B)
+        .set_access(A, RegionId::Log, Access::Revoked)
+        .map_err(|e| format!("revoke: {e:?}"))?;
+    let at_revoke = h.memory(B).load_u64(tail);
+    let done = drain(h, A, &[2])?;
+    let now = h.memory(B).load_u64(tail);
+    if now != at_revoke {
+        return Err(format!(
+            "the write landed after the revoke returned ({at_revoke} then {now}; {done:?})"
+        ));
+    }
+    if now == 8 && done[0].1 != WcStatus::Ok {
+        return Err(format!(
+            "the write landed but completed with {:?}",
+            done[0].1
+        ));
+    }
+    Ok(())
+}
+
+fn stale_write_after_regrant<H: FabricHarness>(h: &mut H) -> Result<(), String> {
+    let tail = Addr::new(RegionId::Log, 8);
+    h.fabric(B)
+        .set_access(A, RegionId::Log, Access::Granted)
+        .map_err(|e| format!("grant: {e:?}"))?;
+    post(h, A, 1, B, Op::write_u64(tail, 1));
+    expect(h, A, 1, WcStatus::Ok)?;
+    // A stale write in flight across a revoke and a re-grant (DARE: a
+    // voter revokes the old leader and grants again): it belongs to the
+    // old grant and must not land under the new one.
+    post(h, A, 2, B, Op::write_u64(tail, 2));
+    h.fabric(B)
+        .set_access(A, RegionId::Log, Access::Revoked)
+        .map_err(|e| format!("revoke: {e:?}"))?;
+    h.fabric(B)
+        .set_access(A, RegionId::Log, Access::Granted)
+        .map_err(|e| format!("re-grant: {e:?}"))?;
+    let at_regrant = h.memory(B).load_u64(tail);
+    drain(h, A, &[2])?;
+    let now = h.memory(B).load_u64(tail);
+    if now != at_regrant {
+        return Err(format!(
+            "a write posted under the old grant landed under the new one ({at_regrant} then {now})"
+        ));
+    }
+    // Under the new grant, after reconnecting, writes land.
+    h.fabric(A)
+        .reconnect(B, Channel::Log)
+        .map_err(|e| format!("reconnect: {e:?}"))?;
+    post(h, A, 3, B, Op::write_u64(tail, 3));
+    expect(h, A, 3, WcStatus::Ok)?;
+    if h.memory(B).load_u64(tail) != 3 {
+        return Err("a write under the new grant did not land".into());
+    }
+    Ok(())
+}
+
+fn peer_dies_mid_operation<H: FabricHarness>(h: &mut H) -> Result<(), String> {
+    let l = h.layout();
+    let row = Addr::new(RegionId::Control, 0);
+    // A mix in flight towards C when it dies: writes, a read, an atomic.
+    post(h, A, 1, C, Op::write_u64(row, 1));
+    post(
+        h,
+        A,
+        2,
+        C,
+        Op::Read {
+            local: scratch(&l, 0),
+            remote: row,
+            len: 64,
+        },
+    );
+    h.kill(C);
+    post(h, A, 3, C, Op::write_u64(row, 3));
+    post(
+        h,
+        A,
+        4,
+        C,
+        Op::FetchAdd {
+            local: scratch(&l, 64),
+            remote: row,
+            add: 1,
+        },
+    );
+    let done = drain(h, A, &[1, 2, 3, 4])?;
+    for (id, status) in &done {
+        let allowed = if *id <= 2 {
+            // Posted before the death: may have completed.
+            matches!(
+                status,
+                WcStatus::Ok | WcStatus::Unreachable | WcStatus::Flushed
+            )
+        } else {
+            matches!(status, WcStatus::Unreachable | WcStatus::Flushed)
+        };
+        if !allowed {
+            return Err(format!(
+                "request {id} completed {status:?} around the death"
+            ));
+        }
+    }
+    // The others are unaffected.
+    post(h, A, 5, B, Op::write_u64(row, 5));
+    expect(h, A, 5, WcStatus::Ok)?;
     Ok(())
 }
 

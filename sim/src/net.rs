@@ -150,6 +150,8 @@ pub enum NetEvent {
         /// The writer stops in the middle of placing it (only half lands
         /// now; see [`Net::release_stuck`]).
         stuck: bool,
+        /// The target's grant epoch for (initiator, region) at post time.
+        epoch: u64,
     },
     /// The data of a WRITE executed earlier becomes visible to the
     /// target's CPU (out-of-order visibility, [`NetFault::reorders`]).
@@ -172,6 +174,8 @@ pub enum NetEvent {
         len: u8,
         /// Set when this piece was refused (access revoked meanwhile).
         denied: Rc<Cell<bool>>,
+        /// The grant epoch the write was posted under.
+        epoch: u64,
     },
     /// A completion reaches the initiator.
     Complete {
@@ -201,6 +205,12 @@ pub struct Nic {
     /// False once crashed: it neither answers nor completes.
     pub alive: bool,
     access: [[Access; REGIONS_MAX]; MAX_MEMBERS],
+    /// Bumped by every revoke of (peer, region): the incarnation of the
+    /// connection a request travels on. A request posted under an older
+    /// one never lands, even if access was granted again meanwhile (RDMA:
+    /// the revoked QP's packets are flushed, a re-grant is a new QP or
+    /// rkey), so a stale WRITE cannot overwrite what a new leader wrote.
+    grant_epoch: [[u64; REGIONS_MAX]; MAX_MEMBERS],
     /// Reaped by the node.
     pub cq: VecDeque<Completion>,
 }
@@ -264,6 +274,7 @@ impl Net {
                 mem,
                 alive: true,
                 access: [[Access::Revoked; REGIONS_MAX]; MAX_MEMBERS],
+                grant_epoch: [[0; REGIONS_MAX]; MAX_MEMBERS],
                 cq: VecDeque::new(),
             })
             .collect();
@@ -341,6 +352,9 @@ impl Net {
     pub fn set_access(&mut self, owner: usize, peer: MemberId, region: RegionId, access: Access) {
         if peer.index() < MAX_MEMBERS {
             self.nics[owner].access[peer.index()][region.index()] = access;
+        }
+        if access == Access::Revoked && peer.index() < MAX_MEMBERS {
+            self.nics[owner].grant_epoch[peer.index()][region.index()] += 1;
         }
         if access == Access::Revoked {
             // A revoke is a fence (deregistration waits for the DMA in
@@ -549,6 +563,7 @@ impl Net {
         } else {
             0
         };
+        let epoch = self.grant_epoch(dst, src, wr.op.remote().region);
         let conn = self.conn(src, dst, ch);
         let land = (depart_ns + half_wire + extra).max(conn.last_land + 1);
         conn.last_land = land + spread;
@@ -561,12 +576,27 @@ impl Net {
                 depart_ns,
                 spread_ns: spread,
                 stuck,
+                epoch,
             },
         );
     }
 
     fn access_ok(&self, dst: usize, src: usize, region: RegionId) -> bool {
         self.nics[dst].access[src][region.index()] == Access::Granted
+    }
+
+    /// The target's grant epoch for (initiator, region).
+    fn grant_epoch(&self, dst: usize, src: usize, region: RegionId) -> u64 {
+        if src < MAX_MEMBERS && region.index() < REGIONS_MAX {
+            self.nics[dst].grant_epoch[src][region.index()]
+        } else {
+            0
+        }
+    }
+
+    /// Access granted, under the epoch the request was posted with.
+    fn access_ok_at(&self, dst: usize, src: usize, region: RegionId, epoch: u64) -> bool {
+        self.access_ok(dst, src, region) && self.grant_epoch(dst, src, region) == epoch
     }
 
     /// Handles a network event; returns the member to wake, if any.
@@ -579,8 +609,9 @@ impl Net {
                 depart_ns,
                 spread_ns,
                 stuck,
+                epoch,
             } => {
-                let wrote = self.land(s, now, src, wr, data, depart_ns, spread_ns, stuck);
+                let wrote = self.land(s, now, src, wr, data, depart_ns, spread_ns, stuck, epoch);
                 // A busy-polling target notices writes into its memory.
                 wrote.then_some(wr.peer.index())
             }
@@ -601,8 +632,9 @@ impl Net {
                 bytes,
                 len,
                 denied,
+                epoch,
             } => {
-                if self.nics[dst].alive && self.access_ok(dst, src, at.region) {
+                if self.nics[dst].alive && self.access_ok_at(dst, src, at.region, epoch) {
                     self.nics[dst].mem.write(at, &bytes[..usize::from(len)]);
                     Some(dst)
                 } else {
@@ -644,6 +676,7 @@ impl Net {
         depart_ns: u64,
         spread_ns: u64,
         stuck: bool,
+        epoch: u64,
     ) -> bool {
         let dst = wr.peer.index();
         let ch = wr.op.channel();
@@ -687,7 +720,7 @@ impl Net {
             return false;
         }
         let ack_ns = self.wire_ns(&wr.op) / 2 + spread_ns;
-        if !self.access_ok(dst, src, remote.region) {
+        if !self.access_ok_at(dst, src, remote.region, epoch) {
             self.conn(src, dst, ch).failed = true;
             self.complete_at(
                 s,
@@ -749,6 +782,7 @@ impl Net {
                                 bytes: b,
                                 len: chunk.len() as u8,
                                 denied: flag.clone(),
+                                epoch,
                             },
                         );
                     }
