@@ -8,11 +8,11 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
-use verbatim_host::client::{Client, ClientOptions, Transport, Wait};
-use verbatim_host::config::PollMode;
-use verbatim_host::local::{LocalCluster, LocalOptions};
-use verbatim_host::pipeline::Pipeline;
-use verbatim_host::status::Snapshot;
+use verbatim_client::client::{Client, ClientOptions, Transport, Wait};
+use verbatim_client::local::{LocalCluster, LocalOptions};
+use verbatim_client::manifest::PollMode;
+use verbatim_client::pipeline::Pipeline;
+use verbatim_status::Snapshot;
 
 /// How long a cluster may take to start (every replica answering).
 pub const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -66,7 +66,7 @@ impl BenchCluster {
         let mut paths: Vec<PathBuf> = (0..replicas)
             .flat_map(|id| {
                 [
-                    verbatim_host::notice::notice_path(&inner.manifest.segment_path(id)),
+                    verbatim_client::notice::notice_path(&inner.manifest.segment_path(id)),
                     inner.manifest.segment_path(id),
                     inner.manifest.status_socket(id),
                 ]
@@ -118,7 +118,7 @@ impl BenchCluster {
     /// The status of one replica (`None` if it does not answer within
     /// `timeout`; a stopped replica never does).
     pub fn status_of(&self, id: u8, timeout: Duration) -> Option<Snapshot> {
-        verbatim_host::status_server::query(&self.inner.manifest.status_socket(id), timeout).ok()
+        verbatim_status::query(&self.inner.manifest.status_socket(id), timeout).ok()
     }
 
     /// The RESP address of a replica.
@@ -179,7 +179,7 @@ impl Drop for BenchCluster {
 }
 
 /// The timing section of a manifest, in the report's terms.
-pub fn timing_of(m: &verbatim_host::config::Manifest) -> TimingUs {
+pub fn timing_of(m: &verbatim_client::manifest::Manifest) -> TimingUs {
     TimingUs {
         heartbeat_period_us: m.timing.heartbeat_period_us,
         fd_check_period_us: m.timing.fd_check_period_us,
@@ -192,9 +192,9 @@ pub fn timing_of(m: &verbatim_host::config::Manifest) -> TimingUs {
 /// The timing a local manifest with these overrides would have (for the
 /// setup record, before any cluster starts).
 pub fn timing_with(overrides: &[String]) -> TimingUs {
-    let m = verbatim_host::config::Manifest::local("probe", 3, 0);
+    let m = verbatim_client::manifest::Manifest::local("probe", 3, 0);
     let text = m.to_toml();
-    match verbatim_host::config::Manifest::parse(&text, overrides) {
+    match verbatim_client::manifest::Manifest::parse(&text, overrides) {
         Ok(m) => timing_of(&m),
         Err(_) => timing_of(&m),
     }
@@ -284,7 +284,7 @@ pub fn resolve_binary(given: Option<&Path>) -> Result<PathBuf> {
     let path = given
         .map(Path::to_path_buf)
         .or_else(|| std::env::var_os("VERBATIM_BIN").map(PathBuf::from))
-        .or_else(verbatim_host::local::find_binary);
+        .or_else(verbatim_client::local::find_binary);
     match path {
         Some(p) if p.is_file() => Ok(p),
         other => Err(BenchError::NoBinary(other)),

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use verbatim_host::client::Wait;
+use verbatim_client::client::Wait;
 
 /// What to measure.
 #[derive(Clone, Debug)]
@@ -378,10 +378,10 @@ pub fn run(spec: &ClusterSpec, o: &CompareOptions, progress: &Progress) -> Resul
     let pr = progress.clone();
     let mut s =
         crate::cluster::run_pinned(o.client_core, move || -> Result<Vec<CompareSeries>> {
-            let mut client = verbatim_host::client::Client::new(
+            let mut client = verbatim_client::client::Client::new(
                 &manifest,
-                verbatim_host::client::ClientOptions {
-                    transport: verbatim_host::client::Transport::Shm,
+                verbatim_client::client::ClientOptions {
+                    transport: verbatim_client::client::Transport::Shm,
                     wait: o2.wait,
                     attempt_timeout: o2.attempt_timeout,
                     total_timeout: Duration::from_secs(10),

@@ -11,7 +11,7 @@ pub enum BenchError {
     Cluster(String),
     /// An operation of the Verbatim client failed (after its retries).
     #[error("client: {0}")]
-    Client(#[from] verbatim_host::client::ClientError),
+    Client(#[from] verbatim_client::client::ClientError),
     /// The `verbatim` replica binary is missing.
     #[error(
         "the replica binary was not found{}; build it with `cargo build --release -p verbatim-host` \

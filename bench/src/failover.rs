@@ -27,9 +27,9 @@ use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use verbatim_host::client::{Client, ClientOptions, Transport, Wait};
-use verbatim_host::shm::ProcessWatch;
-use verbatim_host::status::{Failover, Snapshot};
+use verbatim_client::client::{Client, ClientOptions, Transport, Wait};
+use verbatim_client::process::ProcessWatch;
+use verbatim_status::{Failover, Snapshot};
 
 /// How long one failover may take before the run gives up.
 pub const FAILOVER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -188,7 +188,7 @@ impl Shared {
 /// Starts the client: writes until told to stop, noting the first
 /// request another replica completes after the signal.
 fn spawn_writer(
-    manifest: verbatim_host::config::Manifest,
+    manifest: verbatim_client::manifest::Manifest,
     o: &FailoverOptions,
     shared: Arc<Shared>,
 ) -> std::thread::JoinHandle<()> {

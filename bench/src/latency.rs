@@ -10,7 +10,7 @@ use crate::stats::{cdf, CdfPoint, Summary};
 use crate::Result;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
-use verbatim_host::client::Wait;
+use verbatim_client::client::Wait;
 
 /// Value sizes of the standard sweep (bytes).
 pub const SIZES_DEFAULT: [usize; 10] = [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096];
@@ -106,10 +106,10 @@ pub fn run(spec: &ClusterSpec, o: &LatencyOptions, progress: &Progress) -> Resul
         let pr = progress.clone();
         let mut got =
             crate::cluster::run_pinned(o.client_core, move || -> Result<Vec<LatencyPoint>> {
-                let mut client = verbatim_host::client::Client::new(
+                let mut client = verbatim_client::client::Client::new(
                     &manifest,
-                    verbatim_host::client::ClientOptions {
-                        transport: verbatim_host::client::Transport::Shm,
+                    verbatim_client::client::ClientOptions {
+                        transport: verbatim_client::client::Transport::Shm,
                         wait: o2.wait,
                         attempt_timeout: o2.attempt_timeout,
                         total_timeout: Duration::from_secs(10),

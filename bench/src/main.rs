@@ -15,8 +15,8 @@ use verbatim_bench::setup::{CpuState, Machine, Setup};
 use verbatim_bench::throughput::ThroughputOptions;
 use verbatim_bench::workload::{Mix, WorkloadOptions};
 use verbatim_bench::zipf::Zipf;
-use verbatim_host::client::Wait;
-use verbatim_host::config::PollMode;
+use verbatim_client::client::Wait;
+use verbatim_client::manifest::PollMode;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -306,10 +306,10 @@ fn parse_depths(s: &str) -> anyhow::Result<Vec<usize>> {
     }
     s.split(',')
         .map(|d| match d.trim().parse::<usize>() {
-            Ok(v) if (1..=verbatim_host::pipeline::PIPELINE_DEPTH_MAX).contains(&v) => Ok(v),
+            Ok(v) if (1..=verbatim_client::pipeline::PIPELINE_DEPTH_MAX).contains(&v) => Ok(v),
             _ => bail!(
                 "--pipeline: `{d}` is not a depth from 1 to {} (a list such as 4,16,32, or none)",
-                verbatim_host::pipeline::PIPELINE_DEPTH_MAX
+                verbatim_client::pipeline::PIPELINE_DEPTH_MAX
             ),
         })
         .collect()

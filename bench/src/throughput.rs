@@ -15,7 +15,7 @@ use crate::Result;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
-use verbatim_host::client::Wait;
+use verbatim_client::client::Wait;
 
 /// Counter names that, if the status has one, count replication batches
 /// (one WRITE of entries plus the tail to one follower).
@@ -357,7 +357,7 @@ pub fn run(
         window_s: o.duration.as_secs_f64(),
         points,
         pipelined: if o.pipeline_depths.iter().any(|&d| d > 1) {
-            "1×D rows: one client thread keeps D requests in flight (verbatim_host::pipeline: D \
+            "1×D rows: one client thread keeps D requests in flight (verbatim_client::pipeline: D \
              lanes, each a sequential client with its own id and slot); each latency runs from \
              the request's submission to its completion"
                 .into()
@@ -374,17 +374,17 @@ type RequestFn = Box<dyn FnMut(&mut dyn FnMut(OpKind, u64)) -> Result<()> + Send
 /// Keeps a pipeline full of one kind of request and reports each
 /// completion with its latency from submission.
 struct PipelinedOps {
-    pipe: verbatim_host::pipeline::Pipeline,
+    pipe: verbatim_client::pipeline::Pipeline,
     wait: Wait,
     submitted_at: std::collections::HashMap<u64, std::time::Instant>,
     done: Vec<(
         u64,
-        std::result::Result<verbatim_host::client::Outcome, verbatim_host::client::ClientError>,
+        std::result::Result<verbatim_client::client::Outcome, verbatim_client::client::ClientError>,
     )>,
 }
 
 impl PipelinedOps {
-    fn new(pipe: verbatim_host::pipeline::Pipeline, wait: Wait) -> PipelinedOps {
+    fn new(pipe: verbatim_client::pipeline::Pipeline, wait: Wait) -> PipelinedOps {
         PipelinedOps {
             wait,
             submitted_at: std::collections::HashMap::with_capacity(pipe.depth()),

@@ -18,8 +18,8 @@ use crate::Result;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
+use verbatim_client::client::Wait;
 use verbatim_core::rng::SplitMix64;
-use verbatim_host::client::Wait;
 
 /// A YCSB-style mix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

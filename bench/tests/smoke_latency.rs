@@ -8,8 +8,8 @@ use std::time::Duration;
 use verbatim_bench::cluster::ClusterSpec;
 use verbatim_bench::latency::{run, LatencyOptions};
 use verbatim_bench::progress::Progress;
-use verbatim_host::client::Wait;
-use verbatim_host::config::PollMode;
+use verbatim_client::client::Wait;
+use verbatim_client::manifest::PollMode;
 
 /// The debug `verbatim` binary (built here if this test runs alone).
 fn verbatim_bin() -> PathBuf {

@@ -2,7 +2,7 @@
 //! manifest that validates, or an error naming a field; never a panic.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use verbatim_host::config::Manifest;
+use verbatim_client::manifest::Manifest;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

@@ -12,7 +12,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use verbatim_core::kv::KvLimits;
-use verbatim_host::resp::{self, RespError, RespLimits};
+use verbatim_client::resp::{self, RespError, RespLimits};
 
 const KV: KvLimits = KvLimits {
     key_bytes_max: 16,

@@ -12,7 +12,7 @@ use verbatim_core::sm::StateMachine;
 use verbatim_core::stream::{
     encode_pairs, range_entries, IdSpec, StreamId, StreamOp, StreamReply, StreamStateMachine,
 };
-use verbatim_host::kvstore::StreamMap;
+use verbatim_host::replica::storage::StreamMap;
 
 const LIMITS: [KvLimits; 2] = [
     KvLimits {

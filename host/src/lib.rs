@@ -1,24 +1,23 @@
-//! The verbatim replica process and its clients.
-pub mod client;
-pub mod config;
-pub mod demo;
-pub mod error;
-pub mod failover;
-pub mod hostfabric;
-pub mod kvstore;
-pub mod local;
-pub mod notice;
-pub mod pipeline;
-pub mod private;
+//! The verbatim replica process (`verbatim`).
+//!
+//! * [`fabric`]: the one-sided fabrics the replica owns: shared memory
+//!   (default) and ibverbs (feature `rdma`), with the host's view of which
+//!   peers are alive;
+//! * [`gateway`]: where client requests come in: the RESP server (TCP) and
+//!   the queue that hands its requests to the poll loop (shared-memory
+//!   slots are `verbatim_client::slots`);
+//! * [`replica`]: the replica process: setup, the poll loop that runs the
+//!   driver, storage for the services, failover records, status endpoint;
+//! * [`topology`]: cores, NUMA placement and scheduling of the process's
+//!   threads;
+//! * [`cli`]: what the binary's commands need beyond the library (`demo`).
+//!
+//! Everything a client or a tool needs (manifest, client library, RESP
+//! codec, death notices, local clusters) is in `verbatim-client`, the
+//! status schema in `verbatim-status`.
+
+pub mod cli;
+pub mod fabric;
+pub mod gateway;
 pub mod replica;
-pub mod resp;
-pub mod resp_stream;
-pub mod service;
-pub mod shm;
-pub mod slots;
-pub mod status;
-pub mod status_server;
-pub mod tcp;
 pub mod topology;
-#[cfg(feature = "rdma")]
-pub mod verbs;

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use verbatim_host::client::{Client, ClientOptions, Transport};
-use verbatim_host::config::{Manifest, PollMode};
-use verbatim_host::local::{LocalCluster, LocalOptions};
+use verbatim_client::client::{Client, ClientOptions, Transport};
+use verbatim_client::local::{LocalCluster, LocalOptions};
+use verbatim_client::manifest::{Manifest, PollMode};
 
 #[derive(Parser)]
 #[command(
@@ -318,10 +318,7 @@ fn main() -> Result<()> {
             let manifest = default_manifest(config)?;
             let snaps: Vec<_> = (0..manifest.member_count())
                 .map(|id| {
-                    verbatim_host::status_server::query(
-                        &manifest.status_socket(id),
-                        Duration::from_secs(1),
-                    )
+                    verbatim_status::query(&manifest.status_socket(id), Duration::from_secs(1))
                 })
                 .collect();
             if json {
@@ -381,7 +378,7 @@ fn main() -> Result<()> {
         } => {
             init_tracing("warn");
             let binary = std::env::current_exe().context("locating the verbatim binary")?;
-            let opts = verbatim_host::demo::DemoOptions {
+            let opts = verbatim_host::cli::demo::DemoOptions {
                 replicas,
                 duration: Duration::from_millis(duration_ms),
                 kill_after: Duration::from_millis(duration_ms / 2),
@@ -390,7 +387,7 @@ fn main() -> Result<()> {
                 binary,
                 poll: PollMode::Adaptive,
             };
-            let report = verbatim_host::demo::run(&opts, |line| {
+            let report = verbatim_host::cli::demo::run(&opts, |line| {
                 if !json {
                     eprintln!("demo: {line}");
                 }
@@ -399,7 +396,7 @@ fn main() -> Result<()> {
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
-                print!("{}", verbatim_host::demo::render(&report));
+                print!("{}", verbatim_host::cli::demo::render(&report));
             }
             if report.lost_writes > 0 {
                 bail!("{} acknowledged writes were lost", report.lost_writes);

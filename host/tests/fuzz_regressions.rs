@@ -3,7 +3,7 @@
 //! target, in the normal test suite (no libFuzzer, no nightly).
 
 use std::path::PathBuf;
-use verbatim_host::config::Manifest;
+use verbatim_client::manifest::Manifest;
 
 fn inputs(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

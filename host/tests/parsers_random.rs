@@ -4,17 +4,13 @@
 //! accepted is well-formed.
 
 use std::sync::Arc;
-use verbatim_core::fabric::{Addr, MemberId, RegionId};
+use verbatim_client::manifest::Manifest;
+use verbatim_client::resp::{parse_command, parse_frame, RespLimits};
+use verbatim_client::slots::SlotServer;
 use verbatim_core::kv::{KvLimits, KvOp};
-use verbatim_core::layout::{Layout, ROW_WORDS};
-use verbatim_core::mem::Memory;
+use verbatim_core::layout::ROW_WORDS;
 use verbatim_core::rng::SplitMix64;
 use verbatim_core::sst::Row;
-use verbatim_core::Config;
-use verbatim_host::config::Manifest;
-use verbatim_host::resp::{parse_command, parse_frame, RespLimits};
-use verbatim_host::shm::{Segment, ShmMemory};
-use verbatim_host::slots::SlotServer;
 
 const ROUNDS: usize = 20_000;
 
@@ -158,26 +154,28 @@ fn sst_rows_decode_canonically_or_refuse() {
 
 #[test]
 fn client_slots_from_hostile_clients_stay_in_bounds() {
+    use verbatim_client::shared::SharedMap;
+    use verbatim_client::slots::{SlotGeometry, SlotSegment, HEADER_BYTES, PENDING_OFFSET};
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = Config::new(3, MemberId(0));
-    cfg.client_slot_count = 8;
-    cfg.client_slot_bytes = 512;
-    let layout = Layout::new(&cfg).unwrap();
-    let seg = Arc::new(Segment::create(&dir.path().join("s"), &layout, MemberId(0)).unwrap());
-    let mem = ShmMemory::new(seg.clone());
-    let server = SlotServer::new(mem.clone(), &layout);
+    let geometry = SlotGeometry::new(8, 512).unwrap();
+    let seg = Arc::new(SlotSegment::create(&dir.path().join("s.clients"), geometry).unwrap());
+    // The hostile client maps the same file and writes whatever it likes
+    // into the slots and the pending bitmap.
+    let hostile = SharedMap::open(seg.path(), HEADER_BYTES + 8 * 512, "short").unwrap();
+    let mut server = SlotServer::new(seg.clone());
     let mut rng = SplitMix64::new(5);
     let mut out = Vec::new();
     for _ in 0..2_000 {
-        let garbage = random_bytes(&mut rng, layout.clients_bytes);
-        mem.write(Addr::new(RegionId::Clients, 0), &garbage);
-        seg.client_pending(0)
+        let garbage = random_bytes(&mut rng, 8 * 512);
+        hostile.write(HEADER_BYTES, &garbage);
+        hostile
+            .word(PENDING_OFFSET)
             .store(rng.next_u64(), std::sync::atomic::Ordering::Release);
         out.clear();
         server.take_pending(&mut out);
         for r in &out {
             assert!(r.slot < 8);
-            assert!(r.payload.len() as u64 <= (512 - 64) / 2);
+            assert!(r.payload.len() as u64 <= geometry.area_bytes);
         }
     }
 }

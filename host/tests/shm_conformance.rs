@@ -11,9 +11,8 @@ use verbatim_core::fabric::{Completion, MemberId};
 use verbatim_core::layout::Layout;
 use verbatim_core::mem::Memory;
 use verbatim_core::Config;
-use verbatim_host::shm::{
-    segment_path, spawn_watcher, PeerLiveness, Segment, ShmFabric, ShmMemory,
-};
+use verbatim_host::fabric::liveness::{spawn_watcher, PeerLiveness};
+use verbatim_host::fabric::shm::{segment_path, Segment, ShmFabric, ShmMemory};
 use verbatim_sim::conformance::{run_all, FabricHarness};
 
 struct ShmHarness {
@@ -60,7 +59,7 @@ impl ShmHarness {
         let mut liveness = Vec::new();
         for (i, seg) in segs.iter().enumerate() {
             let live = Arc::new(PeerLiveness::default());
-            spawn_watcher(live.clone(), seg.clone(), clock).expect("watcher");
+            spawn_watcher(live.clone(), seg.waker(), clock).expect("watcher");
             let mut f = ShmFabric::new(
                 MemberId(i as u8),
                 layout,
@@ -178,8 +177,8 @@ fn a_peer_with_another_layout_is_refused_with_the_reason() {
 /// so the pidfd cannot be what saw it.
 #[test]
 fn a_peer_is_seen_dead_through_its_death_notice() {
-    use verbatim_host::notice::{notice_path, DeathNotices};
-    use verbatim_host::shm::DeathSeen;
+    use verbatim_client::notice::{notice_path, DeathNotices};
+    use verbatim_host::fabric::liveness::DeathSeen;
     let dir = shm_dir();
     let layout = Layout::new(&Config::new(2, MemberId(0))).unwrap();
     let paths: Vec<PathBuf> = (0..2)
@@ -200,7 +199,7 @@ fn a_peer_is_seen_dead_through_its_death_notice() {
     ready_rx.recv().unwrap();
     let seg0 = Arc::new(Segment::create(&paths[0], &layout, MemberId(0)).unwrap());
     let live = Arc::new(PeerLiveness::default());
-    spawn_watcher(live.clone(), seg0.clone(), Instant::now()).unwrap();
+    spawn_watcher(live.clone(), seg0.waker(), Instant::now()).unwrap();
     let mut f = ShmFabric::new(MemberId(0), layout, seg0, paths.clone(), live.clone());
     assert!(f.connect_peers().is_empty());
     assert!(!live.is_dead(MemberId(1)));

@@ -12,10 +12,10 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use verbatim_host::client::{Client, ClientOptions, Transport, Wait};
-use verbatim_host::config::PollMode;
-use verbatim_host::local::{find_binary, LocalCluster, LocalOptions};
-use verbatim_host::verbs::{device_names, roce_v2_ipv4_gid_index};
+use verbatim_client::client::{Client, ClientOptions, Transport, Wait};
+use verbatim_client::local::{find_binary, LocalCluster, LocalOptions};
+use verbatim_client::manifest::PollMode;
+use verbatim_host::fabric::verbs::{device_names, roce_v2_ipv4_gid_index};
 
 fn pct(h: &hdrhistogram::Histogram<u64>, q: f64) -> f64 {
     h.value_at_quantile(q) as f64 / 1000.0

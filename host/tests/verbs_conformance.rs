@@ -20,16 +20,17 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use verbatim_client::manifest::{FabricKind, Manifest, VerbsMember};
 use verbatim_core::fabric::{
     Addr, Completion, Fabric, MemberId, Op, RegionId, WcStatus, WorkRequest, WrId,
 };
 use verbatim_core::layout::Layout;
 use verbatim_core::mem::Memory;
 use verbatim_core::Config;
-use verbatim_host::config::{FabricKind, Manifest, VerbsMember};
-use verbatim_host::hostfabric::HostFabric;
-use verbatim_host::shm::{segment_path, PeerLiveness, Segment, ShmMemory};
-use verbatim_host::verbs::{device_names, roce_v2_ipv4_gid_index, VerbsFabric};
+use verbatim_host::fabric::liveness::PeerLiveness;
+use verbatim_host::fabric::shm::{segment_path, Segment, ShmMemory};
+use verbatim_host::fabric::verbs::{device_names, roce_v2_ipv4_gid_index, VerbsFabric};
+use verbatim_host::fabric::HostFabric;
 use verbatim_sim::conformance::{checks, FabricHarness};
 
 const NEEDS_DEVICE: &str =
@@ -85,6 +86,11 @@ fn manifest(n: u8, device: &str, gid_index: u8) -> Manifest {
         });
     }
     m
+}
+
+/// What the verbs fabric takes from a manifest: each member's verbs options.
+fn verbs_of(m: &Manifest) -> Vec<Option<VerbsMember>> {
+    m.members.iter().map(|x| x.verbs.clone()).collect()
 }
 
 fn shm_dir() -> tempfile::TempDir {
@@ -152,7 +158,7 @@ impl VerbsHarness {
             .map(|i| {
                 Some(
                     VerbsFabric::start(
-                        &m,
+                        &verbs_of(&m),
                         MemberId(i),
                         &layout,
                         segs[usize::from(i)].clone(),
@@ -328,9 +334,15 @@ fn a_peer_with_another_layout_is_refused_with_the_reason() {
     let seg = |i: u8, l: &Layout| {
         Arc::new(Segment::create(&segment_path(dir.path(), "vmis", i), l, MemberId(i)).unwrap())
     };
-    let a = VerbsFabric::start(&m, MemberId(0), &layout, seg(0, &layout), Arc::default());
+    let a = VerbsFabric::start(
+        &verbs_of(&m),
+        MemberId(0),
+        &layout,
+        seg(0, &layout),
+        Arc::default(),
+    );
     let b = VerbsFabric::start(
-        &m,
+        &verbs_of(&m),
         MemberId(1),
         &other_layout,
         seg(1, &other_layout),
@@ -359,14 +371,20 @@ fn a_wrong_port_or_device_is_explained() {
     );
     let mut m = manifest(2, &device, gid_index);
     m.members[0].verbs.as_mut().unwrap().port = 7;
-    let e = VerbsFabric::start(&m, MemberId(0), &layout, seg.clone(), Arc::default())
-        .err()
-        .expect("port 7 does not exist");
+    let e = VerbsFabric::start(
+        &verbs_of(&m),
+        MemberId(0),
+        &layout,
+        seg.clone(),
+        Arc::default(),
+    )
+    .err()
+    .expect("port 7 does not exist");
     assert!(e.to_string().contains("port 7"), "{e}");
     println!("explained: {e}");
     let mut m = manifest(2, "nosuchdev9", gid_index);
     m.members[0].verbs.as_mut().unwrap().port = 1;
-    let e = VerbsFabric::start(&m, MemberId(0), &layout, seg, Arc::default())
+    let e = VerbsFabric::start(&verbs_of(&m), MemberId(0), &layout, seg, Arc::default())
         .err()
         .expect("no such device");
     assert!(e.to_string().contains("devices here"), "{e}");
@@ -391,7 +409,7 @@ fn a_missing_device_is_explained() {
         Segment::create(&segment_path(dir.path(), "vnodev", 0), &layout, MemberId(0)).unwrap(),
     );
     let m = manifest(2, "nosuchdev9", 0);
-    let e = VerbsFabric::start(&m, MemberId(0), &layout, seg, Arc::default())
+    let e = VerbsFabric::start(&verbs_of(&m), MemberId(0), &layout, seg, Arc::default())
         .err()
         .expect("there is no device called nosuchdev9");
     let text = e.to_string();

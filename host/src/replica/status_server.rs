@@ -1,15 +1,15 @@
-//! Serves [`crate::status::Snapshot`]s on a Unix socket (protocol in
+//! Serves [`verbatim_status::Snapshot`]s on a Unix socket (protocol in
 //! [`crate::status`]). The poll loop only ever `try_lock`s the slot it
 //! publishes into, so a slow or hostile status client can never slow a
 //! replica down; JSON is produced here, on the server's threads.
 
-use crate::status::{ErrorReply, Snapshot};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use verbatim_status::{ErrorReply, Snapshot};
 
 /// Status connections served at once; more are refused.
 pub const STATUS_CONNECTIONS_MAX: usize = 32;

@@ -3,13 +3,13 @@
 //! operations, latency percentiles, the failover timeline and a check
 //! that every acknowledged write is still readable.
 
-use crate::client::{Client, ClientOptions, Transport, Wait};
-use crate::config::PollMode;
-use crate::local::{LocalCluster, LocalOptions};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use verbatim_client::client::{Client, ClientOptions, Transport, Wait};
+use verbatim_client::local::{LocalCluster, LocalOptions};
+use verbatim_client::manifest::PollMode;
 use verbatim_core::rng::SplitMix64;
 
 /// Demo settings.
@@ -189,13 +189,13 @@ pub fn run(opts: &DemoOptions, mut progress: impl FnMut(&str)) -> Result<DemoRep
             // down before its pidfd fires), from a thread of our own.
             let watch = cluster
                 .pid(victim)
-                .and_then(|p| crate::shm::ProcessWatch::open(p as i32));
+                .and_then(|p| verbatim_client::process::ProcessWatch::open(p as i32));
             // And the moment its death notice turns (see `notice`): we
             // wait on the mutex of the first id that is not a member.
             let observer = verbatim_core::fabric::MemberId(opts.replicas);
-            let notice = crate::notice::NoticeWatch::open(&crate::notice::notice_path(
-                &cluster.manifest.segment_path(victim),
-            ))
+            let notice = verbatim_client::notice::NoticeWatch::open(
+                &verbatim_client::notice::notice_path(&cluster.manifest.segment_path(victim)),
+            )
             .ok()
             .filter(|_| observer.index() < verbatim_core::fabric::MAX_MEMBERS - 1);
             // Both watchers block before the kill (the kill time must not

@@ -22,23 +22,22 @@
 //! `cluster.resp_idle_timeout_s` or with more than
 //! `cluster.resp_output_bytes_max` unsent reply bytes is closed.
 
-use crate::config::Manifest;
-use crate::resp::{self, Command, Frame, Local, RespLimits};
-use crate::resp_stream;
-use crate::service::{ServiceHandle, ServiceReply, ServiceRequest};
-use crate::status_server::StatusSlot;
+use crate::gateway::queue::{ServiceHandle, ServiceReply, ServiceRequest};
+use crate::replica::status_server::StatusSlot;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
+use verbatim_client::manifest::Manifest;
+use verbatim_client::resp::{self, Command, Frame, Local, RespLimits};
+use verbatim_client::resp_stream;
 use verbatim_core::fabric::MemberId;
 use verbatim_core::kv::{KvLimits, KvOp, KvReply};
 
 /// Connections served at once; more are refused with an error.
 pub const RESP_CONNECTIONS_MAX: usize = 1024;
-/// How long one operation may take, retries and forwarding included.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+pub use verbatim_client::client::REQUEST_TIMEOUT;
 /// How long a reply may wait for a client that does not read.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A forwarded request is never forwarded again: a member that is not the
@@ -134,7 +133,7 @@ impl Drop for RespServer {
 /// then a counter, so that two replicas (or restarts) never hand out the
 /// same id.
 fn client_id_base() -> u64 {
-    (crate::client::random_id() & !0xFFFF_FFFF) | 1 << 63
+    (verbatim_client::client::random_id() & !0xFFFF_FFFF) | 1 << 63
 }
 
 struct Ctx {

@@ -14,8 +14,9 @@
 //! leader, or to the next replica; a replica whose process has exited is
 //! skipped at once.
 
-use crate::config::Manifest;
-use crate::shm::{ProcessWatch, Segment};
+use crate::manifest::Manifest;
+use crate::process::ProcessWatch;
+use crate::slots::SlotSegment;
 use crate::slots::{SlotClient, SlotKind, SlotStatus};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -23,7 +24,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use verbatim_core::fabric::MemberId;
 use verbatim_core::kv::{KvError, KvLimits, KvOp, KvReply};
-use verbatim_core::Layout;
+
+/// How long a replica's RESP gateway may take for one operation,
+/// retries and forwarding included (a TCP client waits a little longer).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How a client reaches the replicas.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,13 +130,12 @@ pub struct ClientStats {
 /// A client of one cluster.
 pub struct Client {
     manifest: Manifest,
-    layout: Layout,
     limits: KvLimits,
     opts: ClientOptions,
     client_id: u64,
     next_request: u64,
     target: usize,
-    segments: Vec<Option<(Arc<Segment>, Option<ProcessWatch>)>>,
+    segments: Vec<Option<(Arc<SlotSegment>, Option<ProcessWatch>)>>,
     slot: Option<(usize, SlotClient)>,
     tcp: Vec<Option<(TcpStream, Vec<u8>)>>,
     stats: ClientStats,
@@ -143,7 +146,7 @@ pub struct Client {
 /// A client id from the OS's random source: two clients (of any process,
 /// on any host) must not share a session, and a guessable id would let one
 /// client make another's retries look stale.
-pub(crate) fn random_id() -> u64 {
+pub fn random_id() -> u64 {
     let id = getrandom::u64().unwrap_or_else(|e| {
         // Only without /dev/urandom or getrandom(2); a unique-enough id
         // still beats failing the client.
@@ -160,13 +163,10 @@ pub(crate) fn random_id() -> u64 {
 impl Client {
     /// A client of the cluster described by `manifest`.
     pub fn new(manifest: &Manifest, opts: ClientOptions) -> Client {
-        let layout =
-            Layout::new(&manifest.core_config(0)).expect("a validated manifest has a valid layout");
         let n = manifest.members.len();
         Client {
             limits: manifest.kv_limits(),
             manifest: manifest.clone(),
-            layout,
             client_id: opts.client_id.unwrap_or_else(random_id),
             opts,
             next_request: 1,
@@ -326,10 +326,11 @@ impl Client {
     }
 
     /// The replica's segment, if its process is alive.
-    fn segment(&mut self, m: usize) -> Option<Arc<Segment>> {
+    fn segment(&mut self, m: usize) -> Option<Arc<SlotSegment>> {
         if self.segments[m].is_none() {
-            let seg = Segment::open(&self.manifest.segment_path(m as u8), &self.layout).ok()?;
-            let watch = ProcessWatch::replica(&self.manifest.segment_path(m as u8), seg.pid());
+            let seg = SlotSegment::open(&self.manifest.slots_path(m as u8)).ok()?;
+            let watch =
+                ProcessWatch::replica(&self.manifest.segment_path(m as u8), seg.owner().pid);
             watch.as_ref()?;
             self.segments[m] = Some((Arc::new(seg), watch));
         }
@@ -357,7 +358,7 @@ impl Client {
             let Some(seg) = self.segment(m) else {
                 return Ok(Attempt::Failed);
             };
-            match SlotClient::claim(seg, &self.layout) {
+            match SlotClient::claim(seg) {
                 Some(s) => self.slot = Some((m, s)),
                 None => return Ok(Attempt::Busy),
             }
@@ -430,7 +431,9 @@ impl Client {
             let _ = s.set_nodelay(true);
             // The server retries internally while it has no leader, up to
             // its own timeout: wait a little longer than that.
-            let _ = s.set_read_timeout(Some(crate::tcp::REQUEST_TIMEOUT + Duration::from_secs(1)));
+            let _ = s.set_read_timeout(Some(
+                crate::client::REQUEST_TIMEOUT + Duration::from_secs(1),
+            ));
             let mut buf = Vec::new();
             if let Some(password) = self.manifest.cluster.resp_password.clone() {
                 let mut s = s;
@@ -515,7 +518,7 @@ fn tcp_auth(
 /// Whether the replica behind `segment` is gone: its death notice (one
 /// load) always, its pidfd (a syscall) only when `poll_pidfd`.
 pub(crate) fn exited(
-    segment: &Option<(Arc<Segment>, Option<ProcessWatch>)>,
+    segment: &Option<(Arc<SlotSegment>, Option<ProcessWatch>)>,
     poll_pidfd: bool,
 ) -> bool {
     match segment {

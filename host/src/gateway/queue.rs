@@ -44,12 +44,12 @@ pub enum ServiceReply {
 pub struct ServiceHandle {
     tx: mpsc::Sender<ServiceRequest>,
     queued: Arc<AtomicUsize>,
-    wake: Arc<crate::shm::Segment>,
+    wake: Arc<crate::fabric::shm::Segment>,
 }
 
 impl ServiceHandle {
     /// A channel into the poll loop that rings `wake`.
-    pub fn new(wake: Arc<crate::shm::Segment>) -> (ServiceHandle, ServiceQueue) {
+    pub fn new(wake: Arc<crate::fabric::shm::Segment>) -> (ServiceHandle, ServiceQueue) {
         let (tx, rx) = mpsc::channel();
         let queued = Arc::new(AtomicUsize::new(0));
         (

@@ -3,8 +3,8 @@
 //! (detection), to our leadership (election), to the first commit of our
 //! term (the no-op, DARE §3.3).
 
-use crate::status::Failover;
 use std::collections::VecDeque;
+use verbatim_status::Failover;
 
 /// Failovers kept for the status endpoint.
 pub const FAILOVERS_KEPT: usize = 16;

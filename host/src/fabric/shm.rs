@@ -28,16 +28,18 @@
 //! All accesses to mapped memory go through atomics (aligned words) so
 //! that concurrent writers in other processes are never a data race.
 
-use crate::error::ShmError;
-use crate::notice::{notice_path, NoticeWait, NoticeWatch};
+use crate::fabric::liveness::{spawn_notice_waiter, PeerLiveness, Wake};
 use memmap2::MmapRaw;
 use std::collections::VecDeque;
-use std::fs::OpenOptions;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use verbatim_client::error::ShmError;
+use verbatim_client::notice::{notice_path, NoticeWatch};
+use verbatim_client::process::ProcessId;
+use verbatim_client::shared::{copy_shared, futex_wait_any, futex_wake, open_shared_file};
+use verbatim_client::slots::SlotSegment;
 use verbatim_core::fabric::{
     Access, Addr, Channel, Completion, Fabric, FabricError, MemberId, Op, RegionId, WcStatus,
     WorkRequest, MAX_MEMBERS, REGIONS_MAX,
@@ -48,11 +50,9 @@ use verbatim_core::mem::Memory;
 /// "VERBATIM" in little-endian.
 pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"VERBATIM");
 /// Bumped when the header layout changes.
-pub const SEGMENT_VERSION: u64 = 2;
+pub const SEGMENT_VERSION: u64 = 3;
 /// Bytes of the segment header (one page).
 pub const HEADER_BYTES: u64 = 4096;
-/// Client slots the header's pending bitmap can track.
-pub const CLIENT_SLOTS_MAX: u64 = 1024;
 
 const PAGE: u64 = 4096;
 const H_MAGIC: u64 = 0;
@@ -71,10 +71,11 @@ const H_PARKED: u64 = 128;
 const H_REGIONS: u64 = 192;
 /// Access words: [region][member].
 const H_ACCESS: u64 = 512;
-const _: () = assert!(H_ACCESS + (REGIONS_MAX * MAX_MEMBERS * 8) as u64 <= H_CLIENT_PENDING);
-const _: () = assert!(H_REGIONS + (REGIONS_MAX * 16) as u64 <= H_ACCESS);
-/// Pending-request bitmap of the client slots.
-const H_CLIENT_PENDING: u64 = 1024;
+const _: () = assert!(H_ACCESS + (REGIONS_MAX * MAX_MEMBERS * 8) as u64 <= HEADER_BYTES);
+const _: () = assert!(H_REGIONS + (REGIONS_MAX * 16) as u64 <= H_OWNER_START);
+/// The owner's start time (with its pid, an identity a reused pid does
+/// not repeat).
+const H_OWNER_START: u64 = 448;
 
 /// The "granted" bit of an access word; the low bits count writers.
 const GRANTED: u64 = 1 << 63;
@@ -89,10 +90,7 @@ fn round_up(x: u64, to: u64) -> u64 {
     x.div_ceil(to) * to
 }
 
-/// The segment file of member `id` of cluster `cluster` under `dir`.
-pub fn segment_path(dir: &Path, cluster: &str, id: u8) -> PathBuf {
-    dir.join(format!("verbatim-{cluster}-{id}"))
-}
+pub use verbatim_client::files::segment_path;
 
 /// A mapped segment: the header and the five regions.
 pub struct Segment {
@@ -124,8 +122,9 @@ impl Segment {
     /// owner is gone) and publishes it once fully initialised.
     pub fn create(path: &Path, layout: &Layout, id: MemberId) -> Result<Segment, ShmError> {
         if let Ok(old) = Segment::open_any(path) {
-            let pid = old.word(H_PID).load(Ordering::Acquire) as i32;
-            if pid != 0 && pid != std::process::id() as i32 && process_alive(pid) {
+            let owner = old.owner();
+            let pid = owner.pid;
+            if pid != 0 && pid != std::process::id() as i32 && owner.alive() {
                 return Err(ShmError::InUse {
                     path: path.to_owned(),
                     pid,
@@ -137,7 +136,7 @@ impl Segment {
         // half-initialised segment, and the old inode (if any) stays valid
         // for whoever still maps it.
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        let file = crate::private::create_private_file(&tmp)
+        let file = verbatim_client::files::create_private_file(&tmp)
             .map_err(|e| ShmError::io(&tmp, "create", e))?;
         file.set_len(total)
             .map_err(|e| ShmError::io(&tmp, "size", e))?;
@@ -152,8 +151,10 @@ impl Segment {
             .store(SEGMENT_VERSION, Ordering::Relaxed);
         seg.word(H_LAYOUT_HASH)
             .store(layout.hash, Ordering::Relaxed);
-        seg.word(H_PID)
-            .store(u64::from(std::process::id()), Ordering::Relaxed);
+        let me = ProcessId::current();
+        seg.word(H_PID).store(me.pid as u64, Ordering::Relaxed);
+        seg.word(H_OWNER_START)
+            .store(me.start_ticks, Ordering::Relaxed);
         let incarnation = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64);
@@ -278,6 +279,14 @@ impl Segment {
         self.word(H_PID).load(Ordering::Acquire) as i32
     }
 
+    /// The owning process (pid and start time).
+    pub fn owner(&self) -> ProcessId {
+        ProcessId {
+            pid: self.pid(),
+            start_ticks: self.word(H_OWNER_START).load(Ordering::Acquire),
+        }
+    }
+
     /// Changes with every (re)creation of the segment.
     pub fn incarnation(&self) -> u64 {
         self.word(H_INCARNATION).load(Ordering::Acquire)
@@ -310,12 +319,6 @@ impl Segment {
         self.word32(H_PARKED)
     }
 
-    /// Word `k` of the client pending bitmap.
-    pub fn client_pending(&self, k: u64) -> &AtomicU64 {
-        assert!(k < CLIENT_SLOTS_MAX / 64);
-        self.word(H_CLIENT_PENDING + 8 * k)
-    }
-
     /// Pointer to `[at, at+len)`, checked against the region bounds.
     fn ptr(&self, at: Addr, len: u64) -> Option<*mut u8> {
         let (off, rlen) = *self.regions.get(at.region.index())?;
@@ -342,6 +345,13 @@ impl Segment {
         self.regions[region.index()].1
     }
 
+    /// Rings this segment's doorbell when called (for the liveness
+    /// watchers, which wake a parked poll loop).
+    pub fn waker(self: &Arc<Self>) -> Wake {
+        let seg = self.clone();
+        Arc::new(move || seg.ring())
+    }
+
     /// Wakes the owner if it sleeps on its doorbell.
     pub fn ring(&self) {
         self.doorbell().fetch_add(1, Ordering::SeqCst);
@@ -350,14 +360,32 @@ impl Segment {
         }
     }
 
-    /// Parks the owner: `idle_check` runs after the parked flag is set (a
-    /// last look for work that arrived meanwhile); if it returns true the
-    /// thread sleeps until rung or `timeout` passes.
-    pub fn park(&self, timeout: Duration, idle_check: impl FnOnce() -> bool) {
+    /// Parks the owner: `idle_check` runs after the parked flags are set
+    /// (a last look for work that arrived meanwhile); if it returns true
+    /// the thread sleeps until this doorbell (peers, gateway threads) or
+    /// the client-slot segment's (clients) is rung, or `timeout` passes.
+    pub fn park(
+        &self,
+        clients: Option<&SlotSegment>,
+        timeout: Duration,
+        idle_check: impl FnOnce() -> bool,
+    ) {
         self.parked().store(1, Ordering::SeqCst);
+        if let Some(c) = clients {
+            c.parked().store(1, Ordering::SeqCst);
+        }
         let seen = self.doorbell().load(Ordering::SeqCst);
+        let seen_clients = clients.map(|c| c.doorbell().load(Ordering::SeqCst));
         if idle_check() {
-            futex_wait(self.doorbell(), seen, timeout);
+            match (clients, seen_clients) {
+                (Some(c), Some(sc)) => {
+                    futex_wait_any(&[(self.doorbell(), seen), (c.doorbell(), sc)], timeout)
+                }
+                _ => futex_wait_any(&[(self.doorbell(), seen)], timeout),
+            }
+        }
+        if let Some(c) = clients {
+            c.parked().store(0, Ordering::SeqCst);
         }
         self.parked().store(0, Ordering::SeqCst);
     }
@@ -369,188 +397,9 @@ impl Segment {
         self.word(H_PID).store(pid as u64, Ordering::Release);
     }
 
-    /// Compare-and-swap on a word of the `Clients` region (slot claims by
-    /// competing client processes).
-    pub fn compare_exchange_clients(&self, at: Addr, old: u64, new: u64) -> bool {
-        assert!(at.region == RegionId::Clients && at.offset.is_multiple_of(8));
-        let Some(p) = self.ptr(at, 8) else {
-            return false;
-        };
-        // SAFETY: aligned, in bounds (ptr), accessed atomically everywhere.
-        let word = unsafe { &*(p as *const AtomicU64) };
-        word.compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }
-
     /// Removes the file (clean shutdown). Mappings stay valid.
     pub fn unlink(&self) {
         let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-/// Opens a shared file for mapping (read and write) and returns it with its
-/// length, refusing one shorter than `min_len` with `too_short`.
-pub(crate) fn open_shared_file(
-    path: &Path,
-    min_len: u64,
-    too_short: &'static str,
-) -> Result<(std::fs::File, u64), ShmError> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .map_err(|e| ShmError::io(path, "open", e))?;
-    let len = file
-        .metadata()
-        .map_err(|e| ShmError::io(path, "stat", e))?
-        .len();
-    if len < min_len {
-        return Err(ShmError::Malformed {
-            path: path.to_owned(),
-            what: too_short,
-        });
-    }
-    Ok((file, len))
-}
-
-fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
-    };
-    // SAFETY: FUTEX_WAIT on a valid, aligned u32 inside a live shared
-    // mapping, with a valid timespec; the kernel only reads the word.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            expected,
-            &ts as *const libc::timespec,
-        );
-    }
-}
-
-fn futex_wake(word: &AtomicU32) {
-    // SAFETY: FUTEX_WAKE on a valid, aligned u32 of a live shared mapping.
-    // (Not FUTEX_PRIVATE: the waiter is another process.)
-    unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, 1);
-    }
-}
-
-/// True if a process with this pid exists.
-pub fn process_alive(pid: i32) -> bool {
-    if pid <= 0 {
-        return false;
-    }
-    // SAFETY: kill with signal 0 only checks existence and permission.
-    let r = unsafe { libc::kill(pid, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-}
-
-/// Watches one process through a pidfd: exited (or a zombie not reaped
-/// yet) shows at once, and a recycled pid can never be mistaken for it.
-/// When the process is a replica with death notices, their one-load check
-/// comes first: it turns within ~0.2 ms of a kill, the pidfd only after the
-/// kernel has torn the whole process down.
-pub struct ProcessWatch {
-    fd: OwnedFd,
-    notice: Option<NoticeWatch>,
-}
-
-impl ProcessWatch {
-    /// Starts watching `pid`; `None` if it does not exist.
-    pub fn open(pid: i32) -> Option<ProcessWatch> {
-        if pid <= 0 {
-            return None;
-        }
-        pidfd_open(pid).map(|fd| ProcessWatch { fd, notice: None })
-    }
-
-    /// Watches the replica that owns the segment at `segment_path`
-    /// (process `pid`), through its death notices too when it has them.
-    pub fn replica(segment_path: &Path, pid: i32) -> Option<ProcessWatch> {
-        let mut w = ProcessWatch::open(pid)?;
-        w.notice = match NoticeWatch::open(&notice_path(segment_path)) {
-            Ok(n) if n.owner_pid() == pid => Some(n),
-            Ok(n) => {
-                tracing::debug!(
-                    pid,
-                    owner = n.owner_pid(),
-                    "stale death notice; the pidfd remains"
-                );
-                None
-            }
-            Err(e) => {
-                tracing::debug!(pid, error = %e, "no death notice; the pidfd remains");
-                None
-            }
-        };
-        Some(w)
-    }
-
-    /// Waits (at most `timeout`) for the process to exit; true if it did.
-    pub fn wait_exit(&self, timeout: Duration) -> bool {
-        let mut p = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd.
-        let n = unsafe { libc::poll(&mut p, 1, ms) };
-        n > 0 && p.revents != 0
-    }
-
-    /// True once a replica's death notice shows its poll thread gone (one
-    /// load; false when it has none).
-    pub fn notice_gone(&self) -> bool {
-        self.notice.as_ref().is_some_and(|n| !n.owner_alive())
-    }
-
-    /// True once the process has exited or (for a replica) its poll
-    /// thread has: one load, then one non-blocking poll(2).
-    pub fn exited(&self) -> bool {
-        if self.notice_gone() {
-            return true;
-        }
-        let mut p = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, zero timeout.
-        let n = unsafe { libc::poll(&mut p, 1, 0) };
-        n > 0 && p.revents != 0
-    }
-}
-
-// ----- copies through atomics ------------------------------------------------
-
-/// Copies `len` bytes between two mapped locations (either may be written
-/// concurrently by another process), word by word where aligned.
-///
-/// # Safety
-/// `src` and `dst` must be valid for `len` bytes of a live mapping, and
-/// only ever accessed atomically by other parties.
-unsafe fn copy_shared(src: *const u8, dst: *mut u8, len: usize) {
-    let mut i = 0usize;
-    while i < len {
-        let (s, d) = (src.wrapping_add(i), dst.wrapping_add(i));
-        if (s as usize).is_multiple_of(8) && (d as usize).is_multiple_of(8) && len - i >= 8 {
-            // SAFETY: both aligned, in bounds (caller), atomically accessed.
-            let w = unsafe { (*(s as *const AtomicU64)).load(Ordering::Relaxed) };
-            // SAFETY: as above.
-            unsafe { (*(d as *const AtomicU64)).store(w, Ordering::Relaxed) };
-            i += 8;
-        } else {
-            // SAFETY: in bounds (caller); single bytes are always aligned.
-            let b = unsafe { (*(s as *const AtomicU8)).load(Ordering::Relaxed) };
-            // SAFETY: as above.
-            unsafe { (*(d as *const AtomicU8)).store(b, Ordering::Relaxed) };
-            i += 1;
-        }
     }
 }
 
@@ -623,220 +472,6 @@ impl Memory for ShmMemory {
     }
 }
 
-// ----- peer liveness (death notices, pidfd) -----------------------------------
-
-/// How a peer's death was learned.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum DeathSeen {
-    /// Its death notice (robust futex, early in the kernel's exit path).
-    Notice = 1,
-    /// Its pidfd (after the kernel tore the process down).
-    Pidfd = 2,
-}
-
-impl DeathSeen {
-    /// The label used in status and failover records.
-    pub fn label(self) -> &'static str {
-        match self {
-            DeathSeen::Notice => "notice",
-            DeathSeen::Pidfd => "pidfd",
-        }
-    }
-}
-
-/// Which peers are known dead; written by the watcher threads.
-#[derive(Default)]
-pub struct PeerLiveness {
-    dead: [AtomicBool; MAX_MEMBERS],
-    /// Peers that died since the poll loop last looked (bitmask).
-    newly_dead: AtomicU64,
-    /// When each peer was seen to die (ns since `epoch`).
-    died_at: [AtomicU64; MAX_MEMBERS],
-    /// `DeathSeen` of the detector that saw it first (0: none).
-    seen_by: [AtomicU8; MAX_MEMBERS],
-    /// The replica's clock, set by `spawn_watcher`.
-    epoch: OnceLock<Instant>,
-    watch: Mutex<Vec<(MemberId, i32)>>,
-    stop: AtomicBool,
-}
-
-impl PeerLiveness {
-    /// True once the peer's process exited.
-    pub fn is_dead(&self, m: MemberId) -> bool {
-        m.index() < MAX_MEMBERS && self.dead[m.index()].load(Ordering::Acquire)
-    }
-
-    /// Peers that died since the last call.
-    pub fn take_newly_dead(&self) -> Vec<MemberId> {
-        // Polled on every iteration: read before the read-modify-write.
-        if self.newly_dead.load(Ordering::Acquire) == 0 {
-            return Vec::new();
-        }
-        let bits = self.newly_dead.swap(0, Ordering::AcqRel);
-        (0..MAX_MEMBERS as u8)
-            .filter(|m| bits & (1 << m) != 0)
-            .map(MemberId)
-            .collect()
-    }
-
-    /// Starts watching a peer's process.
-    pub fn watch(&self, m: MemberId, pid: i32) {
-        self.watch.lock().expect("watch list").push((m, pid));
-    }
-
-    /// Reports a peer's process gone (a fabric that learns it another way
-    /// than a pidfd, e.g. its connection closed by the peer's kernel).
-    pub fn mark_dead(&self, m: MemberId) {
-        if m.index() >= MAX_MEMBERS {
-            return;
-        }
-        if !self.dead[m.index()].swap(true, Ordering::AcqRel) {
-            self.newly_dead.fetch_or(1 << m.0, Ordering::AcqRel);
-        }
-    }
-
-    /// Records a death seen by `how` now, unless another detector saw it
-    /// first, and reports it to the poll loop.
-    pub fn record_death(&self, m: MemberId, how: DeathSeen) {
-        if m.index() >= MAX_MEMBERS {
-            return;
-        }
-        let now = self
-            .epoch
-            .get()
-            .map_or(0, |e| e.elapsed().as_nanos() as u64)
-            .max(1);
-        if self.died_at[m.index()]
-            .compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
-            self.seen_by[m.index()].store(how as u8, Ordering::Release);
-        }
-        self.mark_dead(m);
-    }
-
-    /// Monotonic time of death (ns on the replica's clock), 0 when
-    /// unknown.
-    pub fn died_at_ns(&self, m: MemberId) -> u64 {
-        self.died_at[m.index()].load(Ordering::Acquire)
-    }
-
-    /// Which detector saw the peer's death first, if one did.
-    pub fn death_seen_by(&self, m: MemberId) -> Option<DeathSeen> {
-        match self.seen_by.get(m.index())?.load(Ordering::Acquire) {
-            1 => Some(DeathSeen::Notice),
-            2 => Some(DeathSeen::Pidfd),
-            _ => None,
-        }
-    }
-
-    /// True once the watchers were asked to stop.
-    pub fn stopping(&self) -> bool {
-        self.stop.load(Ordering::Acquire)
-    }
-
-    /// Stops the watcher thread.
-    pub fn stop(&self) {
-        self.stop.store(true, Ordering::Release);
-    }
-}
-
-fn pidfd_open(pid: i32) -> Option<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags, returns a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: the kernel just gave us this fd; nobody else owns it.
-    Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
-/// Spawns the thread that turns peer process exits into `dead` flags and
-/// rings `wake` (our own doorbell) so a parked poll loop notices at once.
-pub fn spawn_watcher(
-    liveness: Arc<PeerLiveness>,
-    wake: Arc<Segment>,
-    clock: Instant,
-) -> std::io::Result<std::thread::JoinHandle<()>> {
-    let _ = liveness.epoch.set(clock);
-    std::thread::Builder::new()
-        .name("verbatim-pidfd".into())
-        .spawn(move || {
-            let mut watched: Vec<(MemberId, OwnedFd)> = Vec::new();
-            while !liveness.stop.load(Ordering::Acquire) {
-                for (m, pid) in liveness.watch.lock().expect("watch list").drain(..) {
-                    match pidfd_open(pid) {
-                        Some(fd) => watched.push((m, fd)),
-                        None => {
-                            liveness.record_death(m, DeathSeen::Pidfd);
-                            wake.ring();
-                        }
-                    }
-                }
-                let mut fds: Vec<libc::pollfd> = watched
-                    .iter()
-                    .map(|(_, fd)| libc::pollfd {
-                        fd: fd.as_raw_fd(),
-                        events: libc::POLLIN,
-                        revents: 0,
-                    })
-                    .collect();
-                // 50 ms: how soon a newly registered pid is picked up; exits
-                // themselves wake the poll at once.
-                // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs.
-                let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 50) };
-                if n > 0 {
-                    let mut i = 0;
-                    while i < fds.len() {
-                        if fds[i].revents != 0 {
-                            let (m, _) = watched.remove(i);
-                            fds.remove(i);
-                            liveness.record_death(m, DeathSeen::Pidfd);
-                            wake.ring();
-                        } else {
-                            i += 1;
-                        }
-                    }
-                }
-            }
-        })
-}
-
-/// Spawns a thread that waits on `peer`'s death notice for us (`me`) and
-/// reports the death the moment the kernel marks it, well before the
-/// pidfd fires (see `notice`). Ends when the liveness watchers stop.
-pub fn spawn_notice_waiter(
-    liveness: Arc<PeerLiveness>,
-    wake: Arc<Segment>,
-    me: MemberId,
-    peer: MemberId,
-    watch: NoticeWatch,
-) -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name(format!("verbatim-notice-{}", peer.0))
-        .spawn(move || {
-            // A short slice lets the wake-up preempt at once. Not a
-            // real-time policy: when our own process is killed this thread
-            // may be the last one out, and the kernel's teardown of the
-            // whole address space would then run at real-time priority,
-            // starving the survivors and clients on its core.
-            crate::topology::request_short_slice(100_000);
-            let stop = &liveness.stop;
-            match watch.wait_owner_gone(me, stop, Duration::from_millis(50)) {
-                NoticeWait::OwnerGone => {
-                    liveness.record_death(peer, DeathSeen::Notice);
-                    wake.ring();
-                }
-                NoticeWait::Stopped => {}
-                NoticeWait::Unusable => {
-                    tracing::debug!(peer = peer.0, "death notice unusable; the pidfd remains");
-                }
-            }
-        })
-        .map(drop)
-}
-
 // ----- the fabric -------------------------------------------------------------
 
 /// One member's endpoint on the shared-memory fabric.
@@ -894,7 +529,7 @@ impl ShmFabric {
                         Ok(w) if w.owner_pid() == seg.pid() => {
                             if let Err(e) = spawn_notice_waiter(
                                 self.liveness.clone(),
-                                self.local.clone(),
+                                self.local.waker(),
                                 self.me,
                                 m,
                                 w,
@@ -1054,14 +689,14 @@ impl ShmFabric {
     }
 }
 
-impl crate::hostfabric::HostFabric for ShmFabric {
-    fn connect_peers(&mut self) -> Vec<(MemberId, crate::hostfabric::PeerProblem)> {
+impl crate::fabric::HostFabric for ShmFabric {
+    fn connect_peers(&mut self) -> Vec<(MemberId, crate::fabric::PeerProblem)> {
         ShmFabric::connect_peers(self)
             .into_iter()
             .map(|(m, e)| {
                 (
                     m,
-                    crate::hostfabric::PeerProblem {
+                    crate::fabric::PeerProblem {
                         retry: e.is_missing(),
                         message: e.to_string(),
                     },

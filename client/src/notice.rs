@@ -105,8 +105,8 @@ impl DeathNotices {
             s.push(format!(".tmp{}", std::process::id()));
             PathBuf::from(s)
         };
-        let file = crate::private::create_private_file(&tmp)
-            .map_err(|e| ShmError::io(&tmp, "create", e))?;
+        let file =
+            crate::files::create_private_file(&tmp).map_err(|e| ShmError::io(&tmp, "create", e))?;
         file.set_len(FILE_BYTES as u64)
             .map_err(|e| ShmError::io(&tmp, "size", e))?;
         let map = MmapRaw::map_raw(&file).map_err(|e| ShmError::io(&tmp, "map", e))?;
@@ -199,8 +199,11 @@ pub enum NoticeWait {
 impl NoticeWatch {
     /// Maps the notice file at `path` if it is complete.
     pub fn open(path: &Path) -> Result<NoticeWatch, ShmError> {
-        let (file, _) =
-            crate::shm::open_shared_file(path, FILE_BYTES as u64, "death-notice file too short")?;
+        let (file, _) = crate::shared::open_shared_file(
+            path,
+            FILE_BYTES as u64,
+            "death-notice file too short",
+        )?;
         let map = MmapRaw::map_raw(&file).map_err(|e| ShmError::io(path, "map", e))?;
         let base = map.as_mut_ptr();
         if word32(base, N_READY).load(Ordering::Acquire) != 1

@@ -13,13 +13,13 @@
 //! `submit` returned.
 
 use crate::client::{decode_outcome, exited, random_id, ClientError, ClientOptions, Outcome};
-use crate::config::Manifest;
-use crate::shm::{ProcessWatch, Segment};
+use crate::manifest::Manifest;
+use crate::process::ProcessWatch;
+use crate::slots::SlotSegment;
 use crate::slots::{SlotClient, SlotKind, SlotStatus};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use verbatim_core::kv::{KvLimits, KvOp};
-use verbatim_core::Layout;
 
 /// Identifies a submitted operation in its completion.
 pub type Ticket = u64;
@@ -63,12 +63,11 @@ struct Lane {
 /// Up to `depth` operations in flight over shared-memory slots.
 pub struct Pipeline {
     manifest: Manifest,
-    layout: Layout,
     limits: KvLimits,
     opts: ClientOptions,
     /// The member believed to lead, shared by every lane.
     target: usize,
-    segments: Vec<Option<(Arc<Segment>, Option<ProcessWatch>)>>,
+    segments: Vec<Option<(Arc<SlotSegment>, Option<ProcessWatch>)>>,
     lanes: Vec<Lane>,
     next_ticket: Ticket,
     in_flight: usize,
@@ -97,13 +96,10 @@ impl Pipeline {
                 PIPELINE_DEPTH_MAX.min(slots)
             )));
         }
-        let layout =
-            Layout::new(&manifest.core_config(0)).expect("a validated manifest has a valid layout");
         let n = manifest.members.len();
         Ok(Pipeline {
             limits: manifest.kv_limits(),
             manifest: manifest.clone(),
-            layout,
             opts,
             target: 0,
             segments: (0..n).map(|_| None).collect(),
@@ -326,9 +322,7 @@ impl Pipeline {
             .is_none_or(|(at, _)| *at != m);
         if needs_slot {
             self.lanes[lane].slot = None;
-            let claimed = self
-                .segment(m)
-                .and_then(|seg| SlotClient::claim(seg, &self.layout));
+            let claimed = self.segment(m).and_then(SlotClient::claim);
             match claimed {
                 Some(s) => self.lanes[lane].slot = Some((m, s)),
                 None => {
@@ -357,10 +351,11 @@ impl Pipeline {
     }
 
     /// The replica's segment, if its process is alive.
-    fn segment(&mut self, m: usize) -> Option<Arc<Segment>> {
+    fn segment(&mut self, m: usize) -> Option<Arc<SlotSegment>> {
         if self.segments[m].is_none() {
-            let seg = Segment::open(&self.manifest.segment_path(m as u8), &self.layout).ok()?;
-            let watch = ProcessWatch::replica(&self.manifest.segment_path(m as u8), seg.pid());
+            let seg = SlotSegment::open(&self.manifest.slots_path(m as u8)).ok()?;
+            let watch =
+                ProcessWatch::replica(&self.manifest.segment_path(m as u8), seg.owner().pid);
             watch.as_ref()?;
             self.segments[m] = Some((Arc::new(seg), watch));
         }

@@ -4,23 +4,24 @@
 //! status endpoint, and the poll loop that calls the driver and parks or
 //! spins between steps.
 
-use crate::config::{Manifest, PollMode};
-use crate::failover::FailoverTracker;
-use crate::hostfabric::HostFabric;
-use crate::kvstore::{HashBackend, StreamMap};
-use crate::notice::{notice_path, DeathNotices};
-use crate::service::{ServiceHandle, ServiceQueue, ServiceReply, ServiceRequest};
-use crate::shm::{spawn_watcher, DeathSeen, PeerLiveness, Segment, ShmFabric, ShmMemory};
-use crate::slots::{SlotKind, SlotRequest, SlotServer, SlotStatus};
-use crate::status::{
-    ConfigSnapshot, EventRecord, LatencySummary, LogPointers, PeerSnapshot, Percentiles, Snapshot,
-    STATUS_VERSION,
-};
-use crate::status_server::{StatusServer, StatusSlot};
+pub mod failover;
+pub mod status_server;
+pub mod storage;
+
+use crate::fabric::liveness::{spawn_watcher, DeathSeen, PeerLiveness};
+use crate::fabric::shm::{Segment, ShmFabric, ShmMemory};
+use crate::fabric::HostFabric;
+use crate::gateway::queue::{ServiceHandle, ServiceQueue, ServiceReply, ServiceRequest};
+use crate::replica::failover::FailoverTracker;
+use crate::replica::status_server::{StatusServer, StatusSlot};
+use crate::replica::storage::{HashBackend, StreamMap};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use verbatim_client::manifest::{Manifest, PollMode};
+use verbatim_client::notice::{notice_path, DeathNotices};
+use verbatim_client::slots::{SlotKind, SlotRequest, SlotSegment, SlotServer, SlotStatus};
 use verbatim_core::fabric::MemberId;
 use verbatim_core::heartbeat::CounterEvent;
 use verbatim_core::kv::KvStateMachine;
@@ -29,6 +30,10 @@ use verbatim_core::service::KvAndStreams;
 use verbatim_core::stream::StreamStateMachine;
 use verbatim_core::Layout;
 use verbatim_driver::{Answer, Driver, DriverEvent, Engines, Host, Incoming};
+use verbatim_status::{
+    ConfigSnapshot, EventRecord, LatencySummary, LogPointers, PeerSnapshot, Percentiles, Snapshot,
+    STATUS_VERSION,
+};
 
 /// Keys a replica holds at most (the store answers "full" beyond).
 pub const KEYS_MAX_DEFAULT: usize = 10_000_000;
@@ -52,7 +57,7 @@ pub enum ReplicaError {
     Config(String),
     /// The shared-memory segment could not be set up.
     #[error(transparent)]
-    Shm(#[from] crate::error::ShmError),
+    Shm(#[from] verbatim_client::error::ShmError),
     /// A socket or thread could not be set up.
     #[error("{what}: {source}")]
     Io {
@@ -673,7 +678,7 @@ pub fn run(opts: ReplicaOptions, shutdown: Arc<AtomicBool>) -> Result<(), Replic
     let io = |what: String| move |source| ReplicaError::Io { what, source };
     std::fs::create_dir_all(m.shm_dir())
         .map_err(io(format!("creating {}", m.shm_dir().display())))?;
-    crate::private::ensure_private_dir(&m.run_dir())
+    verbatim_client::files::ensure_private_dir(&m.run_dir())
         .map_err(|e| ReplicaError::Config(e.to_string()))?;
     // Death notices first, on this (the poll) thread, before the segment
     // that makes peers look for them; dropped (unlinked) on every return.
@@ -685,13 +690,24 @@ pub fn run(opts: ReplicaOptions, shutdown: Arc<AtomicBool>) -> Result<(), Replic
         }
     };
     let segment = Arc::new(Segment::create(&m.segment_path(opts.id), &layout, id)?);
+    // The client slots live in a file of their own (the only one clients
+    // map), so no client process can write the log, the SST or the access
+    // words.
+    let slot_segment = match SlotSegment::create(&m.slots_path(opts.id), m.slot_geometry()) {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            segment.unlink();
+            return Err(e.into());
+        }
+    };
     let memory = ShmMemory::new(segment.clone());
     let clock = Instant::now();
     let liveness = Arc::new(PeerLiveness::default());
-    let _watcher = spawn_watcher(liveness.clone(), segment.clone(), clock)
+    let _watcher = spawn_watcher(liveness.clone(), segment.waker(), clock)
         .map_err(io("starting the pidfd watcher".into()))?;
     let setup = Setup {
         segment: segment.clone(),
+        slot_segment: slot_segment.clone(),
         liveness: liveness.clone(),
         memory,
         clock,
@@ -699,26 +715,34 @@ pub fn run(opts: ReplicaOptions, shutdown: Arc<AtomicBool>) -> Result<(), Replic
         placement,
     };
     match m.cluster.fabric {
-        crate::config::FabricKind::Shm => {
+        verbatim_client::manifest::FabricKind::Shm => {
             let peer_paths = (0..n).map(|i| m.segment_path(i)).collect();
             let fabric = ShmFabric::new(id, layout, segment, peer_paths, liveness);
             drive(opts, shutdown, setup, fabric)
         }
-        crate::config::FabricKind::Verbs => {
+        verbatim_client::manifest::FabricKind::Verbs => {
             #[cfg(feature = "rdma")]
             {
-                let fabric =
-                    crate::verbs::VerbsFabric::start(&m, id, &layout, segment.clone(), liveness)
-                        .map_err(|e| {
-                            segment.unlink();
-                            ReplicaError::Config(e.to_string())
-                        })?;
+                let verbs: Vec<_> = m.members.iter().map(|x| x.verbs.clone()).collect();
+                let fabric = crate::fabric::verbs::VerbsFabric::start(
+                    &verbs,
+                    id,
+                    &layout,
+                    segment.clone(),
+                    liveness,
+                )
+                .map_err(|e| {
+                    segment.unlink();
+                    slot_segment.unlink();
+                    ReplicaError::Config(e.to_string())
+                })?;
                 drive(opts, shutdown, setup, fabric)
             }
             #[cfg(not(feature = "rdma"))]
             {
                 drop(liveness);
                 segment.unlink();
+                slot_segment.unlink();
                 let _ = setup;
                 Err(ReplicaError::Config(
                     "fabric = \"verbs\" needs a build with RDMA support: \
@@ -735,6 +759,7 @@ pub fn run(opts: ReplicaOptions, shutdown: Arc<AtomicBool>) -> Result<(), Replic
 /// What `run` prepared for the loop.
 struct Setup {
     segment: Arc<Segment>,
+    slot_segment: Arc<SlotSegment>,
     liveness: Arc<PeerLiveness>,
     memory: ShmMemory,
     clock: Instant,
@@ -751,6 +776,7 @@ fn drive<F: HostFabric>(
 ) -> Result<(), ReplicaError> {
     let Setup {
         segment,
+        slot_segment,
         liveness,
         memory,
         clock,
@@ -808,7 +834,7 @@ fn drive<F: HostFabric>(
     let (handle, queue) = ServiceHandle::new(segment.clone());
     let _resp = match &member.resp_addr {
         Some(addr) => Some(
-            crate::tcp::RespServer::start(
+            crate::gateway::resp_server::RespServer::start(
                 addr,
                 handle.clone(),
                 m.clone(),
@@ -833,7 +859,7 @@ fn drive<F: HostFabric>(
     let mut r = Replica {
         gw: Gateway {
             id,
-            slots: SlotServer::new(memory.clone(), &layout),
+            slots: SlotServer::new(slot_segment.clone()),
             queue,
             liveness,
             slot_buf: VecDeque::new(),
@@ -899,8 +925,9 @@ fn drive<F: HostFabric>(
             let wait = Duration::from_nanos(until_ns.min(status_ns)).min(PARK_MAX);
             if !wait.is_zero() {
                 let (queue, slots) = (&r.gw.queue, &r.gw.slots);
-                r.segment
-                    .park(wait, || queue.is_empty() && !slots.any_pending());
+                r.segment.park(Some(slots.segment()), wait, || {
+                    queue.is_empty() && !slots.any_pending()
+                });
             }
         } else {
             std::hint::spin_loop();
@@ -911,5 +938,6 @@ fn drive<F: HostFabric>(
     r.driver.abandon_pending(&mut r.gw);
     r.gw.liveness.stop();
     segment.unlink();
+    r.gw.slots.segment().unlink();
     Ok(())
 }

@@ -1,12 +1,12 @@
 //! Local clusters: replicas as child processes of one host (used by
 //! `verbatim up`, the demo, the benchmarks and the integration tests).
 
-use crate::config::{Manifest, PollMode};
-use crate::status::Snapshot;
-use crate::status_server::query;
+use crate::manifest::{Manifest, PollMode};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use verbatim_status::query;
+use verbatim_status::Snapshot;
 
 /// A running local cluster. Dropping it stops every replica.
 pub struct LocalCluster {
@@ -56,17 +56,17 @@ impl LocalCluster {
         }
         let mut root: toml::Value = toml::Value::try_from(&manifest).map_err(|e| e.to_string())?;
         for o in &opts.overrides {
-            crate::config::apply_override(&mut root, o).map_err(|e| e.to_string())?;
+            crate::manifest::apply_override(&mut root, o).map_err(|e| e.to_string())?;
         }
         let manifest: Manifest = root
             .try_into()
             .map_err(|e: toml::de::Error| e.to_string())?;
         manifest.validate().map_err(|e| e.to_string())?;
         let run_dir = manifest.run_dir();
-        crate::private::ensure_private_dir(&run_dir).map_err(|e| e.to_string())?;
+        crate::files::ensure_private_dir(&run_dir).map_err(|e| e.to_string())?;
         let manifest_path = run_dir.join(verbatim_status::paths::MANIFEST_FILE);
         // 0600: it may hold the RESP password.
-        crate::private::create_private_file(&manifest_path)
+        crate::files::create_private_file(&manifest_path)
             .and_then(|mut f| std::io::Write::write_all(&mut f, manifest.to_toml().as_bytes()))
             .map_err(|e| format!("{}: {e}", manifest_path.display()))?;
         let mut cluster = LocalCluster {

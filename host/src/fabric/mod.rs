@@ -1,9 +1,17 @@
-//! What the replica loop needs from a fabric beyond the core's
-//! [`Fabric`] trait: connecting to peers, and the host's view of which
-//! peer processes are gone. Implemented by the shared-memory fabric and
-//! (feature `rdma`) the ibverbs fabric.
+//! The one-sided fabrics a replica owns, and what the replica loop needs
+//! from a fabric beyond the core's [`Fabric`] trait: connecting to peers,
+//! and the host's view of which peer processes are gone.
+//!
+//! * [`shm`]: shared memory between processes on one host (the default);
+//! * [`verbs`] (feature `rdma`): ibverbs, RoCE or InfiniBand;
+//! * [`liveness`]: death notices and pidfds of peer processes.
 
-use crate::shm::PeerLiveness;
+pub mod liveness;
+pub mod shm;
+#[cfg(feature = "rdma")]
+pub mod verbs;
+
+use liveness::PeerLiveness;
 use verbatim_core::fabric::{Fabric, MemberId};
 
 /// Why a peer is not connected (yet).

@@ -67,7 +67,8 @@ pub enum ShmError {
 }
 
 impl ShmError {
-    pub(crate) fn io(path: &std::path::Path, op: &'static str, source: std::io::Error) -> ShmError {
+    /// A failed system call on `path`.
+    pub fn io(path: &std::path::Path, op: &'static str, source: std::io::Error) -> ShmError {
         ShmError::Io {
             path: path.to_owned(),
             op,

@@ -53,15 +53,16 @@ pub mod wire;
 
 pub use device::{device_names, AccessFlags, Context, PortInfo, VerbsError};
 
-use crate::config::Manifest;
-use crate::hostfabric::{HostFabric, PeerProblem};
-use crate::shm::{PeerLiveness, Segment};
+use crate::fabric::liveness::PeerLiveness;
+use crate::fabric::shm::Segment;
+use crate::fabric::{HostFabric, PeerProblem};
 use device::{Cq, Mr, Pd, Qp, QpEndpoint, RcParams, SendOp, Wc};
 use std::collections::VecDeque;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+use verbatim_client::manifest::VerbsMember;
 use verbatim_core::fabric::{
     Access, Channel, Completion, Fabric, FabricError, MemberId, Op, RegionId, WcStatus,
     WorkRequest, INLINE_BYTES_MAX, MAX_MEMBERS, REGIONS_MAX,
@@ -506,13 +507,13 @@ impl VerbsFabric {
     /// regions, starts the exchange listener. Peers are connected by
     /// [`HostFabric::connect_peers`].
     pub fn start(
-        m: &Manifest,
+        members: &[Option<VerbsMember>],
         id: MemberId,
         layout: &Layout,
         segment: Arc<Segment>,
         liveness: Arc<PeerLiveness>,
     ) -> Result<VerbsFabric, StartError> {
-        let n = m.members.len();
+        let n = members.len();
         if n > MAX_MEMBERS || id.index() >= n {
             return Err(StartError::Config(format!(
                 "member {} of a group of {n}",
@@ -520,8 +521,8 @@ impl VerbsFabric {
             )));
         }
         let mut addrs = Vec::with_capacity(n);
-        for (i, mem) in m.members.iter().enumerate() {
-            let v = mem.verbs.as_ref().ok_or_else(|| {
+        for (i, mem) in members.iter().enumerate() {
+            let v = mem.as_ref().ok_or_else(|| {
                 StartError::Config(format!(
                     "members[{i}].verbs is missing (device, exchange_addr)"
                 ))
@@ -530,7 +531,7 @@ impl VerbsFabric {
                 .map_err(|e| StartError::Config(format!("members[{i}].verbs.exchange_addr {e}")))?;
             addrs.push(v.exchange_addr.clone());
         }
-        let me = m.members[id.index()].verbs.clone().expect("checked above");
+        let me = members[id.index()].clone().expect("checked above");
         let ctx = Context::open(&me.device)?;
         let port = ctx.port(me.port)?;
         let gid = ctx.gid(me.port, me.gid_index)?;

@@ -10,7 +10,12 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// The segment file of member `id` of cluster `cluster` under `dir`.
+pub fn segment_path(dir: &Path, cluster: &str, id: u8) -> PathBuf {
+    dir.join(format!("verbatim-{cluster}-{id}"))
+}
 
 /// Why a directory cannot hold a cluster's private files.
 #[derive(Debug, thiserror::Error)]

@@ -472,7 +472,7 @@ impl Manifest {
     /// operation or value.
     pub fn client_slot_bytes(&self) -> u32 {
         let area = self.kv_limits().encoded_bytes_max().div_ceil(64) * 64 + 64;
-        64 + 2 * area
+        crate::slots::SLOT_FIELDS_BYTES as u32 + 2 * area
     }
 
     /// Where segments live.
@@ -498,7 +498,22 @@ impl Manifest {
 
     /// Segment path of a member.
     pub fn segment_path(&self, id: u8) -> PathBuf {
-        crate::shm::segment_path(&self.shm_dir(), &self.cluster.name, id)
+        crate::files::segment_path(&self.shm_dir(), &self.cluster.name, id)
+    }
+
+    /// Client-slot segment path of a member (the only file of a replica a
+    /// client maps).
+    pub fn slots_path(&self, id: u8) -> PathBuf {
+        crate::slots::slots_path(&self.segment_path(id))
+    }
+
+    /// The client slots' geometry.
+    pub fn slot_geometry(&self) -> crate::slots::SlotGeometry {
+        crate::slots::SlotGeometry::new(
+            u64::from(self.cluster.client_slot_count),
+            u64::from(self.client_slot_bytes()),
+        )
+        .expect("a validated manifest has a valid slot geometry")
     }
 
     /// The core configuration of member `id`. Durations saturate, so an
@@ -641,10 +656,10 @@ impl Manifest {
                 "set it between 1 and 1048576 (1 MiB)",
             ));
         }
-        if u64::from(c.client_slot_count) > crate::shm::CLIENT_SLOTS_MAX {
+        if u64::from(c.client_slot_count) > crate::slots::CLIENT_SLOTS_MAX {
             return Err(ConfigError::new(
                 "cluster.client_slot_count",
-                format!("at most {}", crate::shm::CLIENT_SLOTS_MAX),
+                format!("at most {}", crate::slots::CLIENT_SLOTS_MAX),
             ));
         }
         if c.spin_us > 1_000_000 {

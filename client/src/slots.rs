@@ -1,0 +1,759 @@
+//! The shared-memory client fast path (HERD-style), in a segment of its
+//! own.
+//!
+//! Each replica owns a client-slot segment (`<segment>.clients`), separate
+//! from the segment that holds its registered regions: a client maps only
+//! this file, so the log, the shared state table and the access words are
+//! never writable by a client process. A client claims a slot, writes its
+//! request into it, sets the slot's bit in the pending bitmap and rings
+//! the segment's doorbell; the replica writes the reply into the same slot.
+//!
+//! ```text
+//! header: 0 magic | 8 version | 16 owner pid | 24 owner start ticks
+//!         32 incarnation | 40 ready | 48 slot count | 56 slot bytes
+//!         64 doorbell (u32, own cache line) | 128 parked (u32)
+//!         256 pending bitmap (CLIENT_SLOTS_MAX bits)
+//! slot:   0 owner pid | 8 owner start ticks
+//!         16 request seq (head) | 24 client id | 32 request id
+//!         40 kind | len << 32 | 48 request seq (tail)
+//!         56 reply seq (head) | 64 status | hint << 8 | 72 reply len
+//!         80 reply seq (tail)
+//!         128 request area | 128 + area reply area
+//! ```
+//!
+//! Requests and replies are read seqlock-style: the writer stores the head
+//! sequence, then the fields and bytes, then the tail sequence; the reader
+//! loads the tail, copies, then loads the head, and uses the copy only if
+//! both equal the sequence it expects. A torn slot (a client rewriting it
+//! while the replica reads, or a hostile one) is never executed, and a
+//! torn reply is never returned. Every field a client wrote is validated
+//! (kind, length against the area) before anything acts on it.
+
+use crate::error::ShmError;
+use crate::process::ProcessId;
+use crate::shared::{futex_wake, SharedMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use verbatim_core::fabric::MemberId;
+
+/// Client slots the pending bitmap can track.
+pub const CLIENT_SLOTS_MAX: u64 = 1024;
+/// Bytes of a slot's fixed fields (the areas follow).
+pub const SLOT_FIELDS_BYTES: u64 = 128;
+
+/// "VBCLIENT" in little-endian.
+const MAGIC: u64 = u64::from_le_bytes(*b"VBCLIENT");
+/// Bumped when the layout above changes.
+pub const SLOTS_VERSION: u64 = 1;
+/// Bytes of the header; slot 0 starts here.
+pub const HEADER_BYTES: u64 = 4096;
+
+const H_MAGIC: u64 = 0;
+const H_VERSION: u64 = 8;
+const H_OWNER_PID: u64 = 16;
+const H_OWNER_START: u64 = 24;
+const H_INCARNATION: u64 = 32;
+const H_READY: u64 = 40;
+const H_SLOT_COUNT: u64 = 48;
+const H_SLOT_BYTES: u64 = 56;
+const H_DOORBELL: u64 = 64;
+const H_PARKED: u64 = 128;
+/// Offset of the pending bitmap (what a client sets after writing a
+/// request).
+pub const PENDING_OFFSET: u64 = 256;
+const H_PENDING: u64 = PENDING_OFFSET;
+const _: () = assert!(H_PENDING + CLIENT_SLOTS_MAX / 8 <= HEADER_BYTES);
+
+const S_OWNER_PID: u64 = 0;
+const S_OWNER_START: u64 = 8;
+const S_REQ_HEAD: u64 = 16;
+const S_CLIENT_ID: u64 = 24;
+const S_REQUEST_ID: u64 = 32;
+const S_KIND: u64 = 40;
+const S_REQ_TAIL: u64 = 48;
+const S_REPLY_HEAD: u64 = 56;
+const S_STATUS: u64 = 64;
+const S_REPLY_LEN: u64 = 72;
+const S_REPLY_TAIL: u64 = 80;
+
+/// The client-slot segment next to a replica's segment.
+pub fn slots_path(segment_path: &Path) -> PathBuf {
+    let mut s = segment_path.as_os_str().to_owned();
+    s.push(".clients");
+    PathBuf::from(s)
+}
+
+/// What a request asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotKind {
+    /// A write (goes through the log).
+    Write = 1,
+    /// A read.
+    Read = 2,
+}
+
+/// How a request ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotStatus {
+    /// The reply bytes are valid.
+    Ok,
+    /// Not the leader; try the hinted member.
+    NotLeader(Option<MemberId>),
+    /// Try again shortly (log full, no leader yet).
+    Busy,
+    /// The request was malformed.
+    Error,
+}
+
+impl SlotStatus {
+    fn encode(self) -> u64 {
+        match self {
+            SlotStatus::Ok => 0,
+            SlotStatus::NotLeader(None) => 1,
+            SlotStatus::NotLeader(Some(m)) => 1 | (1 << 16) | (u64::from(m.0) << 8),
+            SlotStatus::Busy => 2,
+            SlotStatus::Error => 3,
+        }
+    }
+    fn decode(w: u64) -> SlotStatus {
+        match w & 0xFF {
+            0 => SlotStatus::Ok,
+            1 if w & (1 << 16) != 0 => SlotStatus::NotLeader(Some(MemberId((w >> 8) as u8))),
+            1 => SlotStatus::NotLeader(None),
+            2 => SlotStatus::Busy,
+            _ => SlotStatus::Error,
+        }
+    }
+}
+
+/// Number and size of the slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotGeometry {
+    /// Number of slots.
+    pub count: u64,
+    /// Bytes per slot.
+    pub slot_bytes: u64,
+    /// Bytes of the request area and of the reply area.
+    pub area_bytes: u64,
+}
+
+impl SlotGeometry {
+    /// `count` slots of `slot_bytes` each; `None` when they do not fit
+    /// the format (too many, or too small for the fields and two areas).
+    pub fn new(count: u64, slot_bytes: u64) -> Option<SlotGeometry> {
+        if count > CLIENT_SLOTS_MAX
+            || slot_bytes < SLOT_FIELDS_BYTES + 16
+            || !slot_bytes.is_multiple_of(64)
+        {
+            return None;
+        }
+        Some(SlotGeometry {
+            count,
+            slot_bytes,
+            area_bytes: (slot_bytes - SLOT_FIELDS_BYTES) / 2 / 8 * 8,
+        })
+    }
+
+    fn segment_bytes(&self) -> u64 {
+        HEADER_BYTES + self.count * self.slot_bytes
+    }
+
+    fn at(&self, slot: u64, field: u64) -> u64 {
+        HEADER_BYTES + slot * self.slot_bytes + field
+    }
+
+    fn request_area(&self, slot: u64) -> u64 {
+        self.at(slot, SLOT_FIELDS_BYTES)
+    }
+
+    fn reply_area(&self, slot: u64) -> u64 {
+        self.at(slot, SLOT_FIELDS_BYTES + self.area_bytes)
+    }
+}
+
+/// A mapped client-slot segment (the replica's or a client's view).
+pub struct SlotSegment {
+    map: SharedMap,
+    geometry: SlotGeometry,
+}
+
+impl SlotSegment {
+    /// Creates the segment at `path` for the calling process (replacing a
+    /// stale one whose owner is gone) and publishes it once initialised.
+    pub fn create(path: &Path, geometry: SlotGeometry) -> Result<SlotSegment, ShmError> {
+        if let Ok(old) = SlotSegment::open(path) {
+            let owner = old.owner();
+            if owner.pid != std::process::id() as i32 && owner.alive() {
+                return Err(ShmError::InUse {
+                    path: path.to_owned(),
+                    pid: owner.pid,
+                });
+            }
+        }
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let mut map = SharedMap::create(&tmp, geometry.segment_bytes())?;
+        let me = ProcessId::current();
+        let incarnation = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64);
+        for (at, v) in [
+            (H_MAGIC, MAGIC),
+            (H_VERSION, SLOTS_VERSION),
+            (H_OWNER_PID, me.pid as u64),
+            (H_OWNER_START, me.start_ticks),
+            (H_INCARNATION, incarnation),
+            (H_SLOT_COUNT, geometry.count),
+            (H_SLOT_BYTES, geometry.slot_bytes),
+        ] {
+            map.word(at).store(v, Ordering::Relaxed);
+        }
+        map.word(H_READY).store(1, Ordering::Release);
+        map.publish(path)?;
+        Ok(SlotSegment { map, geometry })
+    }
+
+    /// Maps a replica's slot segment, checking its header and that the
+    /// file holds every slot the header claims.
+    pub fn open(path: &Path) -> Result<SlotSegment, ShmError> {
+        let map = SharedMap::open(path, HEADER_BYTES, "shorter than its header")?;
+        let bad = |what| ShmError::Malformed {
+            path: path.to_owned(),
+            what,
+        };
+        if map.word(H_MAGIC).load(Ordering::Acquire) != MAGIC {
+            return Err(bad("not a client-slot segment (bad magic)"));
+        }
+        if map.word(H_READY).load(Ordering::Acquire) != 1 {
+            return Err(ShmError::NotReady {
+                path: path.to_owned(),
+            });
+        }
+        let version = map.word(H_VERSION).load(Ordering::Relaxed);
+        if version != SLOTS_VERSION {
+            return Err(ShmError::Version {
+                path: path.to_owned(),
+                found: version,
+                expected: SLOTS_VERSION,
+            });
+        }
+        let geometry = SlotGeometry::new(
+            map.word(H_SLOT_COUNT).load(Ordering::Relaxed),
+            map.word(H_SLOT_BYTES).load(Ordering::Relaxed),
+        )
+        .ok_or_else(|| bad("impossible slot geometry"))?;
+        if geometry.segment_bytes() > map.len() {
+            return Err(bad("shorter than its slots"));
+        }
+        Ok(SlotSegment { map, geometry })
+    }
+
+    /// The slots' geometry.
+    pub fn geometry(&self) -> SlotGeometry {
+        self.geometry
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        self.map.path()
+    }
+
+    /// The owning replica process.
+    pub fn owner(&self) -> ProcessId {
+        ProcessId {
+            pid: self.map.word(H_OWNER_PID).load(Ordering::Acquire) as i32,
+            start_ticks: self.map.word(H_OWNER_START).load(Ordering::Acquire),
+        }
+    }
+
+    /// Changes with every (re)creation of the segment.
+    pub fn incarnation(&self) -> u64 {
+        self.map.word(H_INCARNATION).load(Ordering::Acquire)
+    }
+
+    /// The doorbell futex word the replica may sleep on.
+    pub fn doorbell(&self) -> &AtomicU32 {
+        self.map.word32(H_DOORBELL)
+    }
+
+    /// Set by the replica while it may sleep on the doorbell.
+    pub fn parked(&self) -> &AtomicU32 {
+        self.map.word32(H_PARKED)
+    }
+
+    /// Wakes the replica if it sleeps.
+    pub fn ring(&self) {
+        self.doorbell().fetch_add(1, Ordering::SeqCst);
+        if self.parked().load(Ordering::SeqCst) != 0 {
+            futex_wake(self.doorbell());
+        }
+    }
+
+    fn pending(&self, k: u64) -> &AtomicU64 {
+        assert!(k < CLIENT_SLOTS_MAX / 64);
+        self.map.word(H_PENDING + 8 * k)
+    }
+
+    fn slot_word(&self, slot: u64, field: u64) -> &AtomicU64 {
+        assert!(slot < self.geometry.count);
+        self.map.word(self.geometry.at(slot, field))
+    }
+
+    /// Removes the file (clean shutdown). Mappings stay valid.
+    pub fn unlink(&self) {
+        self.map.unlink();
+    }
+}
+
+/// A request read out of a slot by the replica.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlotRequest {
+    /// Slot index.
+    pub slot: u64,
+    /// Sequence number to echo in the reply.
+    pub seq: u64,
+    /// Client.
+    pub client_id: u64,
+    /// Request.
+    pub request_id: u64,
+    /// Write or read.
+    pub kind: SlotKind,
+    /// The encoded operation.
+    pub payload: Vec<u8>,
+}
+
+/// Why a slot's content was not taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotError {
+    /// Unknown kind word (answered with an error).
+    Kind,
+    /// Length beyond the request area (answered with an error).
+    Length,
+    /// Being rewritten while read: skipped, never answered (the client's
+    /// next request sets its pending bit again).
+    Torn,
+}
+
+/// Counters of a [`SlotServer`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlotServerCounters {
+    /// Requests taken.
+    pub taken: u64,
+    /// Malformed requests answered with an error.
+    pub malformed: u64,
+    /// Torn requests skipped.
+    pub torn: u64,
+}
+
+/// The replica's side: finds pending requests, answers them.
+pub struct SlotServer {
+    seg: Arc<SlotSegment>,
+    counters: SlotServerCounters,
+}
+
+impl SlotServer {
+    /// The slots of our own segment.
+    pub fn new(seg: Arc<SlotSegment>) -> SlotServer {
+        SlotServer {
+            seg,
+            counters: SlotServerCounters::default(),
+        }
+    }
+
+    /// The segment (its doorbell, for parking).
+    pub fn segment(&self) -> &Arc<SlotSegment> {
+        &self.seg
+    }
+
+    /// What the server saw.
+    pub fn counters(&self) -> SlotServerCounters {
+        self.counters
+    }
+
+    /// True when some slot has a request waiting (cheap: bitmap words).
+    pub fn any_pending(&self) -> bool {
+        let words = self.seg.geometry.count.div_ceil(64);
+        (0..words).any(|k| self.seg.pending(k).load(Ordering::Acquire) != 0)
+    }
+
+    /// Takes every pending request (bounded by the slot count). Malformed
+    /// ones are answered with an error right away and not returned; torn
+    /// ones are skipped.
+    pub fn take_pending(&mut self, out: &mut Vec<SlotRequest>) {
+        let words = self.seg.geometry.count.div_ceil(64);
+        for k in 0..words {
+            let word = self.seg.pending(k);
+            if word.load(Ordering::Acquire) == 0 {
+                continue;
+            }
+            let mut bits = word.swap(0, Ordering::AcqRel);
+            while bits != 0 {
+                let b = u64::from(bits.trailing_zeros());
+                bits &= bits - 1;
+                let slot = k * 64 + b;
+                if slot >= self.seg.geometry.count {
+                    continue; // a client set a bit beyond the slots: ignore
+                }
+                match self.read(slot) {
+                    Ok(r) => {
+                        self.counters.taken += 1;
+                        out.push(r)
+                    }
+                    Err(SlotError::Torn) => self.counters.torn += 1,
+                    Err(_) => {
+                        self.counters.malformed += 1;
+                        let seq = self.seg.slot_word(slot, S_REQ_TAIL).load(Ordering::Acquire);
+                        self.reply(slot, seq, SlotStatus::Error, &[]);
+                    }
+                }
+            }
+        }
+    }
+
+    fn read(&self, slot: u64) -> Result<SlotRequest, SlotError> {
+        let seg = &self.seg;
+        let g = seg.geometry;
+        let seq = seg.slot_word(slot, S_REQ_TAIL).load(Ordering::Acquire);
+        let client_id = seg.slot_word(slot, S_CLIENT_ID).load(Ordering::Acquire);
+        let request_id = seg.slot_word(slot, S_REQUEST_ID).load(Ordering::Acquire);
+        let kind_word = seg.slot_word(slot, S_KIND).load(Ordering::Acquire);
+        let kind = match kind_word & 0xFF {
+            1 => SlotKind::Write,
+            2 => SlotKind::Read,
+            _ => return Err(self.torn_or(slot, seq, SlotError::Kind)),
+        };
+        let len = kind_word >> 32;
+        if len > g.area_bytes {
+            return Err(self.torn_or(slot, seq, SlotError::Length));
+        }
+        let mut payload = vec![0u8; len as usize];
+        seg.map.read(g.request_area(slot), &mut payload);
+        if seg.slot_word(slot, S_REQ_HEAD).load(Ordering::Acquire) != seq {
+            return Err(SlotError::Torn);
+        }
+        Ok(SlotRequest {
+            slot,
+            seq,
+            client_id,
+            request_id,
+            kind,
+            payload,
+        })
+    }
+
+    /// A bad field seen while the slot was being rewritten is no verdict.
+    fn torn_or(&self, slot: u64, seq: u64, e: SlotError) -> SlotError {
+        if self.seg.slot_word(slot, S_REQ_HEAD).load(Ordering::Acquire) != seq {
+            SlotError::Torn
+        } else {
+            e
+        }
+    }
+
+    /// Publishes a reply (truncated to the reply area, which is sized for
+    /// the largest value, so only a malformed request can hit it).
+    pub fn reply(&self, slot: u64, seq: u64, status: SlotStatus, bytes: &[u8]) {
+        let seg = &self.seg;
+        let g = seg.geometry;
+        if slot >= g.count {
+            return;
+        }
+        let n = bytes.len().min(g.area_bytes as usize);
+        seg.slot_word(slot, S_REPLY_HEAD)
+            .store(seq, Ordering::Release);
+        seg.map.write(g.reply_area(slot), &bytes[..n]);
+        seg.slot_word(slot, S_STATUS)
+            .store(status.encode(), Ordering::Release);
+        seg.slot_word(slot, S_REPLY_LEN)
+            .store(n as u64, Ordering::Release);
+        // Last: the client acts once both ends carry its sequence.
+        seg.slot_word(slot, S_REPLY_TAIL)
+            .store(seq, Ordering::Release);
+    }
+}
+
+/// The client's side: one claimed slot in one replica's slot segment.
+pub struct SlotClient {
+    seg: Arc<SlotSegment>,
+    slot: u64,
+    seq: u64,
+    me: ProcessId,
+}
+
+impl SlotClient {
+    /// Claims a free slot (or one whose owner process is gone: pid and
+    /// start time, so a reused pid does not keep a dead client's slot).
+    pub fn claim(seg: Arc<SlotSegment>) -> Option<SlotClient> {
+        let me = ProcessId::current();
+        for slot in 0..seg.geometry.count {
+            let pid_word = seg.slot_word(slot, S_OWNER_PID);
+            let owner_pid = pid_word.load(Ordering::Acquire);
+            let owner = ProcessId {
+                pid: owner_pid as i32,
+                start_ticks: seg.slot_word(slot, S_OWNER_START).load(Ordering::Acquire),
+            };
+            let free = owner_pid == 0 || !owner.alive();
+            if free
+                && pid_word
+                    .compare_exchange(
+                        owner_pid,
+                        me.pid as u64,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_ok()
+            {
+                seg.slot_word(slot, S_OWNER_START)
+                    .store(me.start_ticks, Ordering::Release);
+                // Start from the replica's last reply so sequences match.
+                let seq = seg
+                    .slot_word(slot, S_REPLY_TAIL)
+                    .load(Ordering::Acquire)
+                    .max(seg.slot_word(slot, S_REQ_TAIL).load(Ordering::Acquire));
+                return Some(SlotClient { seg, slot, seq, me });
+            }
+        }
+        None
+    }
+
+    /// The slot's index.
+    pub fn slot(&self) -> u64 {
+        self.slot
+    }
+
+    /// Largest request.
+    pub fn area_bytes(&self) -> u64 {
+        self.seg.geometry.area_bytes
+    }
+
+    /// Writes a request, flags it, rings the replica. Returns its sequence.
+    pub fn send(&mut self, client_id: u64, request_id: u64, kind: SlotKind, payload: &[u8]) -> u64 {
+        let seg = &self.seg;
+        let g = seg.geometry;
+        assert!(
+            payload.len() as u64 <= g.area_bytes,
+            "request larger than the slot"
+        );
+        self.seq += 1;
+        let s = self.slot;
+        seg.slot_word(s, S_REQ_HEAD)
+            .store(self.seq, Ordering::Release);
+        seg.map.write(g.request_area(s), payload);
+        seg.slot_word(s, S_CLIENT_ID)
+            .store(client_id, Ordering::Release);
+        seg.slot_word(s, S_REQUEST_ID)
+            .store(request_id, Ordering::Release);
+        seg.slot_word(s, S_KIND).store(
+            kind as u64 | ((payload.len() as u64) << 32),
+            Ordering::Release,
+        );
+        seg.slot_word(s, S_REQ_TAIL)
+            .store(self.seq, Ordering::Release);
+        seg.pending(s / 64)
+            .fetch_or(1 << (s % 64), Ordering::AcqRel);
+        seg.ring();
+        self.seq
+    }
+
+    /// The reply to request `seq`, if published completely: status and
+    /// bytes.
+    pub fn poll(&self, seq: u64, buf: &mut Vec<u8>) -> Option<SlotStatus> {
+        let seg = &self.seg;
+        let g = seg.geometry;
+        let s = self.slot;
+        if seg.slot_word(s, S_REPLY_TAIL).load(Ordering::Acquire) != seq {
+            return None;
+        }
+        let status = SlotStatus::decode(seg.slot_word(s, S_STATUS).load(Ordering::Acquire));
+        let len = seg
+            .slot_word(s, S_REPLY_LEN)
+            .load(Ordering::Acquire)
+            .min(g.area_bytes) as usize;
+        buf.resize(len, 0);
+        seg.map.read(g.reply_area(s), buf);
+        // Both ends must carry our sequence: otherwise the replica was
+        // still writing (or a stranger scribbled on our slot).
+        (seg.slot_word(s, S_REPLY_HEAD).load(Ordering::Acquire) == seq).then_some(status)
+    }
+}
+
+impl Drop for SlotClient {
+    fn drop(&mut self) {
+        // Release only what is still ours.
+        let _ = self.seg.slot_word(self.slot, S_OWNER_PID).compare_exchange(
+            self.me.pid as u64,
+            0,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn segment(dir: &Path) -> Arc<SlotSegment> {
+        Arc::new(
+            SlotSegment::create(&dir.join("s.clients"), SlotGeometry::new(4, 1024).unwrap())
+                .unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_request_and_its_reply_travel_through_a_slot() {
+        let dir = tempfile::tempdir().unwrap();
+        let seg = segment(dir.path());
+        let mut server = SlotServer::new(seg.clone());
+        // A client maps the file by its path, as another process would.
+        let client_view = Arc::new(SlotSegment::open(seg.path()).unwrap());
+        let mut client = SlotClient::claim(client_view.clone()).expect("a free slot");
+        let other = SlotClient::claim(client_view.clone()).expect("a second slot");
+        assert_ne!(client.slot, other.slot);
+        assert!(!server.any_pending());
+        let seq = client.send(7, 1, SlotKind::Write, b"hello");
+        assert!(server.any_pending());
+        let mut reqs = Vec::new();
+        server.take_pending(&mut reqs);
+        assert_eq!(reqs.len(), 1);
+        assert_eq!(
+            (reqs[0].client_id, reqs[0].request_id, reqs[0].kind),
+            (7, 1, SlotKind::Write)
+        );
+        assert_eq!(reqs[0].payload, b"hello");
+        let mut buf = Vec::new();
+        assert_eq!(client.poll(seq, &mut buf), None, "no reply yet");
+        server.reply(
+            reqs[0].slot,
+            reqs[0].seq,
+            SlotStatus::NotLeader(Some(MemberId(2))),
+            b"",
+        );
+        assert_eq!(
+            client.poll(seq, &mut buf),
+            Some(SlotStatus::NotLeader(Some(MemberId(2))))
+        );
+        let seq = client.send(7, 2, SlotKind::Read, b"q");
+        reqs.clear();
+        server.take_pending(&mut reqs);
+        server.reply(reqs[0].slot, reqs[0].seq, SlotStatus::Ok, b"value");
+        assert_eq!(client.poll(seq, &mut buf), Some(SlotStatus::Ok));
+        assert_eq!(buf, b"value");
+        assert_eq!(server.counters().taken, 2);
+    }
+
+    #[test]
+    fn a_malformed_slot_is_answered_with_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let seg = segment(dir.path());
+        let mut server = SlotServer::new(seg.clone());
+        // A hostile client: a huge length, an unknown kind, a bit past the end.
+        for (slot, seq, kind) in [(1, 5, 1 | (1u64 << 52)), (2, 6, 77)] {
+            seg.slot_word(slot, S_REQ_HEAD)
+                .store(seq, Ordering::Release);
+            seg.slot_word(slot, S_KIND).store(kind, Ordering::Release);
+            seg.slot_word(slot, S_REQ_TAIL)
+                .store(seq, Ordering::Release);
+        }
+        seg.pending(0)
+            .store((1 << 1) | (1 << 2) | (1 << 60), Ordering::Release);
+        let mut reqs = Vec::new();
+        server.take_pending(&mut reqs);
+        assert!(reqs.is_empty());
+        for (slot, seq) in [(1, 5), (2, 6)] {
+            assert_eq!(
+                seg.slot_word(slot, S_REPLY_TAIL).load(Ordering::Acquire),
+                seq
+            );
+            assert_eq!(
+                SlotStatus::decode(seg.slot_word(slot, S_STATUS).load(Ordering::Acquire)),
+                SlotStatus::Error
+            );
+        }
+        assert_eq!(server.counters().malformed, 2);
+    }
+
+    /// A slot whose head and tail sequences differ is being rewritten: it
+    /// is never executed (nor answered), and a reply whose two ends differ
+    /// is never returned.
+    #[test]
+    fn torn_requests_and_replies_are_never_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let seg = segment(dir.path());
+        let mut server = SlotServer::new(seg.clone());
+        let mut client = SlotClient::claim(seg.clone()).unwrap();
+        let seq = client.send(9, 1, SlotKind::Write, b"set k v");
+        // The client starts its next request before the replica reads:
+        // head moved on, tail still the old one.
+        seg.slot_word(client.slot, S_REQ_HEAD)
+            .store(seq + 1, Ordering::Release);
+        let mut reqs = Vec::new();
+        server.take_pending(&mut reqs);
+        assert!(reqs.is_empty());
+        assert_eq!(server.counters().torn, 1);
+        assert_eq!(
+            seg.slot_word(client.slot, S_REPLY_TAIL)
+                .load(Ordering::Acquire),
+            0,
+            "a torn request is not answered"
+        );
+        // Once the client finishes, the request is taken.
+        seg.slot_word(client.slot, S_REQ_HEAD)
+            .store(seq, Ordering::Release);
+        seg.pending(0).fetch_or(1 << client.slot, Ordering::AcqRel);
+        server.take_pending(&mut reqs);
+        assert_eq!(reqs.len(), 1);
+        // A reply caught halfway: tail written, head not (as if the
+        // replica's stores landed out of order) is not returned.
+        server.reply(client.slot, seq, SlotStatus::Ok, b"OK");
+        seg.slot_word(client.slot, S_REPLY_HEAD)
+            .store(seq - 1, Ordering::Release);
+        let mut buf = Vec::new();
+        assert_eq!(client.poll(seq, &mut buf), None);
+        seg.slot_word(client.slot, S_REPLY_HEAD)
+            .store(seq, Ordering::Release);
+        assert_eq!(client.poll(seq, &mut buf), Some(SlotStatus::Ok));
+        assert_eq!(buf, b"OK");
+    }
+
+    #[test]
+    fn a_slot_of_a_dead_owner_is_reclaimed_and_a_live_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let seg = segment(dir.path());
+        // Slot 0 "owned" by our own pid but another start time: a reused pid.
+        seg.slot_word(0, S_OWNER_PID)
+            .store(std::process::id() as u64, Ordering::Release);
+        seg.slot_word(0, S_OWNER_START)
+            .store(ProcessId::current().start_ticks + 1, Ordering::Release);
+        let first = SlotClient::claim(seg.clone()).unwrap();
+        assert_eq!(first.slot, 0, "the impostor's slot is free");
+        let second = SlotClient::claim(seg.clone()).unwrap();
+        assert_eq!(second.slot, 1, "our own live claim is kept");
+        drop(first);
+        assert_eq!(SlotClient::claim(seg.clone()).unwrap().slot, 0);
+    }
+
+    #[test]
+    fn bad_files_and_geometries_are_refused() {
+        assert!(SlotGeometry::new(CLIENT_SLOTS_MAX + 1, 1024).is_none());
+        assert!(SlotGeometry::new(4, 100).is_none());
+        assert!(SlotGeometry::new(4, 64).is_none());
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("junk");
+        std::fs::write(&p, vec![0u8; 8192]).unwrap();
+        assert!(matches!(
+            SlotSegment::open(&p),
+            Err(ShmError::Malformed { .. })
+        ));
+        let seg = segment(dir.path());
+        // A header that claims more slots than the file holds.
+        seg.map.word(H_SLOT_COUNT).store(1000, Ordering::Release);
+        assert!(matches!(
+            SlotSegment::open(seg.path()),
+            Err(ShmError::Malformed {
+                what: "shorter than its slots",
+                ..
+            })
+        ));
+    }
+}
