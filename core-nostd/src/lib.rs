@@ -69,7 +69,9 @@
 //! * [`fabric`]: the one-sided vocabulary (work requests, completions,
 //!   access, the [`fabric::Fabric`] trait).
 //! * [`layout`]: the registered memory layout and its hash.
-//! * [`sst`]: rows of the shared state table, guarded against tearing.
+//! * [`sst`]: the shared state table framework (schemas of typed columns,
+//!   own-row pushes of the whole row or a column range, guarded reads,
+//!   reducers, predicates and triggers); DARE's control row is one schema.
 //! * [`log`]: the ring, entries, the adjustment list.
 //! * [`engine`]: the seam between the driver and the engines (work-request
 //!   id ranges, the [`Engine`] trait).

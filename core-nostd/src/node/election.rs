@@ -2,6 +2,7 @@
 //! (DARE §3.2 and §4.2.2).
 
 use super::*;
+use crate::sst::dare::col;
 use crate::sst::{Ballot, RoleCode, VoteRequest};
 
 impl<M: Memory, S: StateMachine> Node<M, S> {
@@ -9,20 +10,14 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     /// a reader never acts on a torn row; it keeps the last good copy).
     pub(super) fn observe_rows(&mut self) {
         for p in self.others() {
-            let at = self.layout.row(p);
-            let head = self.mem.load_u64(at);
-            let peer = &mut self.peers[p.index()];
-            if head == peer.version {
-                continue;
+            let seen = self.sst.observe(&self.mem, p, self.layout.row(p));
+            if seen.error.is_some() {
+                self.counters.rows_rejected += 1;
             }
-            match Row::read(&self.mem, at) {
-                Ok((row, version)) if version > peer.version => {
-                    peer.row = row;
-                    peer.version = version;
-                    peer.row_changed_ns = self.now;
-                }
-                Ok(_) | Err(crate::sst::RowError::Empty) => {}
-                Err(_) => self.counters.rows_rejected += 1,
+            if seen.changed() {
+                let peer = &mut self.peers[p.index()];
+                peer.row = Row::from_checked(self.sst.words(p));
+                peer.row_changed_ns = self.now;
             }
         }
     }
@@ -31,12 +26,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     pub(super) fn react_to_rows(&mut self) {
         // An outdated leader or candidate steps down (DARE §3, §4.2.2).
         if self.role != Role::Follower {
-            let max_term = self
-                .others()
-                .filter(|p| self.peers[p.index()].version > 0)
-                .map(|p| self.peers[p.index()].row.term)
-                .max()
-                .unwrap_or(0);
+            let max_term = self.sst.max(&col::TERM, 0, self.others_mask()).unwrap_or(0);
             if max_term > self.term {
                 self.advance_term(max_term);
             }
@@ -49,7 +39,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         let mut best: Option<(MemberId, u64)> = None;
         for c in self.others() {
             let peer = &self.peers[c.index()];
-            if peer.version == 0 {
+            if self.sst.version(c) == 0 {
                 continue;
             }
             let req = peer.row.vote_request;
@@ -98,8 +88,9 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             // A peer whose process is gone is never followed again, even
             // if its last heartbeat, written just before it died, is only
             // observed after the death notification.
+            let version = self.sst.version(l);
             if peer.down
-                || peer.version == 0
+                || version == 0
                 || peer.row.role != RoleCode::Leader
                 || hb.term == 0
                 || hb.term != peer.row.term
@@ -118,12 +109,12 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 // A leader we suspected is only trusted again once its
                 // heartbeat moves: its last heartbeat is still in our table.
                 self.adopt_leader(l);
-            } else if hb.term < self.term && peer.stale_hb_version != peer.version {
+            } else if hb.term < self.term && peer.stale_hb_version != version {
                 // An outdated leader: grow Δ so that a slow but correct
                 // leader is eventually not suspected (eventual strong
                 // accuracy, DARE §4.2.2). It learns it is outdated from our
                 // row's term.
-                self.peers[l.index()].stale_hb_version = self.peers[l.index()].version;
+                self.peers[l.index()].stale_hb_version = version;
                 self.fd_period_ns = (self.fd_period_ns + self.cfg.fd_check_period_step_ns)
                     .min(self.cfg.fd_check_period_max_ns);
             }
@@ -376,10 +367,10 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             return;
         }
         let me = Ballot::new(self.term, self.me);
-        let mut votes = self
-            .others()
-            .filter(|p| self.peers[p.index()].row.vote == me)
-            .count();
+        let (term, id) = (self.term, u64::from(self.me.0));
+        let mut votes = self.sst.count_rows(self.others_mask(), |r| {
+            r.get(&col::VOTE_TERM) == Some(term) && r.get(&col::VOTE_MEMBER) == Some(id)
+        });
         if self.row.private_vote == me && self.private_vote_reliable() {
             votes += 1;
         }

@@ -2,8 +2,7 @@
 
 use super::*;
 use crate::fabric::{Access, Op, RegionId, WcStatus, WorkRequest, WrId};
-use crate::layout::ROW_BYTES;
-use crate::sst::write_row_words;
+use crate::sst::{store_span, DARE_ROW};
 
 /// Actions kept free for revokes and reconnects, which must never wait.
 const ACTION_RESERVE: usize = 2 * MAX_MEMBERS + 8;
@@ -210,19 +209,30 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             || self.row.role != last.role
             || self.row.leader != last.leader;
         self.last_pushed_row = self.row;
+        // The framework encodes and seals the row. DARE's row is a single
+        // segment (the election reads its columns together), so every push
+        // carries the whole row: its span is the row.
         let words = self.row.encode(self.row_version);
-        write_row_words(&self.mem, self.layout.row(self.me), &words);
+        let span = DARE_ROW.whole_row();
+        let own = self.layout.row(self.me);
+        store_span(&self.mem, own, &words, span);
         let staging = self.layout.staging(slot);
-        write_row_words(&self.mem, staging, &words);
-        let remote = self.layout.row(self.me);
+        store_span(&self.mem, staging, &words, span);
+        // Our own row in the table is the one peers now receive; what we
+        // push must be what a reader accepts.
+        let seen = self.sst.accept(self.me, &words);
+        assert!(
+            seen.changed() && seen.error.is_none(),
+            "an own row the readers would refuse"
+        );
         for p in self.others() {
             if self.channel_ok(p, Channel::Control) {
                 self.post_notify(
                     p,
                     Op::Write {
-                        local: staging,
-                        remote,
-                        len: ROW_BYTES as u32,
+                        local: staging.add(span.offset_bytes),
+                        remote: own.add(span.offset_bytes),
+                        len: span.len_bytes as u32,
                     },
                     Purpose::RowPush {
                         staging: slot as u8,

@@ -6,6 +6,7 @@ use crate::fabric::{Op, WcStatus};
 use crate::layout::{ADJUST_HEADER_BYTES, ADJUST_ITEM_BYTES, ROW_BYTES};
 use crate::log::{adjust_item, entry_bytes, verify_adjust_list, EntryHeader, EntryKind};
 use crate::sessions::SessionCheck;
+use crate::sst::dare::col;
 use crate::sst::{Ballot, Heartbeat};
 
 impl<M: Memory, S: StateMachine> Node<M, S> {
@@ -601,23 +602,26 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     /// pointer among members heard from recently, announced by a HEAD
     /// entry so that later leaders know it.
     pub(super) fn prune(&mut self) {
-        let mut min = self.apply_pos;
+        // Members silent for the grace period, known dead (the host saw
+        // their process exit), or already past saving (they need state
+        // transfer) do not hold the log back. A member that is merely
+        // unreachable for a moment (a partition) does: pruning past it
+        // would turn a transient fault into a lost replica.
+        let mut holders = MemberMask::NONE;
         for p in self.others() {
             let peer = &self.peers[p.index()];
-            // Members silent for the grace period, known dead (the host saw
-            // their process exit), or already past saving (they need state
-            // transfer) do not hold the log back. A member that is merely
-            // unreachable for a moment (a partition) does: pruning past it
-            // would turn a transient fault into a lost replica.
-            if peer.version == 0
-                || peer.down
-                || peer.repl.state == ReplState::NeedsRecovery
-                || self.now.saturating_sub(peer.row_changed_ns) > self.cfg.prune_grace_ns
+            if !peer.down
+                && peer.repl.state != ReplState::NeedsRecovery
+                && self.now.saturating_sub(peer.row_changed_ns) <= self.cfg.prune_grace_ns
             {
-                continue;
+                holders = holders.with(p);
             }
-            min = min.min(peer.row.apply_pos);
         }
+        // The table's reducer skips members whose row it never accepted.
+        let min = self
+            .sst
+            .min(&col::APPLY_POS, 0, holders)
+            .map_or(self.apply_pos, |m| m.min(self.apply_pos));
         if min <= self.head_pos {
             return;
         }

@@ -23,7 +23,7 @@ use crate::mem::Memory;
 use crate::rng::SplitMix64;
 use crate::sessions::Sessions;
 use crate::sm::StateMachine;
-use crate::sst::Row;
+use crate::sst::{MemberMask, Row, Table, DARE_ROW};
 use heapless::Deque;
 
 /// Actions queued between two drains by the host, at most.
@@ -358,8 +358,9 @@ impl Repl {
 
 #[derive(Clone, Copy, Debug)]
 struct Peer {
+    /// Typed view of the table's last good copy of its row (decoded when
+    /// the table accepts a newer one; version 0 in the table: default).
     row: Row,
-    version: u64,
     row_changed_ns: u64,
     acked_push: u64,
     channels: [ChannelState; 2],
@@ -405,7 +406,6 @@ impl Peer {
             role: crate::sst::RoleCode::Follower,
             leader: None,
         },
-        version: 0,
         row_changed_ns: 0,
         acked_push: 0,
         channels: [ChannelState {
@@ -493,6 +493,10 @@ pub struct Node<M: Memory, S: StateMachine> {
     /// When to retry them.
     revoke_retry_at_ns: u64,
 
+    /// The shared state table (DARE's schema): every member's last good
+    /// row, ours as last pushed. Reducers over it drive step-down, vote
+    /// counting and pruning.
+    sst: Table,
     row: Row,
     row_version: u64,
     row_dirty: bool,
@@ -608,6 +612,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             revoke_pending: false,
             revoke_unconfirmed: [false; MAX_MEMBERS],
             revoke_retry_at_ns: 0,
+            sst: Table::new(&DARE_ROW, member_count),
             row,
             row_version: 0,
             // Publish an initial row so peers see us (and our apply point).
@@ -745,7 +750,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 row_version: if i == self.me.index() {
                     self.row_version
                 } else {
-                    p.version
+                    self.sst.version(MemberId(i as u8))
                 },
                 row_changed_ns: p.row_changed_ns,
                 reachable: i == self.me.index() || p.reachable,
@@ -1035,6 +1040,11 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             self.cfg.election_timeout_min_ns,
             self.cfg.election_timeout_max_ns,
         )
+    }
+
+    /// Every member but us, as a mask for the table's reducers.
+    fn others_mask(&self) -> MemberMask {
+        MemberMask::first(self.member_count).without(self.me)
     }
 
     fn others(&self) -> impl Iterator<Item = MemberId> {
