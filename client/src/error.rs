@@ -54,7 +54,7 @@ pub enum ShmError {
     /// Made with a different memory layout (configuration).
     #[error(
         "{path} has layout hash {found:#018x}, ours is {expected:#018x}: every replica must use the same \
-         members, log_ring_bytes, entry_payload_bytes_max, session and client slot settings"
+         members, log_ring_bytes, value_bytes_max, session_slot_count and reply_bytes_max"
     )]
     LayoutMismatch {
         /// The file.

@@ -527,8 +527,6 @@ impl Manifest {
         cfg.entry_payload_bytes_max = self.kv_limits().encoded_bytes_max();
         cfg.session_slot_count = c.session_slot_count;
         cfg.reply_bytes_max = c.reply_bytes_max;
-        cfg.client_slot_count = c.client_slot_count;
-        cfg.client_slot_bytes = self.client_slot_bytes();
         cfg.heartbeat_period_ns = us_to_ns(t.heartbeat_period_us);
         cfg.fd_check_period_ns = us_to_ns(t.fd_check_period_us);
         cfg.fd_check_period_max_ns = us_to_ns(t.fd_check_period_max_us);
@@ -692,8 +690,6 @@ impl Manifest {
             "entry_payload_bytes_max" => ("cluster.value_bytes_max (and key_bytes_max)", false),
             "session_slot_count" => ("cluster.session_slot_count", false),
             "reply_bytes_max" => ("cluster.reply_bytes_max", false),
-            "client_slot_count" => ("cluster.client_slot_count", false),
-            "client_slot_bytes" => ("cluster.value_bytes_max", false),
             "heartbeat_period_ns" => ("timing.heartbeat_period_us", true),
             "fd_check_period_ns" => ("timing.fd_check_period_us", true),
             "fd_check_period_max_ns" => ("timing.fd_check_period_max_us", true),
@@ -846,7 +842,7 @@ id = 2
         let back = Manifest::parse(&m.to_toml(), &[]).unwrap();
         assert_eq!(back, m);
         assert!(
-            m.client_slot_bytes() as u64 >= 64 + 2 * u64::from(m.kv_limits().encoded_bytes_max())
+            m.slot_geometry().area_bytes >= u64::from(m.kv_limits().encoded_bytes_max())
         );
     }
 }

@@ -59,10 +59,6 @@ pub struct Config {
     /// service whose reply would be longer answers with an error instead;
     /// every member must use the same value (it is part of the layout).
     pub reply_bytes_max: u32,
-    /// Shared-memory client slots (host fast path); 0 disables them.
-    pub client_slot_count: u32,
-    /// Bytes of one client slot, a multiple of 64.
-    pub client_slot_bytes: u32,
     /// Leader heartbeat period (DARE §4.2.2).
     pub heartbeat_period_ns: u64,
     /// Initial failure-detector check period Δ (DARE §4.2.2); must exceed
@@ -116,8 +112,6 @@ impl Config {
             entry_payload_bytes_max: 8 * 1024,
             session_slot_count: 1024,
             reply_bytes_max: 64,
-            client_slot_count: 64,
-            client_slot_bytes: 8 * 1024 + 256,
             heartbeat_period_ns: 50_000,
             fd_check_period_ns: 200_000,
             fd_check_period_max_ns: 5_000_000,
@@ -202,20 +196,6 @@ impl Config {
                 value: u64::from(self.reply_bytes_max),
                 min: 16,
                 max: u64::from(REPLY_BYTES_CAP),
-            });
-        }
-        if self.client_slot_count > (1 << 16) {
-            return Err(OutOfRange {
-                field: "client_slot_count",
-                value: u64::from(self.client_slot_count),
-                min: 0,
-                max: 1 << 16,
-            });
-        }
-        if !self.client_slot_bytes.is_multiple_of(64) || self.client_slot_bytes < 64 {
-            return Err(Inconsistent {
-                field: "client_slot_bytes",
-                reason: "must be a non-zero multiple of 64 bytes",
             });
         }
         for (field, v) in [

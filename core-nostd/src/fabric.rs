@@ -68,12 +68,9 @@ impl RegionId {
     /// Log engine, local only: the client-session (deduplication) table,
     /// part of the replicated state machine.
     pub const Sessions: RegionId = RegionId(3);
-    /// Request/reply slots for the host's shared-memory clients (moving
-    /// to a host-owned segment of its own).
-    pub const Clients: RegionId = RegionId(4);
     /// Heartbeat engine (uKharon §4.2): the member's own counter, which
     /// peers READ, and landing words for the counters it reads.
-    pub const Heartbeat: RegionId = RegionId(5);
+    pub const Heartbeat: RegionId = RegionId(4);
 
     /// The index of this region in per-region arrays (`< REGIONS_MAX`).
     #[inline]
@@ -88,8 +85,7 @@ impl RegionId {
             1 => "log",
             2 => "scratch",
             3 => "sessions",
-            4 => "clients",
-            5 => "heartbeat",
+            4 => "heartbeat",
             _ => "region",
         }
     }

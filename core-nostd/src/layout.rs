@@ -12,7 +12,6 @@
 //! Log      | log control (64) | adjust header (64) | adjust list (cap×16) | ring |
 //! Scratch  | staging rows (8×192) | row landing (P×192) | adjust landing (P×…) | atomics (P×64) |
 //! Sessions | slot × session_slot_count (32 + reply_bytes_max, to 64) | reply stage × (apply_batch_max + 1) |
-//! Clients  | slot × client_slot_count (client_slot_bytes each) |
 //! Heartbeat| own counter (64) | landing word per member (P×64) |
 //! ```
 //!
@@ -26,7 +25,7 @@ use crate::config::{Config, ConfigError};
 use crate::fabric::{Addr, MemberId, RegionId, REGIONS_MAX};
 
 /// Bumped whenever the meaning of any byte of the layout changes.
-pub const LAYOUT_VERSION: u64 = 3;
+pub const LAYOUT_VERSION: u64 = 4;
 
 /// Who may access a region remotely.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -148,12 +147,6 @@ pub struct Layout {
     pub reply_bytes_max: u64,
     /// Bytes of the sessions region.
     pub sessions_bytes: u64,
-    /// Client slots.
-    pub client_slot_count: u64,
-    /// Bytes per client slot.
-    pub client_slot_bytes: u64,
-    /// Bytes of the clients region.
-    pub clients_bytes: u64,
     /// Bytes of the heartbeat engine's region.
     pub heartbeat_bytes: u64,
     /// Version and shape hash, compared by peers at connect time.
@@ -204,8 +197,6 @@ impl Layout {
         let reply_stage_offset = session_slot_count * session_slot_bytes;
         let reply_stage_slots = u64::from(config.apply_batch_max) + 1;
         let reply_stage_slot_bytes = round_up(REPLY_STAGE_HEADER_BYTES + reply_bytes_max, 8);
-        let client_slot_count = u64::from(config.client_slot_count);
-        let client_slot_bytes = u64::from(config.client_slot_bytes);
         let mut layout = Layout {
             member_count: config.member_count,
             control_bytes: members * ROW_BYTES,
@@ -221,9 +212,6 @@ impl Layout {
                 reply_stage_offset + reply_stage_slots * reply_stage_slot_bytes,
                 64,
             ),
-            client_slot_count,
-            client_slot_bytes,
-            clients_bytes: round_up((client_slot_count * client_slot_bytes).max(64), 64),
             heartbeat_bytes: HEARTBEAT_COUNTER_BYTES + members * HEARTBEAT_LANDING_BYTES,
             hash: 0,
         };
@@ -257,9 +245,6 @@ impl Layout {
             self.reply_stage_slots,
             self.reply_stage_slot_bytes,
             self.reply_bytes_max,
-            self.client_slot_count,
-            self.client_slot_bytes,
-            self.clients_bytes,
             self.heartbeat_bytes,
         ] {
             c.word(w);
@@ -274,7 +259,6 @@ impl Layout {
             RegionId::Log => self.log.region_bytes,
             RegionId::Scratch => self.scratch.region_bytes,
             RegionId::Sessions => self.sessions_bytes,
-            RegionId::Clients => self.clients_bytes,
             RegionId::Heartbeat => self.heartbeat_bytes,
             // Not a region of this layout: nothing is inside it.
             _ => 0,
@@ -282,7 +266,7 @@ impl Layout {
     }
 
     /// Every registered region of every engine, in id order: the log
-    /// engine's (control, log, scratch, sessions, clients) and the
+    /// engine's (control, log, scratch, sessions) and the
     /// heartbeat engine's.
     pub fn regions(&self) -> impl Iterator<Item = RegionSpec> {
         let specs = [
@@ -307,17 +291,12 @@ impl Layout {
                 remote: RemoteAccess::Local,
             },
             RegionSpec {
-                id: RegionId::Clients,
-                bytes: self.clients_bytes,
-                remote: RemoteAccess::Local,
-            },
-            RegionSpec {
                 id: RegionId::Heartbeat,
                 bytes: self.heartbeat_bytes,
                 remote: RemoteAccess::Members,
             },
         ];
-        const { assert!(6 <= REGIONS_MAX) };
+        const { assert!(5 <= REGIONS_MAX) };
         specs.into_iter()
     }
 
@@ -414,12 +393,6 @@ impl Layout {
             self.reply_stage_offset + slot * self.reply_stage_slot_bytes,
         )
     }
-
-    /// Client slot `slot`.
-    pub fn client_slot(&self, slot: u64) -> Addr {
-        assert!(slot < self.client_slot_count);
-        Addr::new(RegionId::Clients, slot * self.client_slot_bytes)
-    }
 }
 
 #[cfg(test)]
@@ -479,7 +452,7 @@ mod tests {
         c.entry_payload_bytes_max += 64;
         assert_ne!(Layout::new(&c).unwrap().hash, h);
         let mut c = base;
-        c.client_slot_count += 1;
+        c.reply_bytes_max += 64;
         assert_ne!(Layout::new(&c).unwrap().hash, h);
     }
 }

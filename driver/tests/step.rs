@@ -118,8 +118,6 @@ fn driver(members: u8) -> (Driver<VecMemory, Kv, u64>, Config) {
     cfg.log_ring_bytes = 16 * 1024;
     cfg.entry_payload_bytes_max = 256;
     cfg.session_slot_count = 16;
-    cfg.client_slot_count = 0;
-    cfg.client_slot_bytes = 64;
     let layout = Layout::new(&cfg).unwrap();
     let mem = VecMemory::new(&layout);
     let d = Driver::new(cfg.clone(), mem, Kv::new(MapKv::default(), LIMITS), 0, 65).unwrap();

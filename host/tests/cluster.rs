@@ -45,7 +45,8 @@ fn start_with(tag: &str, base_port: u16, overrides: Vec<String>) -> LocalCluster
 }
 
 /// Runs `clients` threads of a mixed workload on `keys` keys until `stop`,
-/// recording a history with times relative to `epoch`.
+/// recording a history with times relative to `epoch`. All use the
+/// shared-memory slots.
 fn workload(
     cluster: &LocalCluster,
     clients: usize,
@@ -53,15 +54,28 @@ fn workload(
     stop: Arc<AtomicBool>,
     epoch: Instant,
 ) -> Vec<std::thread::JoinHandle<Vec<Operation>>> {
-    (0..clients)
-        .map(|c| {
+    workload_over(cluster, &vec![Transport::Shm; clients], keys, stop, epoch)
+}
+
+/// [`workload`] with one client thread per entry of `transports`.
+fn workload_over(
+    cluster: &LocalCluster,
+    transports: &[Transport],
+    keys: u64,
+    stop: Arc<AtomicBool>,
+    epoch: Instant,
+) -> Vec<std::thread::JoinHandle<Vec<Operation>>> {
+    transports
+        .iter()
+        .enumerate()
+        .map(|(c, &transport)| {
             let manifest = cluster.manifest.clone();
             let stop = stop.clone();
             std::thread::spawn(move || {
                 let mut client = Client::new(
                     &manifest,
                     ClientOptions {
-                        transport: Transport::Shm,
+                        transport,
                         wait: Wait::Yield,
                         total_timeout: Duration::from_secs(10),
                         ..ClientOptions::default()
@@ -271,6 +285,59 @@ fn a_stopped_leader_is_replaced_and_rejoins_as_a_follower() {
     assert_linearizable(&history);
 }
 
+/// Issue 12: the leader SIGSTOPped and SIGCONTed over and over (DARE's
+/// zombie, each time long enough to be replaced), one client writing over
+/// RESP and one over the shared-memory slots: no acknowledged write is
+/// lost and the history is linearizable. `VERBATIM_STOP_ROUNDS` rounds
+/// (default 100); a long test, run by `scripts/soak` and by hand:
+/// `cargo test --release -p verbatim-host --test cluster -- --ignored leader_stop_loop`.
+#[test]
+#[ignore = "long (100 SIGSTOP/SIGCONT rounds); run with --ignored, as scripts/soak does"]
+fn leader_stop_loop_loses_nothing_and_stays_linearizable() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let rounds: u32 = std::env::var("VERBATIM_STOP_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let cluster = start("itstoploop", free_port_base());
+    let (mut leader, mut term) = cluster
+        .wait_leader(0, Duration::from_secs(10))
+        .expect("a leader");
+    let epoch = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers = workload_over(
+        &cluster,
+        &[Transport::Tcp, Transport::Shm],
+        5,
+        stop.clone(),
+        epoch,
+    );
+    for round in 0..rounds {
+        std::thread::sleep(Duration::from_millis(50));
+        cluster.pause(leader, true).unwrap();
+        let (next, next_term) = cluster
+            .wait_leader(term, Duration::from_secs(20))
+            .unwrap_or_else(|e| panic!("round {round}: no new leader: {e}"));
+        std::thread::sleep(Duration::from_millis(20));
+        cluster.pause(leader, false).unwrap();
+        (leader, term) = (next, next_term);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::Release);
+    let mut history: Vec<Operation> = workers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    let acknowledged = history.iter().filter(|o| o.output.is_some()).count();
+    final_reads(&cluster, 5, epoch, &mut history);
+    eprintln!(
+        "stop loop: {rounds} rounds, {} operations ({acknowledged} acknowledged), final term {term}",
+        history.len()
+    );
+    assert!(acknowledged > 0);
+    assert_linearizable(&history);
+}
+
 #[test]
 fn a_pipelined_client_applies_every_increment_once_across_a_leader_kill() {
     use verbatim_client::client::Outcome;
@@ -470,6 +537,90 @@ fn resp(stream: &mut TcpStream, request: &[u8]) -> String {
         }
     }
     String::from_utf8_lossy(&got).into_owned()
+}
+
+/// Sends `request` and reads until `lines` reply lines arrived.
+fn resp_lines(stream: &mut TcpStream, request: &[u8], lines: usize) -> String {
+    stream.write_all(request).unwrap();
+    let mut buf = vec![0u8; 4096];
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got.windows(2).filter(|w| w == b"\r\n").count() < lines && Instant::now() < deadline {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// `RID` names a session: while one connection owns a client id, another
+/// connection that names it is refused (TRYAGAIN), and the command it
+/// named is not run at all (under any session); once the owner closes, a
+/// retry on a new connection is applied exactly once.
+#[test]
+fn a_client_id_belongs_to_one_open_connection_at_a_time() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let base = free_port_base();
+    let cluster = start("itrid", base);
+    let (leader, _) = cluster
+        .wait_leader(0, Duration::from_secs(10))
+        .expect("a leader");
+    let port = base + u16::from(leader);
+    let connect = || {
+        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    };
+    let named_set = |req: u64, value: &str| {
+        format!(
+            "*3\r\n$3\r\nRID\r\n$4\r\n7777\r\n${}\r\n{req}\r\n*3\r\n$3\r\nSET\r\n$3\r\nrid\r\n${}\r\n{value}\r\n",
+            req.to_string().len(),
+            value.len()
+        )
+        .into_bytes()
+    };
+    let mut owner = connect();
+    assert_eq!(
+        resp_lines(&mut owner, &named_set(1, "a"), 2),
+        "+OK\r\n+OK\r\n"
+    );
+    let mut intruder = connect();
+    assert_eq!(
+        resp_lines(&mut intruder, &named_set(2, "b"), 2),
+        "-TRYAGAIN client id in use by another connection\r\n\
+         -TRYAGAIN client id in use by another connection\r\n"
+    );
+    let get = b"*2\r\n$3\r\nGET\r\n$3\r\nrid\r\n";
+    assert_eq!(
+        resp_lines(&mut intruder, get, 2),
+        "$1\r\na\r\n",
+        "the refused SET did not run"
+    );
+    drop(owner);
+    // The owner's thread notices the close within its read timeout.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = resp_lines(&mut intruder, &named_set(2, "b"), 2);
+        if got == "+OK\r\n+OK\r\n" {
+            break;
+        }
+        assert!(got.starts_with("-TRYAGAIN"), "{got}");
+        assert!(Instant::now() < deadline, "the id was never released");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(resp_lines(&mut intruder, get, 2), "$1\r\nb\r\n");
+    // The same request again (a retry) is answered from the session, not
+    // applied twice; an INCR shows it.
+    let incr = |req: u64| {
+        format!(
+            "*3\r\n$3\r\nRID\r\n$4\r\n7777\r\n${}\r\n{req}\r\n*2\r\n$4\r\nINCR\r\n$1\r\nn\r\n",
+            req.to_string().len()
+        )
+        .into_bytes()
+    };
+    assert_eq!(resp_lines(&mut intruder, &incr(3), 2), "+OK\r\n:1\r\n");
+    assert_eq!(resp_lines(&mut intruder, &incr(3), 2), "+OK\r\n:1\r\n");
 }
 
 #[test]

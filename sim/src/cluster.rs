@@ -175,8 +175,6 @@ impl ClusterOptions {
         config.log_ring_bytes = 64 * 1024;
         config.entry_payload_bytes_max = 1024;
         config.session_slot_count = 64;
-        config.client_slot_count = 0;
-        config.client_slot_bytes = 64;
         config.prune_grace_ns = 20_000_000;
         config.reconnect_backoff_ns = 200_000;
         // Heartbeat counters on the simulated network's time scale.

@@ -52,8 +52,6 @@ fn config(n: u8, id: u8) -> Config {
     c.log_ring_bytes = 8 * 1024;
     c.entry_payload_bytes_max = 256;
     c.session_slot_count = 16;
-    c.client_slot_count = 0;
-    c.client_slot_bytes = 64;
     c.seed = 7;
     c
 }

@@ -76,6 +76,7 @@ impl RespServer {
             manifest,
             me,
             status,
+            owners: ClientIdOwners::default(),
         });
         let thread = std::thread::Builder::new()
             .name("verbatim-resp".into())
@@ -141,6 +142,40 @@ struct Ctx {
     manifest: Manifest,
     me: u8,
     status: Arc<StatusSlot>,
+    owners: ClientIdOwners,
+}
+
+/// Client ids a connection may name with `RID` at most.
+const RID_IDS_PER_CONNECTION_MAX: usize = 64;
+
+/// Which open connection owns which client id on this replica. A client id
+/// is a session in the replicated session table: a second connection that
+/// named the same id while the first is open could make the first one's
+/// requests look stale (or answer them with its replies). An id is owned
+/// by the connection that named it first (or was given it, for a plain
+/// connection) until that connection closes; then a retry on a new
+/// connection (after a failover, a broken connection) may take it.
+#[derive(Default)]
+struct ClientIdOwners {
+    owners: std::sync::Mutex<std::collections::HashMap<u64, u64>>,
+}
+
+impl ClientIdOwners {
+    /// Gives `client` to connection `conn` unless another connection owns it.
+    fn claim(&self, client: u64, conn: u64) -> bool {
+        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        *owners.entry(client).or_insert(conn) == conn
+    }
+
+    /// Releases what `conn` owns.
+    fn release(&self, ids: &[u64], conn: u64) {
+        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        for id in ids {
+            if owners.get(id) == Some(&conn) {
+                owners.remove(id);
+            }
+        }
+    }
 }
 
 struct Upstream {
@@ -166,6 +201,18 @@ struct Conn<'c> {
     named_hops: u8,
     /// False until `AUTH` succeeds, when a password is set.
     authenticated: bool,
+    /// Client ids this connection owns (its own, and those it named).
+    owned: Vec<u64>,
+    /// The last `RID` was refused: the command it named is refused too,
+    /// never run under the connection's own id (that would apply a retried
+    /// write a second time, under another session).
+    rid_refused: bool,
+}
+
+impl Drop for Conn<'_> {
+    fn drop(&mut self) {
+        self.ctx.owners.release(&self.owned, self.client_id);
+    }
 }
 
 impl<'c> Conn<'c> {
@@ -185,7 +232,31 @@ impl<'c> Conn<'c> {
             kv_limits,
             named_hops: 0,
             authenticated: ctx.manifest.cluster.resp_password.is_none(),
+            // The connection's own id (unique: the serial of this
+            // connection) identifies it as an owner too.
+            owned: if ctx.owners.claim(client_id, client_id) {
+                vec![client_id]
+            } else {
+                Vec::new()
+            },
+            rid_refused: false,
         }
+    }
+
+    /// Takes ownership of `client` for this connection, if nobody else
+    /// holds it; false when another open connection does, or this one
+    /// named too many ids.
+    fn own(&mut self, client: u64) -> bool {
+        if self.owned.contains(&client) {
+            return true;
+        }
+        if self.owned.len() >= RID_IDS_PER_CONNECTION_MAX
+            || !self.ctx.owners.claim(client, self.client_id)
+        {
+            return false;
+        }
+        self.owned.push(client);
+        true
     }
 
     fn serve(&mut self, stop: &AtomicBool) {
@@ -285,10 +356,18 @@ impl<'c> Conn<'c> {
         }
         if let Some(ids) = rid_command(frame) {
             match ids {
-                Some((client, request, hops)) => {
+                Some((client, request, hops)) if self.own(client) => {
+                    self.rid_refused = false;
                     self.named = Some((client, request));
                     self.named_hops = hops;
                     resp::encode_simple(b"OK", out);
+                }
+                Some(_) => {
+                    // The client retries: the owner may be a connection
+                    // of its own that is closing.
+                    self.rid_refused = true;
+                    self.named = None;
+                    resp::encode_error(b"TRYAGAIN client id in use by another connection", out);
                 }
                 None => resp::encode_error(
                     b"ERR usage: RID <client_id> <request_id> [hops] (positive integers)",
@@ -304,6 +383,10 @@ impl<'c> Conn<'c> {
                 return e.closes_connection();
             }
         };
+        if std::mem::take(&mut self.rid_refused) {
+            resp::encode_error(b"TRYAGAIN client id in use by another connection", out);
+            return false;
+        }
         match resp::reply_local(&cmd, out) {
             Local::Replied => false,
             Local::Close => true,
