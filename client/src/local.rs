@@ -181,8 +181,8 @@ impl LocalCluster {
     }
 
     /// Stops every replica with SIGTERM (clean shutdown), SIGKILL after 5 s,
-    /// then removes what killed replicas could not (their segments, death
-    /// notices and status sockets).
+    /// then removes what killed replicas could not (their segments, slot
+    /// files, death notices and status sockets).
     pub fn stop(&mut self) {
         for c in self.children.iter().flatten() {
             signal(c.id(), libc::SIGCONT);
@@ -196,6 +196,7 @@ impl LocalCluster {
         for id in 0..self.manifest.member_count() {
             let segment = self.manifest.segment_path(id);
             let _ = std::fs::remove_file(crate::notice::notice_path(&segment));
+            let _ = std::fs::remove_file(self.manifest.slots_path(id));
             let _ = std::fs::remove_file(segment);
             let _ = std::fs::remove_file(self.manifest.status_socket(id));
         }

@@ -285,6 +285,33 @@ fn a_stopped_leader_is_replaced_and_rejoins_as_a_follower() {
     assert_linearizable(&history);
 }
 
+/// Rounds and time budget of a long loop: `VERBATIM_<NAME>_ROUNDS` rounds
+/// (default `rounds`), stopping early after `VERBATIM_SOAK_SECONDS` if set
+/// (`scripts/soak` sets it from its own budget).
+fn loop_budget(name: &str, rounds: u32) -> (u32, Duration) {
+    let rounds = std::env::var(format!("VERBATIM_{name}_ROUNDS"))
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(rounds);
+    let seconds = std::env::var("VERBATIM_SOAK_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(u64::MAX / 4);
+    (rounds, Duration::from_secs(seconds))
+}
+
+/// Judges a history for the long loops: a violation fails the test, an
+/// undecided verdict (checker budget) is reported apart, never as a pass.
+fn judge(history: &[Operation]) -> &'static str {
+    match check_history(history) {
+        Verdict::Unknown { .. } => "undecided",
+        _ => {
+            assert_linearizable(history);
+            "linearizable"
+        }
+    }
+}
+
 /// Issue 12: the leader SIGSTOPped and SIGCONTed over and over (DARE's
 /// zombie, each time long enough to be replaced), one client writing over
 /// RESP and one over the shared-memory slots: no acknowledged write is
@@ -295,10 +322,8 @@ fn a_stopped_leader_is_replaced_and_rejoins_as_a_follower() {
 #[ignore = "long (100 SIGSTOP/SIGCONT rounds); run with --ignored, as scripts/soak does"]
 fn leader_stop_loop_loses_nothing_and_stays_linearizable() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let rounds: u32 = std::env::var("VERBATIM_STOP_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100);
+    let (rounds, budget) = loop_budget("STOP", 100);
+    let began = Instant::now();
     let cluster = start("itstoploop", free_port_base());
     let (mut leader, mut term) = cluster
         .wait_leader(0, Duration::from_secs(10))
@@ -312,15 +337,17 @@ fn leader_stop_loop_loses_nothing_and_stays_linearizable() {
         stop.clone(),
         epoch,
     );
-    for round in 0..rounds {
+    let mut done = 0;
+    while done < rounds && began.elapsed() < budget {
         std::thread::sleep(Duration::from_millis(50));
         cluster.pause(leader, true).unwrap();
         let (next, next_term) = cluster
             .wait_leader(term, Duration::from_secs(20))
-            .unwrap_or_else(|e| panic!("round {round}: no new leader: {e}"));
+            .unwrap_or_else(|e| panic!("round {done}: no new leader: {e}"));
         std::thread::sleep(Duration::from_millis(20));
         cluster.pause(leader, false).unwrap();
         (leader, term) = (next, next_term);
+        done += 1;
     }
     std::thread::sleep(Duration::from_millis(200));
     stop.store(true, Ordering::Release);
@@ -330,12 +357,67 @@ fn leader_stop_loop_loses_nothing_and_stays_linearizable() {
         .collect();
     let acknowledged = history.iter().filter(|o| o.output.is_some()).count();
     final_reads(&cluster, 5, epoch, &mut history);
-    eprintln!(
-        "stop loop: {rounds} rounds, {} operations ({acknowledged} acknowledged), final term {term}",
+    assert!(acknowledged > 0);
+    let verdict = judge(&history);
+    println!(
+        "soak-stop: rounds {done}, operations {}, acknowledged {acknowledged}, verdict {verdict}, final term {term}",
         history.len()
     );
-    assert!(acknowledged > 0);
-    assert_linearizable(&history);
+}
+
+/// The leader SIGKILLed under load, over and over: each round a fresh
+/// 3-replica group (a killed replica cannot rejoin until recovery exists),
+/// one client over RESP and one over the shared-memory slots, the kill in
+/// the middle, final reads of every key from the survivors; no
+/// acknowledged write is lost and every round's history is linearizable.
+/// `VERBATIM_KILL_ROUNDS` rounds (default 20), or `VERBATIM_SOAK_SECONDS`.
+#[test]
+#[ignore = "long (20 leader kills, a fresh group each); run with --ignored, as scripts/soak does"]
+fn leader_kill_rounds_lose_nothing_and_stay_linearizable() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (rounds, budget) = loop_budget("KILL", 20);
+    let began = Instant::now();
+    let (mut done, mut operations, mut acknowledged, mut undecided) = (0, 0, 0, 0);
+    while done < rounds && began.elapsed() < budget {
+        let mut cluster = start(&format!("itkillloop{done}x"), free_port_base());
+        let (_, term) = cluster
+            .wait_leader(0, Duration::from_secs(10))
+            .expect("a leader");
+        let epoch = Instant::now();
+        let stop = Arc::new(AtomicBool::new(false));
+        let workers = workload_over(
+            &cluster,
+            &[Transport::Tcp, Transport::Shm],
+            4,
+            stop.clone(),
+            epoch,
+        );
+        std::thread::sleep(Duration::from_millis(150));
+        let (leader, _) = cluster
+            .wait_leader(0, Duration::from_secs(10))
+            .expect("a leader");
+        cluster.kill(leader).unwrap();
+        cluster
+            .wait_leader(term, Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("round {done}: no new leader: {e}"));
+        std::thread::sleep(Duration::from_millis(150));
+        stop.store(true, Ordering::Release);
+        let mut history: Vec<Operation> = workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect();
+        acknowledged += history.iter().filter(|o| o.output.is_some()).count();
+        final_reads(&cluster, 4, epoch, &mut history);
+        operations += history.len();
+        if judge(&history) == "undecided" {
+            undecided += 1;
+        }
+        done += 1;
+    }
+    assert!(done > 0 && acknowledged > 0);
+    println!(
+        "soak-kill: rounds {done}, operations {operations}, acknowledged {acknowledged}, undecided rounds {undecided}"
+    );
 }
 
 #[test]
