@@ -1054,8 +1054,8 @@ fn resp_requires_auth_when_a_password_is_set_and_bounds_connections() {
     let (leader, _) = cluster
         .wait_leader(0, Duration::from_secs(10))
         .expect("a leader");
-    // Members only: segments, death notices and the manifest 0600, the run
-    // directory 0700.
+    // The cluster's user only: segments, slot files, death notices and the
+    // manifest 0600, the run directory 0700.
     use std::os::unix::fs::MetadataExt;
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().mode() & 0o777;
     for id in 0..3u8 {
@@ -1063,6 +1063,8 @@ fn resp_requires_auth_when_a_password_is_set_and_bounds_connections() {
         assert_eq!(mode(&segment), 0o600, "{}", segment.display());
         let notices = verbatim_client::notice::notice_path(&segment);
         assert_eq!(mode(&notices), 0o600, "{}", notices.display());
+        let slots = cluster.manifest.slots_path(id);
+        assert_eq!(mode(&slots), 0o600, "{}", slots.display());
     }
     assert_eq!(mode(&cluster.manifest.run_dir()), 0o700);
     assert_eq!(mode(&cluster.manifest_path), 0o600);
