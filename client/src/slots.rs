@@ -16,8 +16,8 @@
 //! slot:   0 owner pid | 8 owner start ticks
 //!         16 request seq (head) | 24 client id | 32 request id
 //!         40 kind | len << 32 | 48 request seq (tail)
-//!         56 reply seq (head) | 64 status | hint << 8 | 72 reply len
-//!         80 reply seq (tail)
+//!         64 reply seq (head) | 72 status | hint << 8 | 80 reply len
+//!         88 reply seq (tail)
 //!         128 request area | 128 + area reply area
 //! ```
 //!
@@ -45,7 +45,7 @@ pub const SLOT_FIELDS_BYTES: u64 = 128;
 /// "VBCLIENT" in little-endian.
 const MAGIC: u64 = u64::from_le_bytes(*b"VBCLIENT");
 /// Bumped when the layout above changes.
-pub const SLOTS_VERSION: u64 = 1;
+pub const SLOTS_VERSION: u64 = 2;
 /// Bytes of the header; slot 0 starts here.
 pub const HEADER_BYTES: u64 = 4096;
 
@@ -72,10 +72,13 @@ const S_CLIENT_ID: u64 = 24;
 const S_REQUEST_ID: u64 = 32;
 const S_KIND: u64 = 40;
 const S_REQ_TAIL: u64 = 48;
-const S_REPLY_HEAD: u64 = 56;
-const S_STATUS: u64 = 64;
-const S_REPLY_LEN: u64 = 72;
-const S_REPLY_TAIL: u64 = 80;
+// The reply's words share one cache line, apart from the request's: the
+// client polls the tail and then reads the rest without another transfer
+// of a line from the replica's core.
+const S_REPLY_HEAD: u64 = 64;
+const S_STATUS: u64 = 72;
+const S_REPLY_LEN: u64 = 80;
+const S_REPLY_TAIL: u64 = 88;
 
 /// The client-slot segment next to a replica's segment.
 pub fn slots_path(segment_path: &Path) -> PathBuf {
