@@ -9,7 +9,7 @@
 //! `latency --rate`, with latency counted from the intended send time).
 //!
 //! Layout: one module per benchmark ([`latency`], [`throughput`],
-//! [`workload`], [`failover`], [`compare`]), the loops they share
+//! [`workload`], [`failover`], [`compare`], [`floor`]), the loops they share
 //! ([`measure`]), statistics ([`stats`]), key choice ([`zipf`]), local
 //! clusters and cores ([`cluster`]), Redis ([`redis`], [`resp`]), the
 //! result document and its tables ([`report`]), SVG plots ([`plot`]), and
@@ -19,6 +19,7 @@ pub mod cluster;
 pub mod compare;
 pub mod error;
 pub mod failover;
+pub mod floor;
 pub mod latency;
 pub mod measure;
 pub mod plot;

@@ -256,6 +256,13 @@ struct CompareArgs {
     no_redis: bool,
 }
 
+#[derive(Args, Debug)]
+struct FloorArgs {
+    /// memcpy sizes in bytes.
+    #[arg(long, value_delimiter = ',', default_value = "64,256,1024,4096,65536")]
+    sizes: Vec<usize>,
+}
+
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// One client, sequential SET and GET latency per value size and group size.
@@ -268,6 +275,10 @@ enum Cmd {
     Failover(FailoverArgs),
     /// Single-client latency against Redis (SET, SET+WAIT, GET) and Verbatim (RESP, shm).
     Compare(CompareArgs),
+    /// The machine's floor: the cross-core round trip of one cache line
+    /// and memcpy of entry sizes (latency and compare measure it too and
+    /// show their latencies as multiples of it).
+    Floor(FloorArgs),
     /// Print (and with --plot, plot) saved JSON documents; measures nothing.
     /// Several files are merged: each section comes from the first file
     /// that has it, the setup from the first file.
@@ -447,6 +458,7 @@ fn run() -> anyhow::Result<()> {
         Cmd::Workload(a) => vec![a.replicas],
         Cmd::Failover(a) => vec![a.replicas],
         Cmd::Compare(a) => vec![a.replicas],
+        Cmd::Floor(_) => Vec::new(),
         Cmd::Report { .. } => unreachable!("handled above"),
     };
     let mut setup = Setup {
@@ -472,7 +484,37 @@ fn run() -> anyhow::Result<()> {
     };
     let progress = Progress::new(show_progress && !c.json, 1, "starting");
     let mut report = Report::new(setup.clone());
+    // The floor on the benchmark's own pair of cores (client, replicas),
+    // so every latency can be read as a multiple of it.
+    let floor_pair = {
+        let client = client_core.unwrap_or(0);
+        let replica = replica_cores.first().copied().unwrap_or_else(|| {
+            all_cores
+                .iter()
+                .copied()
+                .find(|&c| c != client)
+                .unwrap_or(client)
+        });
+        (client, replica)
+    };
+    if matches!(cli.cmd, Cmd::Latency(_) | Cmd::Compare(_)) {
+        progress.stage(1, "measuring the floor");
+        report.floor = Some(verbatim_bench::floor::measure(
+            floor_pair.0,
+            floor_pair.1,
+            &[],
+            &[64, 1024, 4096],
+        ));
+    }
     match &cli.cmd {
+        Cmd::Floor(a) => {
+            report.floor = Some(verbatim_bench::floor::measure(
+                floor_pair.0,
+                floor_pair.1,
+                &all_cores,
+                &a.sizes,
+            ));
+        }
         Cmd::Latency(a) => {
             if a.rate.is_some_and(|r| r <= 0.0 || !r.is_finite()) {
                 bail!("--rate must be a positive number of requests per second");

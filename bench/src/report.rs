@@ -3,6 +3,7 @@
 
 use crate::compare::CompareReport;
 use crate::failover::{FailoverReport, KillRecord, PhaseDists};
+use crate::floor::FloorReport;
 use crate::latency::LatencyReport;
 use crate::setup::Setup;
 use crate::stats::{us, Dist, Summary};
@@ -48,6 +49,10 @@ pub struct Report {
     pub failover: Option<FailoverReport>,
     /// `compare`.
     pub compare: Option<CompareReport>,
+    /// The machine's floor (`floor`; also measured before `latency` and
+    /// `compare`, whose latencies are then shown as multiples of it).
+    #[serde(default)]
+    pub floor: Option<FloorReport>,
     /// Goals this run has figures for.
     pub goals: Vec<Goal>,
 }
@@ -70,6 +75,7 @@ impl Report {
         self.workload = self.workload.take().or(other.workload);
         self.failover = self.failover.take().or(other.failover);
         self.compare = self.compare.take().or(other.compare);
+        self.floor = self.floor.take().or(other.floor);
         for g in other.setup.group_sizes {
             if !self.setup.group_sizes.contains(&g) {
                 self.setup.group_sizes.push(g);
@@ -297,8 +303,53 @@ pub fn render_setup(s: &Setup) -> String {
     )
 }
 
-/// `latency` tables.
-pub fn render_latency(l: &LatencyReport) -> String {
+/// The floor section.
+pub fn render_floor(f: &FloorReport) -> String {
+    let mut out = String::from(
+        "\nFLOOR (one cache line passed between two spinning threads; memcpy between private buffers)\n",
+    );
+    let mut t = Table::new(&[
+        "cores",
+        "round trips",
+        "rtt min ns",
+        "rtt p50 ns",
+        "rtt p90 ns",
+        "rtt max ns",
+    ]);
+    for p in &f.pairs {
+        t.row(vec![
+            format!("{}↔{}", p.cores.0, p.cores.1),
+            p.round_trips.to_string(),
+            p.rtt.min.to_string(),
+            p.rtt.p50.to_string(),
+            p.rtt.p90.to_string(),
+            p.rtt.max.to_string(),
+        ]);
+    }
+    out.push_str(&t.render());
+    let mut t = Table::new(&["memcpy bytes", "ns", "GB/s"]);
+    for c in &f.copies {
+        t.row(vec![
+            c.bytes.to_string(),
+            format!("{:.1}", c.ns),
+            format!("{:.1}", c.gb_per_s),
+        ]);
+    }
+    out.push('\n');
+    out.push_str(&t.render());
+    if let Some(rtt) = f.rtt_p50_ns() {
+        let _ = writeln!(
+            out,
+            "a replicated write needs about two round trips ({:.2} µs) plus its copies; \
+             latencies below are also shown as multiples of one round trip ({rtt:.0} ns)",
+            2.0 * rtt / 1000.0
+        );
+    }
+    out
+}
+
+/// `latency` tables (with a ×floor column when the floor was measured).
+pub fn render_latency(l: &LatencyReport, floor: Option<&FloorReport>) -> String {
     let mut out = format!(
         "\nLATENCY ({}, {} requests per point after {} warm-up{}; one client, sequential)\n",
         l.mode,
@@ -311,11 +362,20 @@ pub fn render_latency(l: &LatencyReport) -> String {
     let mut headers = vec!["replicas op value B"];
     headers.extend(SUMMARY_HEADERS);
     headers.push("ops/s");
+    if floor.is_some() {
+        headers.push("p50 ×rtt");
+    }
     let mut t = Table::new(&headers);
     for p in &l.points {
         let mut row = vec![format!("{} {} {}", p.replicas, p.op, p.value_bytes)];
         row.extend(summary_cells(&p.latency));
         row.push(format!("{:.0}", p.ops_per_sec));
+        if let Some(f) = floor {
+            row.push(
+                f.multiple(p.latency.p50_ns)
+                    .map_or("—".into(), |m| format!("{m:.1}")),
+            );
+        }
         t.row(row);
     }
     out.push_str(&t.render());
@@ -488,7 +548,7 @@ pub fn render_failover(f: &FailoverReport) -> String {
 }
 
 /// `compare` tables.
-pub fn render_compare(c: &CompareReport) -> String {
+pub fn render_compare(c: &CompareReport, floor: Option<&FloorReport>) -> String {
     let mut out = format!(
         "\nCOMPARE (one client, sequential, {} requests per series; RESP client: {}; vCPUs: {})\n",
         c.ops_per_series, c.tcp_client, c.vcpus
@@ -508,6 +568,9 @@ pub fn render_compare(c: &CompareReport) -> String {
     }
     let mut headers = vec!["system path op value B"];
     headers.extend(SUMMARY_HEADERS);
+    if floor.is_some() {
+        headers.push("p50 ×rtt");
+    }
     let mut t = Table::new(&headers);
     for s in &c.series {
         let mut row = vec![format!(
@@ -515,6 +578,12 @@ pub fn render_compare(c: &CompareReport) -> String {
             s.system, s.path, s.op, s.value_bytes
         )];
         row.extend(summary_cells(&s.latency));
+        if let Some(f) = floor {
+            row.push(
+                f.multiple(s.latency.p50_ns)
+                    .map_or("—".into(), |m| format!("{m:.1}")),
+            );
+        }
         t.row(row);
     }
     out.push_str(&t.render());
@@ -557,8 +626,11 @@ pub fn render_goals(goals: &[Goal]) -> String {
 /// The whole report for the terminal.
 pub fn render(r: &Report) -> String {
     let mut out = render_setup(&r.setup);
+    if let Some(f) = &r.floor {
+        out.push_str(&render_floor(f));
+    }
     if let Some(l) = &r.latency {
-        out.push_str(&render_latency(l));
+        out.push_str(&render_latency(l, r.floor.as_ref()));
     }
     if let Some(t) = &r.throughput {
         out.push_str(&render_throughput(t));
@@ -570,7 +642,7 @@ pub fn render(r: &Report) -> String {
         out.push_str(&render_failover(f));
     }
     if let Some(c) = &r.compare {
-        out.push_str(&render_compare(c));
+        out.push_str(&render_compare(c, r.floor.as_ref()));
     }
     out.push_str(&render_goals(&r.goals));
     out
