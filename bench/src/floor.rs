@@ -85,7 +85,7 @@ pub fn ping_pong(a: usize, b: usize, round_trips: u64) -> PairFloor {
                 let mut spins = 0u32;
                 while line.0.load(Ordering::Acquire) != expect {
                     spins += 1;
-                    if a == b && spins % 64 == 0 {
+                    if a == b && spins.is_multiple_of(64) {
                         std::thread::yield_now();
                     }
                     std::hint::spin_loop();
@@ -104,7 +104,7 @@ pub fn ping_pong(a: usize, b: usize, round_trips: u64) -> PairFloor {
         let mut spins = 0u32;
         while line.0.load(Ordering::Acquire) != send + 1 {
             spins += 1;
-            if a == b && spins % 64 == 0 {
+            if a == b && spins.is_multiple_of(64) {
                 std::thread::yield_now();
             }
             std::hint::spin_loop();
