@@ -298,6 +298,11 @@ pub struct MemberSection {
     /// Status socket (default `<run_dir>/replica-<id>.sock`).
     #[serde(default)]
     pub status_socket: Option<PathBuf>,
+    /// Prometheus text endpoint (`GET /metrics` over HTTP), e.g.
+    /// `127.0.0.1:9100`; none by default. Read-only figures (those of the
+    /// status socket), so it may listen beyond loopback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_addr: Option<String>,
     /// RDMA settings (fabric = "verbs").
     #[serde(default)]
     pub verbs: Option<VerbsMember>,
@@ -443,6 +448,7 @@ impl Manifest {
                     core: None,
                     resp_addr: Some(format!("127.0.0.1:{}", base_port + u16::from(i))),
                     status_socket: None,
+                    metrics_addr: None,
                     verbs: None,
                 })
                 .collect(),
@@ -609,6 +615,14 @@ impl Manifest {
                             "`{addr}` is reachable from other hosts but cluster.resp_password is not set; \
                              set a password (clients then AUTH) or bind 127.0.0.1"
                         ),
+                    ));
+                }
+            }
+            if let Some(addr) = &m.metrics_addr {
+                if addr.parse::<std::net::SocketAddr>().is_err() {
+                    return Err(ConfigError::new(
+                        format!("members[{i}].metrics_addr"),
+                        format!("`{addr}` is not an address like 127.0.0.1:9100"),
                     ));
                 }
             }
@@ -780,6 +794,14 @@ id = 2
 
     /// Redis's protected mode: a RESP address other hosts can reach needs
     /// a password.
+    #[test]
+    fn a_metrics_address_must_parse() {
+        let e = Manifest::parse(BASE, &["members.0.metrics_addr=\"metrics\"".into()]).unwrap_err();
+        assert_eq!(e.field, "members[0].metrics_addr");
+        let m = Manifest::parse(BASE, &["members.0.metrics_addr=\"0.0.0.0:9100\"".into()]).unwrap();
+        assert_eq!(m.members[0].metrics_addr.as_deref(), Some("0.0.0.0:9100"));
+    }
+
     #[test]
     fn a_public_resp_address_needs_a_password() {
         let e =

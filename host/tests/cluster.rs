@@ -592,6 +592,50 @@ fn a_client_maps_only_the_slot_files_never_the_log_or_the_sst() {
     );
 }
 
+/// Each replica with a `metrics_addr` serves its status as Prometheus
+/// text; the figures are the replica's own (role, term, commit index).
+#[test]
+fn replicas_serve_prometheus_metrics() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let base = free_port_base();
+    let overrides = (0..3)
+        .map(|i| format!("members.{i}.metrics_addr=\"127.0.0.1:{}\"", base + i))
+        .collect();
+    let cluster = start_with("itmetrics", 0, overrides);
+    let (leader, term) = cluster
+        .wait_leader(0, Duration::from_secs(10))
+        .expect("a leader");
+    let scrape = |id: u16| {
+        let mut s = TcpStream::connect(("127.0.0.1", base + id)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        text
+    };
+    // The status the endpoint renders is published every few ms: wait for
+    // the leader's to show it leads.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let text = scrape(u16::from(leader));
+        if text.contains(&format!(
+            "verbatim_role{{member=\"{leader}\",cluster=\"{}\",role=\"leader\"}} 1",
+            cluster.manifest.cluster.name
+        )) {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "the leader never showed as leader:\n{text}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
+    assert!(text.contains("verbatim_commit_index{"), "{text}");
+    assert!(text.contains(&format!("verbatim_term{{member=\"{leader}\"")));
+    let follower = (leader + 1) % 3;
+    let text = scrape(u16::from(follower));
+    assert!(text.contains("role=\"follower\"} 1"), "{text}");
+    assert!(term >= 1);
+}
+
 fn free_port_base() -> u16 {
     // Three consecutive free ports: ask the kernel for one and hope its
     // neighbours are free too (retry a few times).

@@ -12,6 +12,7 @@
 
 mod cluster_file;
 pub mod paths;
+pub mod prometheus;
 mod snapshot;
 
 pub use cluster_file::{ClusterFile, ClusterFileError, ClusterMember};

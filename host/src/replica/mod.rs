@@ -831,6 +831,13 @@ fn drive<F: HostFabric>(
             "status socket {}",
             m.status_socket(opts.id).display()
         )))?;
+    let _metrics = match &member.metrics_addr {
+        Some(addr) => Some(
+            crate::gateway::metrics::MetricsServer::start(addr, status.clone())
+                .map_err(io(format!("metrics listener {addr}")))?,
+        ),
+        None => None,
+    };
     let (handle, queue) = ServiceHandle::new(segment.clone());
     let _resp = match &member.resp_addr {
         Some(addr) => Some(
