@@ -416,7 +416,7 @@ fn leader_kill_rounds_lose_nothing_and_stay_linearizable() {
     }
     assert!(done > 0 && acknowledged > 0);
     println!(
-        "soak-kill: rounds {done}, operations {operations}, acknowledged {acknowledged}, undecided rounds {undecided}"
+        "soak-kill: rounds {done}, operations {operations}, acknowledged {acknowledged}, undecided-rounds {undecided}"
     );
 }
 
