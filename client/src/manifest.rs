@@ -173,6 +173,13 @@ pub struct ClusterSection {
     /// address other than loopback (Redis's protected mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resp_password: Option<String>,
+    /// Shared secret of the verbs fabric's connection exchange (`fabric =
+    /// "verbs"`): every exchange message carries an HMAC-SHA256 under it,
+    /// so only members that know it can connect QPs or learn rkeys. At
+    /// least 16 bytes, the same on every member; required when a member's
+    /// `exchange_addr` is not a loopback address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exchange_secret: Option<String>,
     /// Close a RESP connection idle for this long (seconds; 0: never, as
     /// Redis's `timeout 0`).
     #[serde(default)]
@@ -436,6 +443,7 @@ impl Manifest {
                 session_slot_count: default_session_slot_count(),
                 reply_bytes_max: default_reply_bytes_max(),
                 resp_password: None,
+                exchange_secret: None,
                 resp_idle_timeout_s: 0,
                 resp_output_bytes_max: default_resp_output_bytes_max(),
                 client_slot_count: default_client_slot_count(),
@@ -558,6 +566,18 @@ impl Manifest {
                 "is empty; remove the line (no authentication) or set a password",
             ));
         }
+        if let Some(secret) = &self.cluster.exchange_secret {
+            if secret.len() < EXCHANGE_SECRET_BYTES_MIN {
+                return Err(ConfigError::new(
+                    "cluster.exchange_secret",
+                    format!(
+                        "is {} bytes; use at least {EXCHANGE_SECRET_BYTES_MIN} random bytes, the same on \
+                         every member (e.g. the output of `openssl rand -hex 32`)",
+                        secret.len()
+                    ),
+                ));
+            }
+        }
         if self.cluster.resp_output_bytes_max < 1 << 16 {
             return Err(ConfigError::new(
                 "cluster.resp_output_bytes_max",
@@ -636,6 +656,23 @@ impl Manifest {
                 }
             }
             if let Some(v) = &m.verbs {
+                // The exchange hands out QP numbers and rkeys (remote
+                // write access to the log): like protected mode for RESP,
+                // no secret, no network.
+                if c.fabric == FabricKind::Verbs
+                    && c.exchange_secret.is_none()
+                    && !is_loopback_addr(&v.exchange_addr)
+                {
+                    return Err(ConfigError::new(
+                        format!("members[{i}].verbs.exchange_addr"),
+                        format!(
+                            "`{}` is reachable from other hosts but cluster.exchange_secret is not set; \
+                             add exchange_secret = \"...\" to [cluster] ({EXCHANGE_SECRET_BYTES_MIN} bytes or more, \
+                             the same on every member, e.g. from `openssl rand -hex 32`) or bind 127.0.0.1",
+                            v.exchange_addr
+                        ),
+                    ));
+                }
                 if v.qp_timeout > 31 {
                     return Err(ConfigError::new(
                         format!("members[{i}].verbs.qp_timeout"),
@@ -725,6 +762,20 @@ impl Manifest {
         };
         ConfigError::new(manifest_field, reason)
     }
+}
+
+/// Shortest `cluster.exchange_secret` (bytes): 128 bits if random.
+pub const EXCHANGE_SECRET_BYTES_MIN: usize = 16;
+
+/// Whether an `exchange_addr` can be reached only from this host: a
+/// loopback IP, or `localhost`. Any other name may resolve to a routable
+/// address, so it counts as reachable from other hosts.
+fn is_loopback_addr(addr: &str) -> bool {
+    if let Ok(a) = addr.parse::<std::net::SocketAddr>() {
+        return a.ip().is_loopback();
+    }
+    addr.rsplit_once(':')
+        .is_some_and(|(host, _)| host.eq_ignore_ascii_case("localhost"))
 }
 
 /// Microseconds from the manifest to the core's nanoseconds, saturating.
@@ -823,6 +874,62 @@ id = 2
         assert_eq!(e.field, "cluster.resp_output_bytes_max");
     }
 
+    fn verbs_manifest(addr: &str) -> String {
+        let mut text = String::from("[cluster]\nname = \"v\"\nfabric = \"verbs\"\n");
+        for i in 0..3 {
+            text.push_str(&format!(
+                "[[members]]\nid = {i}\nverbs = {{ device = \"rxe0\", exchange_addr = \"{addr}:{}\" }}\n",
+                7900 + i
+            ));
+        }
+        text
+    }
+
+    /// The verbs exchange hands out rkeys: an exchange address other hosts
+    /// can reach needs `cluster.exchange_secret`, of at least 16 bytes.
+    #[test]
+    fn a_public_exchange_address_needs_a_secret() {
+        for loopback in ["127.0.0.1", "[::1]", "localhost"] {
+            let m = Manifest::parse(&verbs_manifest(loopback), &[]).unwrap();
+            assert_eq!(m.cluster.exchange_secret, None);
+        }
+        for public in ["10.0.0.1", "0.0.0.0", "node1.example"] {
+            let e = Manifest::parse(&verbs_manifest(public), &[]).unwrap_err();
+            assert_eq!(e.field, "members[0].verbs.exchange_addr", "{public}");
+            assert!(e.message.contains("exchange_secret = "), "{e}");
+            assert!(e.message.contains("openssl rand"), "{e}");
+        }
+        let secret = "cluster.exchange_secret=\"0123456789abcdef0123\"".to_string();
+        let m =
+            Manifest::parse(&verbs_manifest("10.0.0.1"), std::slice::from_ref(&secret)).unwrap();
+        assert_eq!(
+            m.cluster.exchange_secret.as_deref(),
+            Some("0123456789abcdef0123")
+        );
+        // It survives the round trip through TOML (what `verbatim up`
+        // writes for its replicas).
+        assert_eq!(Manifest::parse(&m.to_toml(), &[]).unwrap(), m);
+        for short in ["", "short", "0123456789abcde"] {
+            let e = Manifest::parse(
+                &verbs_manifest("10.0.0.1"),
+                &[format!("cluster.exchange_secret=\"{short}\"")],
+            )
+            .unwrap_err();
+            assert_eq!(e.field, "cluster.exchange_secret", "{short:?}");
+            assert!(e.message.contains("at least 16"), "{e}");
+            // The message never repeats the secret.
+            assert!(short.is_empty() || !e.message.contains(short), "{e}");
+        }
+        // Exactly 16 bytes is enough; the shm fabric ignores the field.
+        Manifest::parse(
+            &verbs_manifest("10.0.0.1"),
+            &["cluster.exchange_secret=\"0123456789abcdef\"".into()],
+        )
+        .unwrap();
+        let m = Manifest::parse(BASE, std::slice::from_ref(&secret)).unwrap();
+        assert_eq!(m.cluster.fabric, FabricKind::Shm);
+    }
+
     #[test]
     fn errors_name_the_field_and_the_fix() {
         let e = Manifest::parse(BASE, &["cluster.name=\"a b\"".into()]).unwrap_err();
@@ -863,8 +970,6 @@ id = 2
         let m = Manifest::local("demo", 3, 7000);
         let back = Manifest::parse(&m.to_toml(), &[]).unwrap();
         assert_eq!(back, m);
-        assert!(
-            m.slot_geometry().area_bytes >= u64::from(m.kv_limits().encoded_bytes_max())
-        );
+        assert!(m.slot_geometry().area_bytes >= u64::from(m.kv_limits().encoded_bytes_max()));
     }
 }

@@ -41,7 +41,11 @@ fn three_replicas_over_verbs_elect_replicate_and_fail_over() {
         .or_else(find_binary)
         .expect("the verbatim binary (set VERBATIM_BIN)");
     let base_port = 17_900 + (std::process::id() % 500) as u16 * 4;
-    let mut overrides = vec!["cluster.fabric=\"verbs\"".to_string()];
+    // Authenticated exchange, as on a network (loopback would allow none).
+    let mut overrides = vec![
+        "cluster.fabric=\"verbs\"".to_string(),
+        "cluster.exchange_secret=\"verbs-cluster-test-secret\"".to_string(),
+    ];
     for i in 0..3u16 {
         overrides.push(format!(
             "members.{i}.verbs={{device=\"{device}\", port=1, gid_index={gid_index}, exchange_addr=\"127.0.0.1:{}\"}}",

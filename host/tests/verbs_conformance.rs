@@ -29,7 +29,11 @@ use verbatim_core::mem::Memory;
 use verbatim_core::Config;
 use verbatim_host::fabric::liveness::PeerLiveness;
 use verbatim_host::fabric::shm::{segment_path, Segment, ShmMemory};
-use verbatim_host::fabric::verbs::{device_names, roce_v2_ipv4_gid_index, VerbsFabric};
+use verbatim_host::fabric::verbs::wire::{self, Msg, ReadLimits};
+use verbatim_host::fabric::verbs::{
+    device_names, roce_v2_ipv4_gid_index, ExchangeOptions, VerbsFabric, HANDSHAKES_MAX,
+    HANDSHAKE_TIMEOUT,
+};
 use verbatim_host::fabric::HostFabric;
 use verbatim_sim::conformance::{checks, FabricHarness};
 
@@ -91,6 +95,14 @@ fn manifest(n: u8, device: &str, gid_index: u8) -> Manifest {
 /// What the verbs fabric takes from a manifest: each member's verbs options.
 fn verbs_of(m: &Manifest) -> Vec<Option<VerbsMember>> {
     m.members.iter().map(|x| x.verbs.clone()).collect()
+}
+
+const SECRET: &str = "conformance-suite-exchange-secret";
+
+/// The exchange options the suite runs with: authenticated, as a
+/// deployment on a network must be.
+fn exchange() -> ExchangeOptions {
+    ExchangeOptions::from_secret(Some(SECRET))
 }
 
 fn shm_dir() -> tempfile::TempDir {
@@ -159,6 +171,7 @@ impl VerbsHarness {
                 Some(
                     VerbsFabric::start(
                         &verbs_of(&m),
+                        &exchange(),
                         MemberId(i),
                         &layout,
                         segs[usize::from(i)].clone(),
@@ -321,21 +334,29 @@ fn verbs_fabric_one_sided_latency() {
     }
 }
 
-#[test]
-#[ignore = "needs an RDMA device: run scripts/softroce-vm, or set VERBATIM_RDMA_DEVICE and pass --ignored"]
-fn a_peer_with_another_layout_is_refused_with_the_reason() {
+/// Two members, member 1 with another layout (a larger log ring), each
+/// with its exchange options; returns member 0's problems with member 1.
+fn refusal_between(
+    name: &str,
+    a_opts: &ExchangeOptions,
+    b_opts: &ExchangeOptions,
+    other_layout: bool,
+) -> verbatim_host::fabric::PeerProblem {
     let (device, gid_index) = device();
     let dir = shm_dir();
     let m = manifest(2, &device, gid_index);
     let layout = Layout::new(&Config::new(2, MemberId(0))).unwrap();
     let mut other = Config::new(2, MemberId(1));
-    other.log_ring_bytes *= 2;
+    if other_layout {
+        other.log_ring_bytes *= 2;
+    }
     let other_layout = Layout::new(&other).unwrap();
     let seg = |i: u8, l: &Layout| {
-        Arc::new(Segment::create(&segment_path(dir.path(), "vmis", i), l, MemberId(i)).unwrap())
+        Arc::new(Segment::create(&segment_path(dir.path(), name, i), l, MemberId(i)).unwrap())
     };
     let a = VerbsFabric::start(
         &verbs_of(&m),
+        a_opts,
         MemberId(0),
         &layout,
         seg(0, &layout),
@@ -343,6 +364,7 @@ fn a_peer_with_another_layout_is_refused_with_the_reason() {
     );
     let b = VerbsFabric::start(
         &verbs_of(&m),
+        b_opts,
         MemberId(1),
         &other_layout,
         seg(1, &other_layout),
@@ -351,13 +373,279 @@ fn a_peer_with_another_layout_is_refused_with_the_reason() {
     let (mut a, _b) = (a.expect("member 0"), b.expect("member 1"));
     let problems = a.connect_peers();
     assert_eq!(problems.len(), 1, "{problems:?}");
-    let p = &problems[0].1;
+    problems.into_iter().next().unwrap().1
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run scripts/softroce-vm, or set VERBATIM_RDMA_DEVICE and pass --ignored"]
+fn a_peer_with_another_layout_is_refused_with_the_reason() {
+    // Authenticated: the reason, never the layout hashes.
+    let p = refusal_between("vmis", &exchange(), &exchange(), true);
     assert!(
         !p.retry,
         "a layout mismatch is not worth waiting for: {p:?}"
     );
     assert!(p.message.contains("layout mismatch"), "{}", p.message);
+    assert!(!p.message.contains("0x"), "{}", p.message);
     println!("refused as expected: {}", p.message);
+    // Unauthenticated (no secret, loopback): only that it was refused.
+    let none = ExchangeOptions::default();
+    let p = refusal_between("vmis2", &none, &none, true);
+    assert!(!p.retry, "{p:?}");
+    assert!(p.message.contains("refused"), "{}", p.message);
+    assert!(
+        !p.message.contains("layout mismatch") && !p.message.contains("0x"),
+        "an unauthenticated peer learns only that it was refused: {}",
+        p.message
+    );
+    println!("refused without a reason, as expected: {}", p.message);
+}
+
+/// Members with different secrets (or one without) never connect, and
+/// the error says which setting to fix.
+#[test]
+#[ignore = "needs an RDMA device: run scripts/softroce-vm, or set VERBATIM_RDMA_DEVICE and pass --ignored"]
+fn a_peer_with_another_secret_is_refused() {
+    let other = ExchangeOptions::from_secret(Some("another-secret-of-enough-bytes"));
+    for (i, (a, b)) in [
+        (exchange(), other),
+        (exchange(), ExchangeOptions::default()),
+        (ExchangeOptions::default(), exchange()),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let p = refusal_between(&format!("vsec{i}"), a, b, false);
+        assert!(!p.retry, "{p:?}");
+        assert!(p.message.contains("exchange_secret"), "{}", p.message);
+        println!("refused as expected: {}", p.message);
+    }
+}
+
+/// Two connected members (0 and 1) with their liveness views.
+struct Pair {
+    a: VerbsFabric,
+    b: Option<VerbsFabric>,
+    a_liveness: Arc<PeerLiveness>,
+    m: Manifest,
+    layout: Layout,
+    _dir: tempfile::TempDir,
+}
+
+fn pair(name: &str) -> Pair {
+    let (device, gid_index) = device();
+    let dir = shm_dir();
+    let m = manifest(2, &device, gid_index);
+    let layout = Layout::new(&Config::new(2, MemberId(0))).unwrap();
+    let a_liveness = Arc::new(PeerLiveness::default());
+    let mut fabrics: Vec<Option<VerbsFabric>> = (0..2u8)
+        .map(|i| {
+            let seg = Arc::new(
+                Segment::create(&segment_path(dir.path(), name, i), &layout, MemberId(i)).unwrap(),
+            );
+            let liveness = if i == 0 {
+                a_liveness.clone()
+            } else {
+                Arc::default()
+            };
+            Some(
+                VerbsFabric::start(
+                    &verbs_of(&m),
+                    &exchange(),
+                    MemberId(i),
+                    &layout,
+                    seg,
+                    liveness,
+                )
+                .unwrap_or_else(|e| panic!("member {i}: {e}")),
+            )
+        })
+        .collect();
+    connect_all(&mut fabrics);
+    let b = fabrics.pop().unwrap();
+    let a = fabrics.pop().unwrap().unwrap();
+    Pair {
+        a,
+        b,
+        a_liveness,
+        m,
+        layout,
+        _dir: dir,
+    }
+}
+
+fn exchange_addr(m: &Manifest, i: usize) -> std::net::SocketAddr {
+    m.members[i]
+        .verbs
+        .as_ref()
+        .unwrap()
+        .exchange_addr
+        .parse()
+        .unwrap()
+}
+
+fn eventually(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let began = Instant::now();
+    while !f() {
+        assert!(began.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Issue 17: a closed exchange connection is a suspicion, not a death. A
+/// connection of member 1's that closes while member 1 runs leaves it
+/// suspected (its exchange address still answers), never reported down;
+/// when member 1 connects again the suspicion is lifted.
+#[test]
+#[ignore = "needs an RDMA device: run scripts/softroce-vm, or set VERBATIM_RDMA_DEVICE and pass --ignored"]
+fn a_closed_exchange_connection_is_a_suspicion_not_a_death() {
+    let mut p = pair("vsusp");
+    let one = MemberId(1);
+    assert!(!p.a.suspected(one));
+    // A connection that says hello as member 1 (it holds the secret)
+    // replaces member 1's own, then closes.
+    {
+        let mut c = std::net::TcpStream::connect(exchange_addr(&p.m, 0)).unwrap();
+        wire::prepare(&c, Duration::from_secs(3)).unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let lim = ReadLimits::within(Duration::from_secs(3));
+        let secret = exchange().secret;
+        let mut s = wire::dial(&mut c, secret.as_ref(), lim, &stop).unwrap();
+        s.send(
+            &mut c,
+            &Msg::Hello {
+                from: 1,
+                to: 0,
+                members: 2,
+                layout_hash: p.layout.hash,
+                incarnation: 99,
+            },
+        )
+        .unwrap();
+        assert!(matches!(
+            s.recv(&mut c, lim, &stop).unwrap(),
+            Msg::HelloOk { .. }
+        ));
+    }
+    eventually("member 1 suspected", Duration::from_secs(5), || {
+        p.a.suspected(one)
+    });
+    // Member 1's exchange address still answers: no death is reported.
+    std::thread::sleep(PROBE_SETTLE);
+    assert!(
+        !p.a_liveness.is_dead(one),
+        "a close alone reported member 1 dead"
+    );
+    let c = p.a.exchange_counters();
+    assert_eq!((c.suspicions, c.exits_confirmed), (1, 0), "{c:?}");
+    // Member 1 connects again (its old connection was replaced): its next
+    // exchange request redials.
+    p.b.as_mut()
+        .unwrap()
+        .set_access(
+            MemberId(0),
+            RegionId::Log,
+            verbatim_core::fabric::Access::Granted,
+        )
+        .unwrap();
+    eventually("suspicion lifted", Duration::from_secs(5), || {
+        !p.a.suspected(one)
+    });
+    assert!(!p.a_liveness.is_dead(one));
+    // And the channels still work both ways.
+    let remote = Addr::new(RegionId::Control, 0);
+    p.a.post(&WorkRequest {
+        wr_id: WrId(1),
+        peer: one,
+        op: Op::write_u64(remote, 5),
+        notify: false,
+    });
+    assert_eq!(wait(&mut p.a).status, WcStatus::Ok);
+}
+
+/// How long the probe after a close may take (its attempts and timeouts).
+const PROBE_SETTLE: Duration = Duration::from_millis(1500);
+
+/// A member whose process is gone: its connection closes and its exchange
+/// address refuses connections, so the exit is confirmed and reported
+/// through the liveness view (the driver's `take_peer_down`).
+#[test]
+#[ignore = "needs an RDMA device: run scripts/softroce-vm, or set VERBATIM_RDMA_DEVICE and pass --ignored"]
+fn an_exited_peer_is_confirmed_and_reported_down() {
+    let mut p = pair("vexit");
+    // Destroys member 1's device context and closes its sockets, its
+    // listener first (what the kernel does at exit).
+    p.b = None;
+    eventually("member 1 reported down", Duration::from_secs(5), || {
+        p.a_liveness.is_dead(MemberId(1))
+    });
+    assert_eq!(p.a_liveness.take_newly_dead(), vec![MemberId(1)]);
+    let c = p.a.exchange_counters();
+    assert_eq!((c.suspicions, c.exits_confirmed), (1, 1), "{c:?}");
+}
+
+/// Issue 12: connections that say nothing hold a handshake slot only until
+/// the handshake timeout, their number in progress is bounded, and a real
+/// member still gets through.
+#[test]
+#[ignore = "needs an RDMA device: run scripts/softroce-vm, or set VERBATIM_RDMA_DEVICE and pass --ignored"]
+fn silent_connections_are_bounded_and_dropped() {
+    let (device, gid_index) = device();
+    let dir = shm_dir();
+    let m = manifest(2, &device, gid_index);
+    let layout = Layout::new(&Config::new(2, MemberId(0))).unwrap();
+    let seg = |i: u8| {
+        Arc::new(
+            Segment::create(
+                &segment_path(dir.path(), "vsilent", i),
+                &layout,
+                MemberId(i),
+            )
+            .unwrap(),
+        )
+    };
+    let a = VerbsFabric::start(
+        &verbs_of(&m),
+        &exchange(),
+        MemberId(0),
+        &layout,
+        seg(0),
+        Arc::default(),
+    )
+    .unwrap();
+    let silent: Vec<std::net::TcpStream> = (0..HANDSHAKES_MAX + 4)
+        .map(|_| std::net::TcpStream::connect(exchange_addr(&m, 0)).unwrap())
+        .collect();
+    let b = VerbsFabric::start(
+        &verbs_of(&m),
+        &exchange(),
+        MemberId(1),
+        &layout,
+        seg(1),
+        Arc::default(),
+    )
+    .unwrap();
+    let began = Instant::now();
+    let mut fabrics = vec![Some(a), Some(b)];
+    connect_all(&mut fabrics);
+    println!(
+        "connected past {} silent connections in {:.1} s",
+        silent.len(),
+        began.elapsed().as_secs_f64()
+    );
+    // Every silent connection is closed by member 0 once its time is up.
+    for mut s in silent {
+        s.set_read_timeout(Some(HANDSHAKE_TIMEOUT * 4)).unwrap();
+        let mut buf = [0u8; 8];
+        let r = std::io::Read::read(&mut s, &mut buf);
+        assert!(
+            matches!(r, Ok(0)) || r.is_err(),
+            "a silent connection was answered: {r:?}"
+        );
+    }
+    let c = fabrics[0].as_ref().unwrap().exchange_counters();
+    assert!(c.handshake_timeouts >= HANDSHAKES_MAX as u64, "{c:?}");
+    assert_eq!(c.suspicions, 0, "{c:?}");
 }
 
 #[test]
@@ -373,6 +661,7 @@ fn a_wrong_port_or_device_is_explained() {
     m.members[0].verbs.as_mut().unwrap().port = 7;
     let e = VerbsFabric::start(
         &verbs_of(&m),
+        &exchange(),
         MemberId(0),
         &layout,
         seg.clone(),
@@ -384,9 +673,16 @@ fn a_wrong_port_or_device_is_explained() {
     println!("explained: {e}");
     let mut m = manifest(2, "nosuchdev9", gid_index);
     m.members[0].verbs.as_mut().unwrap().port = 1;
-    let e = VerbsFabric::start(&verbs_of(&m), MemberId(0), &layout, seg, Arc::default())
-        .err()
-        .expect("no such device");
+    let e = VerbsFabric::start(
+        &verbs_of(&m),
+        &exchange(),
+        MemberId(0),
+        &layout,
+        seg,
+        Arc::default(),
+    )
+    .err()
+    .expect("no such device");
     assert!(e.to_string().contains("devices here"), "{e}");
     println!("explained: {e}");
 }
@@ -409,9 +705,16 @@ fn a_missing_device_is_explained() {
         Segment::create(&segment_path(dir.path(), "vnodev", 0), &layout, MemberId(0)).unwrap(),
     );
     let m = manifest(2, "nosuchdev9", 0);
-    let e = VerbsFabric::start(&verbs_of(&m), MemberId(0), &layout, seg, Arc::default())
-        .err()
-        .expect("there is no device called nosuchdev9");
+    let e = VerbsFabric::start(
+        &verbs_of(&m),
+        &exchange(),
+        MemberId(0),
+        &layout,
+        seg,
+        Arc::default(),
+    )
+    .err()
+    .expect("there is no device called nosuchdev9");
     let text = e.to_string();
     match device_names() {
         Ok(names) if !names.is_empty() => {

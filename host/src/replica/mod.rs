@@ -726,6 +726,9 @@ pub fn run(opts: ReplicaOptions, shutdown: Arc<AtomicBool>) -> Result<(), Replic
                 let verbs: Vec<_> = m.members.iter().map(|x| x.verbs.clone()).collect();
                 let fabric = crate::fabric::verbs::VerbsFabric::start(
                     &verbs,
+                    &crate::fabric::verbs::ExchangeOptions::from_secret(
+                        m.cluster.exchange_secret.as_deref(),
+                    ),
                     id,
                     &layout,
                     segment.clone(),

@@ -40,13 +40,37 @@
 //! broken), synthesised and queued *behind* the requests still in flight on
 //! that channel, so per-channel order holds for errors too.
 //!
+//! # The exchange
+//! QP numbers, GIDs/LIDs, rkeys and the layout hash travel over TCP (see
+//! [`wire`] for the messages and their authentication): every message
+//! after the opening carries an HMAC-SHA256 under `[cluster]
+//! exchange_secret` and both sides' per-connection nonces, so only
+//! members holding the secret learn an rkey or connect a QP, and a
+//! recorded message is refused on any other connection. A peer that fails
+//! authentication gets a bare "refused"; reasons (another layout, another
+//! group) go only to authenticated peers, and the layout hashes appear only
+//! in the refusing member's log. The listener serves at most
+//! [`HANDSHAKES_MAX`] unauthenticated connections at once (later ones wait
+//! in the kernel's backlog), each must open and say an authenticated hello
+//! within [`HANDSHAKE_TIMEOUT`], and a member keeps one connection (a new
+//! one replaces the old): threads are bounded, and a peer that connects
+//! and sends nothing is dropped.
+//!
 //! # Peer death
 //! A dead peer's QPs are gone: our requests time out (`timeout` and
 //! `retry_cnt` below: about 30 ms under rxe) and complete
 //! `RETRY_EXC_ERR` → [`WcStatus::Unreachable`], which the core treats as
-//! a suspicion. The fabric does not watch peer processes (peers are on
-//! other hosts in general), so [`HostFabric::liveness`] only reports what
-//! the host's own watcher learns.
+//! a suspicion, and its heartbeats stop (the core's failure detector).
+//! A closed exchange connection is only a suspicion too
+//! ([`VerbsFabric::suspected`]): the connection may have been dropped for
+//! another reason (a timeout, a redial). The fabric then probes the peer's
+//! exchange address: if the peer's kernel refuses the connection, no
+//! process listens there any more and the process has exited, which is
+//! reported through [`HostFabric::liveness`] (the driver's
+//! `take_peer_down`). If something answers, or nothing does in time, the
+//! peer stays suspected and the core's own detectors decide; a peer that
+//! connects again (new exchange connection, new QPs) is no longer
+//! suspected.
 
 mod device;
 pub mod wire;
@@ -59,7 +83,7 @@ use crate::fabric::{HostFabric, PeerProblem};
 use device::{Cq, Mr, Pd, Qp, QpEndpoint, RcParams, SendOp, Wc};
 use std::collections::VecDeque;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use verbatim_client::manifest::VerbsMember;
@@ -69,7 +93,7 @@ use verbatim_core::fabric::{
 };
 use verbatim_core::layout::{Layout, RemoteAccess};
 use verbatim_core::node::INFLIGHT_CAP;
-use wire::{Msg, WireError, WireQp, WireRegion};
+use wire::{Msg, Probe, ReadLimits, RefuseCode, Secret, Session, WireError, WireQp, WireRegion};
 
 // The ACK timeout and retry count come from `[members.verbs]`
 // (`qp_timeout`, `qp_retry_count`; defaults 10 and 3: a dead peer shows
@@ -91,6 +115,20 @@ const DIAL_TIMEOUT: Duration = Duration::from_millis(200);
 const DIAL_BACKOFF: Duration = Duration::from_millis(100);
 /// Poll period of the exchange threads for the stop flag.
 const EXCHANGE_TICK: Duration = Duration::from_millis(50);
+/// How long a connecting peer has to open the exchange and say an
+/// authenticated hello; then its connection is closed.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Connections served at once before their hello (each has a thread);
+/// further ones wait in the kernel's backlog. Twice the largest group:
+/// every peer redialling at once still fits.
+pub const HANDSHAKES_MAX: usize = 2 * MAX_MEMBERS;
+/// How often the listener looks for a new connection.
+const ACCEPT_POLL: Duration = Duration::from_millis(2);
+/// Probing a peer whose exchange connection closed: attempts, the wait
+/// between them, and the bound on each.
+const PROBE_ATTEMPTS: u32 = 3;
+const PROBE_GAP: Duration = Duration::from_millis(50);
+const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 /// Bound on draining a channel's requests before a reconnect.
 const DRAIN_WAIT: Duration = Duration::from_secs(2);
 
@@ -112,6 +150,40 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// How the connection exchange authenticates members (`[cluster]
+/// exchange_secret`).
+#[derive(Clone, Debug, Default)]
+pub struct ExchangeOptions {
+    /// The shared secret (at least [`wire::SECRET_BYTES_MIN`] bytes).
+    /// `None` only where every exchange address is a loopback address:
+    /// without it anybody who can connect can compute the tags.
+    pub secret: Option<Secret>,
+}
+
+impl ExchangeOptions {
+    /// From the manifest's `cluster.exchange_secret`.
+    pub fn from_secret(secret: Option<&str>) -> ExchangeOptions {
+        ExchangeOptions {
+            secret: secret.map(|s| Secret::new(s.as_bytes())),
+        }
+    }
+}
+
+/// What the exchange has seen, since the fabric started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExchangeCounters {
+    /// Peers' exchange connections (after their hello) that closed:
+    /// suspicions.
+    pub suspicions: u64,
+    /// Of those, peers whose process was then confirmed gone (their
+    /// exchange address refused connections) and reported down.
+    pub exits_confirmed: u64,
+    /// Connections refused for a missing or wrong tag.
+    pub auth_failures: u64,
+    /// Connections closed for saying nothing (or no hello) in time.
+    pub handshake_timeouts: u64,
 }
 
 /// A region of ours, registered.
@@ -158,14 +230,40 @@ struct Shared {
     inbound: Vec<Mutex<Inbound>>,
     remote_log: Vec<Mutex<RemoteLog>>,
     stop: AtomicBool,
+    /// The exchange's shared secret.
+    secret: Option<Secret>,
+    /// Every member's exchange address (to probe a peer after a close).
+    addrs: Vec<String>,
     /// Accepted connections (a clone to shut down) and their threads.
     served: Mutex<Vec<(TcpStream, std::thread::JoinHandle<()>)>>,
+    /// Accepted connections that have not said an authenticated hello yet.
+    handshakes: AtomicUsize,
+    /// Numbers accepted connections.
+    next_conn: AtomicU64,
+    /// Per peer: the accepted connection its authenticated hello came on
+    /// (its number, and a clone to shut it down when a newer one comes).
+    current: Vec<Mutex<Option<CurrentConn>>>,
+    /// Per peer: its exchange connection closed and it has not connected
+    /// again since.
+    suspected: Vec<AtomicBool>,
+    suspicions: AtomicU64,
+    exits_confirmed: AtomicU64,
+    auth_failures: AtomicU64,
+    handshake_timeouts: AtomicU64,
     /// Keeps the registered memory mapped; dropped after every region.
     _segment: Arc<Segment>,
-    /// Where a peer's end of its exchange connection closing is reported:
-    /// the kernel closes a dead process's sockets, so this is a
-    /// process-exit notification that works across hosts.
+    /// Where a peer's process is reported gone once a closed exchange
+    /// connection is confirmed by a refused probe (the cross-host
+    /// counterpart of the pidfd).
     liveness: Arc<PeerLiveness>,
+}
+
+/// A peer's current accepted exchange connection.
+struct CurrentConn {
+    /// Its number (`Shared::next_conn`).
+    conn: u64,
+    /// A clone, to shut it down when the peer connects again.
+    stream: Option<TcpStream>,
 }
 
 /// Our port's addressing, sent with every QP.
@@ -265,162 +363,348 @@ impl Shared {
     }
 }
 
-/// Answers one dialling peer's requests until it hangs up.
-fn serve(shared: Arc<Shared>, mut stream: TcpStream) {
-    // Blocking reads: the fabric's Drop shuts the socket down to stop us.
-    let _ = stream.set_nodelay(true);
-    let _ = stream.set_write_timeout(Some(EXCHANGE_TIMEOUT));
-    let mut peer: Option<MemberId> = None;
-    loop {
-        if shared.stop.load(Ordering::Acquire) {
-            return;
-        }
-        let msg = match wire::recv(&mut stream) {
-            Ok(m) => m,
-            Err(WireError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                if let Some(p) = peer {
-                    tracing::info!(peer = p.0, "exchange connection closed by the peer");
-                    if !shared.stop.load(Ordering::Acquire) {
-                        shared.liveness.mark_dead(p);
-                    }
-                }
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(peer = ?peer.map(|p| p.0), error = %e, "exchange: dropping a malformed connection");
-                return;
-            }
-        };
-        let reply = match (msg, peer) {
-            (
-                Msg::Hello {
-                    magic,
-                    version,
-                    from,
-                    to,
-                    members,
-                    layout_hash,
-                    incarnation: _,
-                },
-                _,
-            ) => {
-                let refuse = if magic != wire::MAGIC {
-                    Some("not a verbatim exchange connection".to_string())
-                } else if version != wire::VERSION {
-                    Some(format!(
-                        "exchange protocol version {version}, this member speaks {}",
-                        wire::VERSION
-                    ))
-                } else if to != shared.me.0 {
-                    Some(format!(
-                        "this exchange address belongs to member {}, not {to} (check exchange_addr in the manifest)",
-                        shared.me.0
-                    ))
-                } else if members != shared.members || from >= members || from == shared.me.0 {
-                    Some(format!(
-                        "member {from} of a group of {members}; this member is {} of {}",
-                        shared.me.0, shared.members
-                    ))
-                } else if layout_hash != shared.layout_hash {
-                    Some(format!(
-                        "layout mismatch: member {from} has layout hash {layout_hash:#018x}, member {} has {:#018x}; every member must run with the same [cluster] settings (log_ring_bytes, value_bytes_max, session_slot_count, client_slot_count)",
-                        shared.me.0, shared.layout_hash
-                    ))
-                } else {
-                    None
-                };
-                match refuse {
-                    Some(reason) => {
-                        tracing::warn!(%reason, "exchange: refused a peer");
-                        let _ = wire::send(&mut stream, &Msg::Refuse { reason });
-                        return;
-                    }
-                    None => {
-                        let p = MemberId(from);
-                        peer = Some(p);
-                        lock(&shared.inbound[p.index()]).hello = true;
-                        Msg::HelloOk {
-                            incarnation: shared.incarnation,
-                        }
-                    }
-                }
-            }
-            (_, None) => {
-                tracing::warn!("exchange: request before hello; dropping the connection");
-                return;
-            }
-            (Msg::Connect { channel, qp }, Some(p)) => {
-                let ch = if channel == 0 {
-                    Channel::Control
-                } else {
-                    Channel::Log
-                };
-                match shared.accept_channel(p, ch, &qp) {
-                    Ok(reply) => {
-                        tracing::debug!(
-                            peer = p.0,
-                            channel = channel,
-                            "exchange: channel connected"
-                        );
-                        reply
-                    }
-                    Err(e) => {
-                        tracing::error!(peer = p.0, error = %e, "exchange: cannot connect a channel");
-                        Msg::Refuse {
-                            reason: e.to_string(),
-                        }
-                    }
-                }
-            }
-            (Msg::Grant { log }, Some(p)) => {
-                shared.note_remote_log(p, log);
-                Msg::Ack
-            }
-            (other, Some(p)) => {
-                tracing::warn!(
-                    peer = p.0,
-                    ?other,
-                    "exchange: unexpected message; dropping the connection"
-                );
-                return;
-            }
-        };
-        if let Err(e) = wire::send(&mut stream, &reply) {
-            tracing::debug!(error = %e, "exchange: reply failed");
-            return;
+/// Holds one of the listener's [`HANDSHAKES_MAX`] slots until the peer is
+/// authenticated or the connection ends.
+struct HandshakeSlot<'a>(Option<&'a AtomicUsize>);
+
+impl HandshakeSlot<'_> {
+    fn release(&mut self) {
+        if let Some(c) = self.0.take() {
+            c.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }
 
-/// Accepts dialling peers until the fabric stops.
+impl Drop for HandshakeSlot<'_> {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+impl Shared {
+    /// Logs why an accepted connection ended before its hello was
+    /// accepted. Never the layout hash, never the secret.
+    fn note_failed_handshake(&self, remote: SocketAddr, e: &WireError) {
+        match e {
+            WireError::BadMac => {
+                self.auth_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    %remote,
+                    "exchange: a message failed authentication (is cluster.exchange_secret the same on every member?); refused and closed"
+                );
+            }
+            WireError::TimedOut(_) => {
+                self.handshake_timeouts.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    %remote,
+                    timeout_s = HANDSHAKE_TIMEOUT.as_secs(),
+                    "exchange: no authenticated hello in time; closed"
+                );
+            }
+            WireError::Stopped => {}
+            e if e.is_disconnect() => {
+                // Probes after a close do this, and diallers that gave up.
+                tracing::debug!(%remote, "exchange: closed before its hello");
+            }
+            e => tracing::warn!(%remote, error = %e, "exchange: refused a connection"),
+        }
+    }
+
+    /// Checks a hello; a refusal's details are logged here only.
+    fn check_hello(&self, hello: &Msg, remote: SocketAddr) -> Result<MemberId, RefuseCode> {
+        let Msg::Hello {
+            from,
+            to,
+            members,
+            layout_hash,
+            incarnation: _,
+        } = *hello
+        else {
+            tracing::warn!(%remote, message = hello.kind(), "exchange: a request before hello; refused");
+            return Err(RefuseCode::Refused);
+        };
+        let me = self.me.0;
+        if to != me {
+            tracing::warn!(
+                %remote,
+                from,
+                "exchange: refused a peer that dialled member {to}: this exchange address belongs to member {me} (check exchange_addr in the manifest)"
+            );
+            Err(RefuseCode::WrongMember)
+        } else if members != self.members || from >= members || from == me {
+            tracing::warn!(
+                %remote,
+                "exchange: refused member {from} of a group of {members}; this member is {me} of {}",
+                self.members
+            );
+            Err(RefuseCode::Group)
+        } else if layout_hash != self.layout_hash {
+            tracing::warn!(
+                %remote,
+                "exchange: refused member {from}: layout mismatch (its layout hash {layout_hash:#018x}, ours {:#018x}); every member must run with the same [cluster] settings (log_ring_bytes, value_bytes_max, session_slot_count, client_slot_count)",
+                self.layout_hash
+            );
+            Err(RefuseCode::Layout)
+        } else {
+            Ok(MemberId(from))
+        }
+    }
+
+    /// Makes `conn` the peer's current exchange connection (closing an
+    /// older one: the peer redialled) and lifts a suspicion.
+    fn adopt(&self, p: MemberId, conn: u64, stream: &TcpStream) {
+        let old = lock(&self.current[p.index()]).replace(CurrentConn {
+            conn,
+            stream: stream.try_clone().ok(),
+        });
+        if let Some(CurrentConn {
+            stream: Some(old), ..
+        }) = old
+        {
+            tracing::debug!(
+                peer = p.0,
+                "exchange: the peer redialled; closing its older connection"
+            );
+            let _ = old.shutdown(std::net::Shutdown::Both);
+        }
+        lock(&self.inbound[p.index()]).hello = true;
+        if self.suspected[p.index()].swap(false, Ordering::AcqRel) {
+            tracing::info!(
+                peer = p.0,
+                "exchange: member connected again; no longer suspected"
+            );
+        }
+    }
+
+    /// Answers an authenticated peer's requests until the connection ends;
+    /// returns why it ended.
+    fn serve_requests(
+        &self,
+        p: MemberId,
+        session: &mut Session,
+        stream: &mut TcpStream,
+    ) -> WireError {
+        loop {
+            // A member's connection may stay idle (requests come with
+            // reconnects and grants), but a begun message must complete.
+            let msg = match session.recv(stream, ReadLimits::idle(EXCHANGE_TIMEOUT), &self.stop) {
+                Ok(m) => m,
+                Err(e) => return e,
+            };
+            let reply = match msg {
+                Msg::Connect { channel, qp } => {
+                    let ch = if channel == 0 {
+                        Channel::Control
+                    } else {
+                        Channel::Log
+                    };
+                    match self.accept_channel(p, ch, &qp) {
+                        Ok(reply) => {
+                            tracing::debug!(peer = p.0, channel, "exchange: channel connected");
+                            reply
+                        }
+                        Err(e) => {
+                            tracing::error!(peer = p.0, error = %e, "exchange: cannot connect a channel");
+                            Msg::Refuse {
+                                code: if session.authenticated() {
+                                    RefuseCode::Channel
+                                } else {
+                                    RefuseCode::Refused
+                                },
+                            }
+                        }
+                    }
+                }
+                Msg::Grant { log } => {
+                    self.note_remote_log(p, log);
+                    Msg::Ack
+                }
+                other => {
+                    tracing::warn!(
+                        peer = p.0,
+                        message = other.kind(),
+                        "exchange: unexpected message; dropping the connection"
+                    );
+                    return WireError::Invalid("unexpected message");
+                }
+            };
+            if let Err(e) = session.send(stream, &reply) {
+                return e;
+            }
+        }
+    }
+
+    /// An authenticated peer's connection ended: unless a newer one
+    /// replaced it or we are stopping, the peer is suspected, and its
+    /// exchange address is probed to tell an exited process from a
+    /// dropped connection.
+    fn connection_ended(&self, p: MemberId, conn: u64, why: &WireError) {
+        let was_current = {
+            let mut cur = lock(&self.current[p.index()]);
+            if cur.as_ref().is_some_and(|c| c.conn == conn) {
+                *cur = None;
+                true
+            } else {
+                false
+            }
+        };
+        if !was_current || self.stop.load(Ordering::Acquire) {
+            tracing::debug!(peer = p.0, "exchange: a replaced connection ended");
+            return;
+        }
+        self.suspected[p.index()].store(true, Ordering::Release);
+        self.suspicions.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            peer = p.0,
+            reason = %why,
+            "exchange connection closed: member suspected; probing its exchange address"
+        );
+        let Ok(addr) = parse_addr(&self.addrs[p.index()]) else {
+            return;
+        };
+        let verdict = wire::probe(
+            addr,
+            self.secret.as_ref(),
+            PROBE_ATTEMPTS,
+            PROBE_GAP,
+            PROBE_TIMEOUT,
+            &self.stop,
+        );
+        match verdict {
+            Probe::Exited => {
+                // A peer that connected again meanwhile (a restarted
+                // process) is not reported: that would be for good.
+                if self.suspected[p.index()].load(Ordering::Acquire)
+                    && !self.stop.load(Ordering::Acquire)
+                {
+                    self.exits_confirmed.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        peer = p.0,
+                        "member's process exited (its exchange address refuses connections); reported down"
+                    );
+                    self.liveness.mark_dead(p);
+                }
+            }
+            Probe::Alive => tracing::info!(
+                peer = p.0,
+                "member still answers on its exchange address: suspected until it connects again; heartbeats and QP errors decide whether it is down"
+            ),
+            Probe::Unknown => tracing::info!(
+                peer = p.0,
+                "member does not answer on its exchange address: heartbeats and QP errors decide whether it is down"
+            ),
+        }
+    }
+}
+
+/// Serves one accepted connection: the opening and an authenticated hello
+/// within [`HANDSHAKE_TIMEOUT`], then the peer's requests until it hangs
+/// up.
+fn serve(shared: Arc<Shared>, mut stream: TcpStream, conn: u64, remote: SocketAddr) {
+    let mut slot = HandshakeSlot(Some(&shared.handshakes));
+    if let Err(e) = wire::prepare(&stream, EXCHANGE_TIMEOUT) {
+        tracing::debug!(%remote, error = %e, "exchange: cannot set up an accepted connection");
+        return;
+    }
+    let stop = &shared.stop;
+    // One deadline for the whole handshake: a peer that connects and says
+    // nothing holds its slot at most that long.
+    let handshake = ReadLimits::within(HANDSHAKE_TIMEOUT);
+    let mut session = match wire::accept(&mut stream, shared.secret.as_ref(), handshake, stop) {
+        Ok(s) => s,
+        Err(e) => {
+            shared.note_failed_handshake(remote, &e);
+            return;
+        }
+    };
+    let hello = match session.recv(&mut stream, handshake, stop) {
+        Ok(m) => m,
+        Err(e) => {
+            if matches!(e, WireError::BadMac) {
+                wire::refuse_plain(&mut stream);
+            }
+            shared.note_failed_handshake(remote, &e);
+            return;
+        }
+    };
+    let p = match shared.check_hello(&hello, remote) {
+        Ok(p) => p,
+        Err(code) => {
+            // Reasons go only to a peer that proved it holds the secret.
+            let code = if session.authenticated() {
+                code
+            } else {
+                RefuseCode::Refused
+            };
+            let _ = session.send(&mut stream, &Msg::Refuse { code });
+            return;
+        }
+    };
+    slot.release();
+    shared.adopt(p, conn, &stream);
+    let ended = match session.send(
+        &mut stream,
+        &Msg::HelloOk {
+            incarnation: shared.incarnation,
+        },
+    ) {
+        Ok(()) => shared.serve_requests(p, &mut session, &mut stream),
+        Err(e) => e,
+    };
+    shared.connection_ended(p, conn, &ended);
+}
+
+/// Accepts dialling peers until the fabric stops, at most
+/// [`HANDSHAKES_MAX`] of them before their hello.
 fn listen(shared: Arc<Shared>, listener: TcpListener) {
     let _ = listener.set_nonblocking(true);
+    let mut saturated = false;
     while !shared.stop.load(Ordering::Acquire) {
+        // While every slot is taken, new connections wait in the kernel's
+        // (bounded) backlog instead of each getting a thread.
+        if shared.handshakes.load(Ordering::Acquire) >= HANDSHAKES_MAX {
+            if !saturated {
+                tracing::warn!(
+                    slots = HANDSHAKES_MAX,
+                    "exchange: every handshake slot is taken (connections that say nothing?); new connections wait"
+                );
+                saturated = true;
+            }
+            std::thread::sleep(ACCEPT_POLL);
+            continue;
+        }
+        saturated = false;
         match listener.accept() {
-            Ok((stream, _)) => {
-                let _ = stream.set_nonblocking(false);
+            Ok((stream, remote)) => {
+                if stream.set_nonblocking(false).is_err() {
+                    continue;
+                }
                 let Ok(handle) = stream.try_clone() else {
                     continue;
                 };
+                shared.handshakes.fetch_add(1, Ordering::AcqRel);
+                let conn = shared.next_conn.fetch_add(1, Ordering::Relaxed);
                 let s = shared.clone();
                 let spawned = std::thread::Builder::new()
                     .name("verbatim-xchg".into())
-                    .spawn(move || serve(s, stream));
+                    .spawn(move || serve(s, stream, conn, remote));
                 match spawned {
                     Ok(t) => {
                         let mut served = lock(&shared.served);
-                        // Forget connections whose thread ended (bounded by
-                        // the number of peers times their restarts).
+                        // Forget connections whose thread ended: what is
+                        // left is bounded by the handshake slots plus one
+                        // connection per peer.
                         served.retain(|(_, t)| !t.is_finished());
                         served.push((handle, t));
                     }
                     Err(e) => {
+                        shared.handshakes.fetch_sub(1, Ordering::AcqRel);
                         tracing::error!(error = %e, "exchange: cannot start a connection thread")
                     }
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(2));
+                std::thread::sleep(ACCEPT_POLL);
             }
             Err(e) => {
                 tracing::warn!(error = %e, "exchange: accept failed");
@@ -442,10 +726,16 @@ struct OutChannel {
     deferred: VecDeque<Completion>,
 }
 
+/// Our dialled exchange connection to a peer, after its hello.
+struct Link {
+    stream: TcpStream,
+    session: Session,
+}
+
 /// Our dialling side towards one peer.
 struct PeerOut {
     addr: String,
-    stream: Option<TcpStream>,
+    link: Option<Link>,
     /// The peer's incarnation at the last hello.
     incarnation: u64,
     channels: [Option<OutChannel>; 2],
@@ -508,6 +798,7 @@ impl VerbsFabric {
     /// [`HostFabric::connect_peers`].
     pub fn start(
         members: &[Option<VerbsMember>],
+        exchange: &ExchangeOptions,
         id: MemberId,
         layout: &Layout,
         segment: Arc<Segment>,
@@ -520,6 +811,15 @@ impl VerbsFabric {
                 id.0
             )));
         }
+        if let Some(secret) = &exchange.secret {
+            if secret.len() < wire::SECRET_BYTES_MIN {
+                return Err(StartError::Config(format!(
+                    "cluster.exchange_secret is {} bytes; use at least {}",
+                    secret.len(),
+                    wire::SECRET_BYTES_MIN
+                )));
+            }
+        }
         let mut addrs = Vec::with_capacity(n);
         for (i, mem) in members.iter().enumerate() {
             let v = mem.as_ref().ok_or_else(|| {
@@ -527,8 +827,16 @@ impl VerbsFabric {
                     "members[{i}].verbs is missing (device, exchange_addr)"
                 ))
             })?;
-            parse_addr(&v.exchange_addr)
+            let addr = parse_addr(&v.exchange_addr)
                 .map_err(|e| StartError::Config(format!("members[{i}].verbs.exchange_addr {e}")))?;
+            // The manifest's rule, kept here for callers that build the
+            // options themselves: the exchange hands out rkeys.
+            if exchange.secret.is_none() && !addr.ip().is_loopback() {
+                return Err(StartError::Config(format!(
+                    "members[{i}].verbs.exchange_addr `{}` is reachable from other hosts but cluster.exchange_secret is not set",
+                    v.exchange_addr
+                )));
+            }
             addrs.push(v.exchange_addr.clone());
         }
         let me = members[id.index()].clone().expect("checked above");
@@ -633,7 +941,17 @@ impl VerbsFabric {
             inbound: (0..n).map(|_| Mutex::new(Inbound::default())).collect(),
             remote_log: (0..n).map(|_| Mutex::new(RemoteLog::default())).collect(),
             stop: AtomicBool::new(false),
+            secret: exchange.secret.clone(),
+            addrs: addrs.clone(),
             served: Mutex::new(Vec::new()),
+            handshakes: AtomicUsize::new(0),
+            next_conn: AtomicU64::new(0),
+            current: (0..n).map(|_| Mutex::new(None)).collect(),
+            suspected: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            suspicions: AtomicU64::new(0),
+            exits_confirmed: AtomicU64::new(0),
+            auth_failures: AtomicU64::new(0),
+            handshake_timeouts: AtomicU64::new(0),
             _segment: segment,
             liveness: liveness.clone(),
         });
@@ -659,7 +977,7 @@ impl VerbsFabric {
             .into_iter()
             .map(|addr| PeerOut {
                 addr,
-                stream: None,
+                link: None,
                 incarnation: 0,
                 channels: [None, None],
                 control: None,
@@ -693,21 +1011,47 @@ impl VerbsFabric {
         self.ctx.name()
     }
 
+    /// True while `peer`'s exchange connection to us is closed and it has
+    /// not connected again: a suspicion, which the core's failure
+    /// detector (heartbeats, QP errors) confirms or not. A peer whose
+    /// process is confirmed gone is reported through
+    /// [`HostFabric::liveness`] instead.
+    pub fn suspected(&self, peer: MemberId) -> bool {
+        self.shared
+            .suspected
+            .get(peer.index())
+            .is_some_and(|s| s.load(Ordering::Acquire))
+    }
+
+    /// The exchange's counters.
+    pub fn exchange_counters(&self) -> ExchangeCounters {
+        let s = &self.shared;
+        ExchangeCounters {
+            suspicions: s.suspicions.load(Ordering::Relaxed),
+            exits_confirmed: s.exits_confirmed.load(Ordering::Relaxed),
+            auth_failures: s.auth_failures.load(Ordering::Relaxed),
+            handshake_timeouts: s.handshake_timeouts.load(Ordering::Relaxed),
+        }
+    }
+
     /// One request/answer on our exchange connection to `p`, dialling (and
     /// saying hello) first if needed; one redial if the connection broke.
     fn rpc(&mut self, p: usize, req: &Msg) -> Result<Msg, PeerProblem> {
         let mut attempt = 0;
         loop {
             self.ensure_hello(p)?;
-            let res = match self.peers[p].stream.as_mut() {
-                Some(stream) => wire::send(stream, req).and_then(|_| wire::recv(stream)),
+            let stop = &self.shared.stop;
+            let res = match self.peers[p].link.as_mut() {
+                Some(Link { stream, session }) => session.send(stream, req).and_then(|()| {
+                    session.recv(stream, ReadLimits::within(EXCHANGE_TIMEOUT), stop)
+                }),
                 None => Err(WireError::Invalid("no exchange connection")),
             };
             match res {
                 Ok(m) => return Ok(m),
                 Err(e) => {
                     tracing::debug!(peer = p, attempt, error = %e, "exchange request failed");
-                    self.peers[p].stream = None;
+                    self.peers[p].link = None;
                     attempt += 1;
                     if attempt == 2 {
                         return Err(PeerProblem {
@@ -721,7 +1065,7 @@ impl VerbsFabric {
     }
 
     fn ensure_hello(&mut self, p: usize) -> Result<(), PeerProblem> {
-        if self.peers[p].stream.is_some() {
+        if self.peers[p].link.is_some() {
             return Ok(());
         }
         if let Some(f) = &self.peers[p].fatal {
@@ -734,27 +1078,57 @@ impl VerbsFabric {
             retry: false,
             message,
         })?;
+        let peer_addr = self.peers[p].addr.clone();
         let mut stream =
             TcpStream::connect_timeout(&addr, DIAL_TIMEOUT).map_err(|e| PeerProblem {
                 retry: true,
                 message: format!(
-                    "exchange address {} does not answer ({e}); not started yet?",
-                    self.peers[p].addr
+                    "exchange address {peer_addr} does not answer ({e}); not started yet?"
                 ),
             })?;
-        let _ = stream.set_nodelay(true);
-        let _ = stream.set_read_timeout(Some(EXCHANGE_TIMEOUT));
-        let _ = stream.set_write_timeout(Some(EXCHANGE_TIMEOUT));
+        wire::prepare(&stream, EXCHANGE_TIMEOUT).map_err(|e| PeerProblem {
+            retry: true,
+            message: format!("exchange with {peer_addr}: {e}"),
+        })?;
+        let stop = &self.shared.stop;
+        let secret = self.shared.secret.as_ref();
+        let limits = ReadLimits::within(EXCHANGE_TIMEOUT);
+        let fatal = |this: &mut VerbsFabric, message: String| {
+            this.peers[p].fatal = Some(message.clone());
+            PeerProblem {
+                retry: false,
+                message,
+            }
+        };
+        let mut session = match wire::dial(&mut stream, secret, limits, stop) {
+            Ok(s) => s,
+            Err(WireError::BadMac) => {
+                return Err(fatal(self, format!(
+                    "member {p} at {peer_addr} failed authentication: cluster.exchange_secret must be the same on every member (or another program listens there)"
+                )))
+            }
+            Err(WireError::Refused) => {
+                return Err(fatal(self, format!(
+                    "refused by member {p} at {peer_addr} without a reason (another exchange protocol version? its log says why)"
+                )))
+            }
+            Err(e) => {
+                return Err(PeerProblem {
+                    retry: true,
+                    message: format!("opening the exchange with {peer_addr}: {e}"),
+                })
+            }
+        };
         let hello = Msg::Hello {
-            magic: wire::MAGIC,
-            version: wire::VERSION,
             from: self.shared.me.0,
             to: p as u8,
             members: self.shared.members,
             layout_hash: self.shared.layout_hash,
             incarnation: self.shared.incarnation,
         };
-        let answer = wire::send(&mut stream, &hello).and_then(|_| wire::recv(&mut stream));
+        let answer = session
+            .send(&mut stream, &hello)
+            .and_then(|()| session.recv(&mut stream, limits, stop));
         match answer {
             Ok(Msg::HelloOk { incarnation }) => {
                 let old = self.peers[p].incarnation;
@@ -768,24 +1142,22 @@ impl VerbsFabric {
                     }
                 }
                 self.peers[p].incarnation = incarnation;
-                self.peers[p].stream = Some(stream);
+                self.peers[p].link = Some(Link { stream, session });
                 Ok(())
             }
-            Ok(Msg::Refuse { reason }) => {
-                let message = format!("refused by member {p}: {reason}");
-                self.peers[p].fatal = Some(message.clone());
-                Err(PeerProblem {
-                    retry: false,
-                    message,
-                })
+            Ok(Msg::Refuse { code }) => {
+                Err(fatal(self, format!("refused by member {p}: {}", code.explain())))
             }
-            Ok(other) => Err(PeerProblem {
-                retry: false,
-                message: format!("member {p} answered hello with {other:?}"),
-            }),
+            Err(WireError::Refused) => Err(fatal(self, format!(
+                "refused by member {p}: our hello failed its authentication (cluster.exchange_secret must be the same on every member)"
+            ))),
+            Ok(other) => Err(fatal(self, format!(
+                "member {p} answered hello with a {} message",
+                other.kind()
+            ))),
             Err(e) => Err(PeerProblem {
                 retry: true,
-                message: format!("hello to {}: {e}", self.peers[p].addr),
+                message: format!("hello to {peer_addr}: {e}"),
             }),
         }
     }
@@ -843,13 +1215,16 @@ impl VerbsFabric {
                 });
                 Ok(())
             }
-            Msg::Refuse { reason } => Err(PeerProblem {
+            Msg::Refuse { code } => Err(PeerProblem {
                 retry: true,
-                message: format!("member {p} could not connect its side: {reason}"),
+                message: format!("member {p} could not connect its side: {}", code.explain()),
             }),
             other => Err(PeerProblem {
                 retry: false,
-                message: format!("member {p} answered connect with {other:?}"),
+                message: format!(
+                    "member {p} answered connect with a {} message",
+                    other.kind()
+                ),
             }),
         }
     }
@@ -1080,7 +1455,7 @@ impl Drop for VerbsFabric {
             let _ = t.join();
         }
         for p in &mut self.peers {
-            p.stream = None;
+            p.link = None;
         }
     }
 }

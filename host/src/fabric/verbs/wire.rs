@@ -7,32 +7,117 @@
 //!
 //! | request | answer | purpose |
 //! | --- | --- | --- |
-//! | `Hello` | `HelloOk` / `Refuse` | identities, protocol version, layout hash |
+//! | `Open` | `Challenge` | protocol magic and version; one nonce from each side |
+//! | `Hello` | `HelloOk` / `Refuse` | identities, layout hash, incarnation |
 //! | `Connect` | `Connected` / `Refuse` | (re)connect one channel: QP numbers, PSNs, LID, GID, MTU; the target's region addresses, lengths and rkeys |
 //! | `Grant` | `Ack` | the target's new log rkey for the dialling side |
 //!
-//! Frames are a little-endian `u32` length and a body of at most
-//! [`FRAME_BYTES_MAX`] bytes whose first byte is the message type. Anything
-//! malformed is a [`WireError`], never a panic: the peer is not trusted to
-//! be well-formed.
+//! # Frames
+//! A little-endian `u32` length and a body of at most [`FRAME_BYTES_MAX`]
+//! bytes whose first byte is the message type. Anything malformed is a
+//! [`WireError`], never a panic, and a length is checked before anything
+//! is allocated for it: the peer is not trusted to be well-formed.
+//!
+//! # Authentication
+//! Every message after `Open` ends with an HMAC-SHA256 tag ([`Session`]):
+//!
+//! * the connection key is `HMAC(secret, "verbatim exchange v2" ‖ Nd ‖ Nl)`,
+//!   where `secret` is `[cluster] exchange_secret`, `Nd` the dialler's
+//!   nonce (in `Open`) and `Nl` the listener's (in `Challenge`), both
+//!   16 fresh random bytes per connection;
+//! * a message's tag is `HMAC(key, direction ‖ sequence ‖ length ‖ body)`,
+//!   with a sequence number per direction counted by both ends.
+//!
+//! So a message recorded on one connection fails on any other (another
+//! nonce pair), replayed or reordered on its own connection it fails (the
+//! sequence), and sent back to its author it fails (the direction). The
+//! listener answers `Open` with a tagged `Challenge` before the dialler
+//! says anything else, so a dialler learns that it reached a member before
+//! it sends its identity and layout hash. `Open` is the only message
+//! without a tag (no key exists before both nonces do); the only other one
+//! is the bare refusal ([`PLAIN_REFUSAL`]) sent to a peer that failed
+//! authentication, which says nothing but "refused".
+//!
+//! Without a secret (loopback test setups; the manifest requires one for
+//! any other address) the key is derived from the empty string: messages
+//! are still framed and tagged the same way, but anyone who can connect
+//! can compute the tags, so such a peer counts as unauthenticated and a
+//! refusal tells it nothing but "refused" ([`RefuseCode::Refused`]).
 
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use std::fmt;
 use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+type HmacSha256 = Hmac<Sha256>;
 
 /// "VRBTMXCH".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VRBTMXCH");
-/// Bumped when a message changes.
-pub const VERSION: u16 = 1;
-/// Largest frame body.
-pub const FRAME_BYTES_MAX: usize = 1024;
-/// Longest refusal reason.
-const REASON_BYTES_MAX: usize = 512;
+/// Bumped when a message changes (2: authenticated framing, `Open` and
+/// `Challenge`, refusal codes).
+pub const VERSION: u16 = 2;
+/// Largest frame body, tag included: the largest message (`Connected`)
+/// is 115 bytes and its tag 32, so 256 leaves room and bounds what a peer
+/// can make us buffer.
+pub const FRAME_BYTES_MAX: usize = 256;
+/// Bytes of each side's per-connection nonce.
+pub const NONCE_BYTES: usize = 16;
+/// Bytes of a message's tag (a full HMAC-SHA256).
+pub const MAC_BYTES: usize = 32;
+/// Shortest secret the fabric accepts (the manifest's rule too).
+pub const SECRET_BYTES_MIN: usize = 16;
+/// How often a blocked read wakes up to check its deadline and the stop
+/// flag: the read timeout [`prepare`] sets on a socket.
+pub const READ_TICK: Duration = Duration::from_millis(50);
+/// Domain separation of the connection key.
+const KEY_LABEL: &[u8] = b"verbatim exchange v2";
 
-/// A malformed or unreadable frame.
+/// The shared secret of the exchange (`[cluster] exchange_secret`). Its
+/// `Debug` never shows it.
+#[derive(Clone)]
+pub struct Secret(Vec<u8>);
+
+impl Secret {
+    /// A secret from its bytes.
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Secret {
+        Secret(bytes.into())
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True for the empty secret.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// A malformed, unauthenticated or unreadable frame.
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {
-    /// The socket failed or closed.
+    /// The socket failed.
     #[error("exchange connection: {0}")]
     Io(#[from] io::Error),
+    /// The peer closed the connection.
+    #[error("the peer closed the exchange connection")]
+    Closed,
+    /// Nothing (or not all of a message) arrived in time.
+    #[error("no {0} in time; connection closed")]
+    TimedOut(&'static str),
+    /// The fabric is stopping.
+    #[error("the exchange is stopping")]
+    Stopped,
     /// Length prefix out of range.
     #[error("frame of {0} bytes (at most {FRAME_BYTES_MAX})")]
     FrameLength(usize),
@@ -45,9 +130,96 @@ pub enum WireError {
     /// Unknown type byte.
     #[error("unknown message type {0}")]
     UnknownType(u8),
-    /// A field out of its range.
+    /// A field out of its range, or a message out of place.
     #[error("{0}")]
     Invalid(&'static str),
+    /// The peer speaks another version of this protocol.
+    #[error("exchange protocol version {0}, this member speaks {VERSION}")]
+    Version(u16),
+    /// A tag missing or wrong: another secret, a replayed, reordered or
+    /// altered message.
+    #[error("a message failed authentication (a different cluster.exchange_secret, or a replayed or altered message)")]
+    BadMac,
+    /// The peer refused the connection without a reason (it explains
+    /// itself only to authenticated peers, and in its own log).
+    #[error("refused without a reason (the peer's log says why)")]
+    Refused,
+    /// No randomness for a nonce: the connection is not opened with a
+    /// predictable one.
+    #[error("no randomness for a connection nonce: {0}")]
+    Nonce(getrandom::Error),
+    /// The HMAC could not be keyed (never, for HMAC; kept as an error
+    /// rather than a panic).
+    #[error("HMAC key rejected")]
+    Key,
+}
+
+impl WireError {
+    /// True when the error means the connection is gone (closed or reset
+    /// by the peer, or its kernel), as opposed to a protocol violation.
+    pub fn is_disconnect(&self) -> bool {
+        match self {
+            WireError::Closed => true,
+            WireError::Io(e) => matches!(
+                e.kind(),
+                io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::ConnectionAborted
+                    | io::ErrorKind::BrokenPipe
+                    | io::ErrorKind::UnexpectedEof
+            ),
+            _ => false,
+        }
+    }
+}
+
+/// Why a hello or connect was refused. Sent only to authenticated peers;
+/// an unauthenticated one always gets [`RefuseCode::Refused`], and the
+/// details (layout hashes, member ids) stay in the refusing member's log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum RefuseCode {
+    /// No reason given.
+    Refused = 0,
+    /// The exchange address belongs to another member than the one dialled.
+    WrongMember = 1,
+    /// Another group size, or a member id outside it.
+    Group = 2,
+    /// Another memory layout (other `[cluster]` settings).
+    Layout = 3,
+    /// The listener could not build its side of a channel.
+    Channel = 4,
+}
+
+impl RefuseCode {
+    fn from_u8(v: u8) -> RefuseCode {
+        match v {
+            1 => RefuseCode::WrongMember,
+            2 => RefuseCode::Group,
+            3 => RefuseCode::Layout,
+            4 => RefuseCode::Channel,
+            // Unknown codes (a newer peer) carry no more than "refused".
+            _ => RefuseCode::Refused,
+        }
+    }
+
+    /// What the dialling side should be told, and what to check.
+    pub fn explain(self) -> &'static str {
+        match self {
+            RefuseCode::Refused => {
+                "refused (reasons go only to peers with the same cluster.exchange_secret; the refusing member's log says why)"
+            }
+            RefuseCode::WrongMember => {
+                "this exchange address belongs to another member (check members[].verbs.exchange_addr in the manifest)"
+            }
+            RefuseCode::Group => {
+                "another group size or member id (every member must list the same [[members]])"
+            }
+            RefuseCode::Layout => {
+                "layout mismatch: every member must run with the same [cluster] settings (log_ring_bytes, value_bytes_max, session_slot_count, client_slot_count)"
+            }
+            RefuseCode::Channel => "it could not build its side of the channel (its log says why)",
+        }
+    }
 }
 
 /// One side of a queue pair, as exchanged.
@@ -83,12 +255,22 @@ pub struct WireRegion {
 /// A message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Msg {
-    /// First request on a connection.
-    Hello {
+    /// First message on a connection, from the dialling side, untagged.
+    Open {
         /// [`MAGIC`].
         magic: u64,
         /// [`VERSION`].
         version: u16,
+        /// The dialling side's nonce for this connection.
+        nonce: [u8; NONCE_BYTES],
+    },
+    /// The listener's answer to `Open`, tagged.
+    Challenge {
+        /// The listening side's nonce for this connection.
+        nonce: [u8; NONCE_BYTES],
+    },
+    /// First request after the challenge.
+    Hello {
         /// The dialling member.
         from: u8,
         /// The member it believes it reached.
@@ -105,10 +287,10 @@ pub enum Msg {
         /// The listener's incarnation.
         incarnation: u64,
     },
-    /// A request refused, with the reason (layout mismatch, wrong member).
+    /// A request refused.
     Refuse {
-        /// Why.
-        reason: String,
+        /// Why (only [`RefuseCode::Refused`] to an unauthenticated peer).
+        code: RefuseCode,
     },
     /// Connect (or reconnect) the dialling side's channel `channel`: its
     /// fresh QP is `qp`.
@@ -145,6 +327,13 @@ const T_CONNECT: u8 = 4;
 const T_CONNECTED: u8 = 5;
 const T_GRANT: u8 = 6;
 const T_ACK: u8 = 7;
+const T_OPEN: u8 = 8;
+const T_CHALLENGE: u8 = 9;
+
+/// The one untagged refusal: to a peer that failed authentication (or
+/// sent something that is not an exchange opening). It says "refused" and
+/// nothing else; the connection is closed after it.
+pub const PLAIN_REFUSAL: [u8; 2] = [T_REFUSE, RefuseCode::Refused as u8];
 
 struct Enc(Vec<u8>);
 
@@ -250,6 +439,11 @@ impl Dec<'_> {
             epoch: self.u64()?,
         })
     }
+    fn nonce(&mut self) -> Result<[u8; NONCE_BYTES], WireError> {
+        let mut n = [0u8; NONCE_BYTES];
+        n.copy_from_slice(self.take(NONCE_BYTES)?);
+        Ok(n)
+    }
     fn end(self) -> Result<(), WireError> {
         if self.b.is_empty() {
             Ok(())
@@ -260,13 +454,41 @@ impl Dec<'_> {
 }
 
 impl Msg {
-    /// The body (type byte and fields).
-    pub fn encode(&self) -> Vec<u8> {
-        let mut e = Enc(Vec::with_capacity(96));
+    /// The message's name, for logs (which never show its fields: they
+    /// hold rkeys and the layout hash).
+    pub fn kind(&self) -> &'static str {
         match self {
-            Msg::Hello {
+            Msg::Open { .. } => "open",
+            Msg::Challenge { .. } => "challenge",
+            Msg::Hello { .. } => "hello",
+            Msg::HelloOk { .. } => "hello-ok",
+            Msg::Refuse { .. } => "refuse",
+            Msg::Connect { .. } => "connect",
+            Msg::Connected { .. } => "connected",
+            Msg::Grant { .. } => "grant",
+            Msg::Ack => "ack",
+        }
+    }
+
+    /// The body (type byte and fields), without a tag.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut e = Enc(Vec::with_capacity(128));
+        match self {
+            Msg::Open {
                 magic,
                 version,
+                nonce,
+            } => {
+                e.u8(T_OPEN);
+                e.u64(*magic);
+                e.u16(*version);
+                e.0.extend_from_slice(nonce);
+            }
+            Msg::Challenge { nonce } => {
+                e.u8(T_CHALLENGE);
+                e.0.extend_from_slice(nonce);
+            }
+            Msg::Hello {
                 from,
                 to,
                 members,
@@ -274,8 +496,6 @@ impl Msg {
                 incarnation,
             } => {
                 e.u8(T_HELLO);
-                e.u64(*magic);
-                e.u16(*version);
                 e.u8(*from);
                 e.u8(*to);
                 e.u8(*members);
@@ -286,14 +506,9 @@ impl Msg {
                 e.u8(T_HELLO_OK);
                 e.u64(*incarnation);
             }
-            Msg::Refuse { reason } => {
+            Msg::Refuse { code } => {
                 e.u8(T_REFUSE);
-                let mut end = reason.len().min(REASON_BYTES_MAX);
-                while !reason.is_char_boundary(end) {
-                    end -= 1;
-                }
-                e.u16(end as u16);
-                e.0.extend_from_slice(&reason.as_bytes()[..end]);
+                e.u8(*code as u8);
             }
             Msg::Connect { channel, qp } => {
                 e.u8(T_CONNECT);
@@ -321,16 +536,26 @@ impl Msg {
         e.0
     }
 
-    /// Parses a body.
+    /// Parses a body (without its tag).
     pub fn decode(body: &[u8]) -> Result<Msg, WireError> {
         let (&t, rest) = body.split_first().ok_or(WireError::Truncated("empty"))?;
         let mut d = Dec { b: rest, what: "" };
         let m = match t {
+            T_OPEN => {
+                d.what = "open";
+                Msg::Open {
+                    magic: d.u64()?,
+                    version: d.u16()?,
+                    nonce: d.nonce()?,
+                }
+            }
+            T_CHALLENGE => {
+                d.what = "challenge";
+                Msg::Challenge { nonce: d.nonce()? }
+            }
             T_HELLO => {
                 d.what = "hello";
                 Msg::Hello {
-                    magic: d.u64()?,
-                    version: d.u16()?,
                     from: d.u8()?,
                     to: d.u8()?,
                     members: d.u8()?,
@@ -346,12 +571,9 @@ impl Msg {
             }
             T_REFUSE => {
                 d.what = "refuse";
-                let n = usize::from(d.u16()?);
-                if n > REASON_BYTES_MAX {
-                    return Err(WireError::Invalid("refusal reason too long"));
+                Msg::Refuse {
+                    code: RefuseCode::from_u8(d.u8()?),
                 }
-                let reason = String::from_utf8_lossy(d.take(n)?).into_owned();
-                Msg::Refuse { reason }
             }
             T_CONNECT => {
                 d.what = "connect";
@@ -388,34 +610,412 @@ impl Msg {
     }
 }
 
-/// Writes one frame.
-pub fn send(w: &mut impl Write, m: &Msg) -> Result<(), WireError> {
-    let body = m.encode();
-    debug_assert!(body.len() <= FRAME_BYTES_MAX);
+/// Which end of a connection a [`Session`] is (also the direction byte
+/// of the tags it makes: a message cannot be reflected to its author).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// The member that dialled (sends requests).
+    Dialler = 0,
+    /// The member that accepted (answers them).
+    Listener = 1,
+}
+
+impl Side {
+    fn other(self) -> Side {
+        match self {
+            Side::Dialler => Side::Listener,
+            Side::Listener => Side::Dialler,
+        }
+    }
+}
+
+/// One connection's authentication state: the key derived from the
+/// secret and both nonces, and the sequence numbers of both directions.
+pub struct Session {
+    /// HMAC keyed with the connection key; cloned per message.
+    mac: HmacSha256,
+    side: Side,
+    sent: u64,
+    received: u64,
+    authenticated: bool,
+}
+
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session")
+            .field("side", &self.side)
+            .field("sent", &self.sent)
+            .field("received", &self.received)
+            .field("authenticated", &self.authenticated)
+            .finish_non_exhaustive()
+    }
+}
+
+fn keyed(key: &[u8]) -> Result<HmacSha256, WireError> {
+    <HmacSha256 as Mac>::new_from_slice(key).map_err(|_| WireError::Key)
+}
+
+impl Session {
+    /// The session of one connection, from the secret (none: the empty
+    /// key, unauthenticated) and both sides' nonces.
+    pub fn new(
+        secret: Option<&Secret>,
+        side: Side,
+        dialler_nonce: &[u8; NONCE_BYTES],
+        listener_nonce: &[u8; NONCE_BYTES],
+    ) -> Result<Session, WireError> {
+        let mut kdf = keyed(secret.map_or(&[][..], |s| s.0.as_slice()))?;
+        kdf.update(KEY_LABEL);
+        kdf.update(dialler_nonce);
+        kdf.update(listener_nonce);
+        let key = kdf.finalize().into_bytes();
+        Ok(Session {
+            mac: keyed(&key)?,
+            side,
+            sent: 0,
+            received: 0,
+            authenticated: secret.is_some_and(|s| !s.is_empty()),
+        })
+    }
+
+    /// True when a secret keys the session: a peer whose tags verify
+    /// knows it. Without one, anybody can compute the tags.
+    pub fn authenticated(&self) -> bool {
+        self.authenticated
+    }
+
+    fn tag(&self, direction: Side, seq: u64, body: &[u8]) -> HmacSha256 {
+        let mut m = self.mac.clone();
+        m.update(&[direction as u8]);
+        m.update(&seq.to_le_bytes());
+        m.update(&(body.len() as u32).to_le_bytes());
+        m.update(body);
+        m
+    }
+
+    /// The frame body of `msg`: its encoding and its tag.
+    pub fn seal(&mut self, msg: &Msg) -> Vec<u8> {
+        let mut body = msg.encode();
+        let tag = self
+            .tag(self.side, self.sent, &body)
+            .finalize()
+            .into_bytes();
+        self.sent += 1;
+        body.extend_from_slice(&tag);
+        body
+    }
+
+    /// Checks a frame body's tag (in constant time) and decodes it. The
+    /// bare [`PLAIN_REFUSAL`] is [`WireError::Refused`]; anything else
+    /// without a valid tag is [`WireError::BadMac`].
+    pub fn open(&mut self, frame: &[u8]) -> Result<Msg, WireError> {
+        if frame == PLAIN_REFUSAL {
+            return Err(WireError::Refused);
+        }
+        let body_len = frame
+            .len()
+            .checked_sub(MAC_BYTES)
+            .filter(|&n| n > 0)
+            .ok_or(WireError::BadMac)?;
+        let (body, tag) = frame.split_at(body_len);
+        self.tag(self.side.other(), self.received, body)
+            .verify_slice(tag)
+            .map_err(|_| WireError::BadMac)?;
+        self.received += 1;
+        Msg::decode(body)
+    }
+
+    /// Sends `msg`, tagged.
+    pub fn send(&mut self, w: &mut impl Write, msg: &Msg) -> Result<(), WireError> {
+        let frame = self.seal(msg);
+        write_frame(w, &frame)
+    }
+
+    /// Receives one tagged message within `limits`.
+    pub fn recv(
+        &mut self,
+        r: &mut impl Read,
+        limits: ReadLimits,
+        stop: &AtomicBool,
+    ) -> Result<Msg, WireError> {
+        let frame = read_frame(r, limits, stop)?;
+        self.open(&frame)
+    }
+}
+
+/// How long reading one frame may take.
+#[derive(Clone, Copy, Debug)]
+pub struct ReadLimits {
+    /// When the frame's first byte must have arrived; `None`: no limit
+    /// (an authenticated member's connection may stay idle).
+    pub first_byte_by: Option<Instant>,
+    /// How long the rest of a frame may take once its first byte came.
+    pub frame_time: Duration,
+}
+
+impl ReadLimits {
+    /// A whole frame within `d` from now.
+    pub fn within(d: Duration) -> ReadLimits {
+        ReadLimits {
+            first_byte_by: Some(Instant::now() + d),
+            frame_time: d,
+        }
+    }
+
+    /// An idle wait without limit, then `frame_time` for the frame.
+    pub fn idle(frame_time: Duration) -> ReadLimits {
+        ReadLimits {
+            first_byte_by: None,
+            frame_time,
+        }
+    }
+}
+
+/// Sets up an exchange socket: no Nagle delay, reads that wake every
+/// [`READ_TICK`] (so that [`ReadLimits`] and the stop flag apply), and
+/// writes bounded by `write_timeout` (a peer that does not read cannot
+/// block us).
+pub fn prepare(stream: &TcpStream, write_timeout: Duration) -> io::Result<()> {
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(READ_TICK))?;
+    stream.set_write_timeout(Some(write_timeout))
+}
+
+/// Writes one frame (length prefix and body).
+pub fn write_frame(w: &mut impl Write, body: &[u8]) -> Result<(), WireError> {
+    if body.is_empty() || body.len() > FRAME_BYTES_MAX {
+        return Err(WireError::FrameLength(body.len()));
+    }
     let mut frame = Vec::with_capacity(4 + body.len());
     frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    frame.extend_from_slice(&body);
+    frame.extend_from_slice(body);
     w.write_all(&frame)?;
     w.flush()?;
     Ok(())
 }
 
-/// Reads one frame.
-pub fn recv(r: &mut impl Read) -> Result<Msg, WireError> {
+/// Reads one frame body. The reader must wake up now and then (a socket
+/// after [`prepare`]) for the deadlines and `stop` to apply.
+pub fn read_frame(
+    r: &mut impl Read,
+    limits: ReadLimits,
+    stop: &AtomicBool,
+) -> Result<Vec<u8>, WireError> {
+    let mut began = None;
     let mut len = [0u8; 4];
-    r.read_exact(&mut len)?;
+    fill(r, &mut len, &mut began, limits, stop)?;
     let n = u32::from_le_bytes(len) as usize;
+    // Checked before allocating: a peer cannot make us buffer more.
     if n == 0 || n > FRAME_BYTES_MAX {
         return Err(WireError::FrameLength(n));
     }
     let mut body = vec![0u8; n];
-    r.read_exact(&mut body)?;
-    Msg::decode(&body)
+    fill(r, &mut body, &mut began, limits, stop)?;
+    Ok(body)
+}
+
+fn fill(
+    r: &mut impl Read,
+    buf: &mut [u8],
+    began: &mut Option<Instant>,
+    limits: ReadLimits,
+    stop: &AtomicBool,
+) -> Result<(), WireError> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        if stop.load(Ordering::Acquire) {
+            return Err(WireError::Stopped);
+        }
+        match r.read(&mut buf[filled..]) {
+            Ok(0) => return Err(WireError::Closed),
+            Ok(n) => {
+                filled += n;
+                began.get_or_insert_with(Instant::now);
+                continue;
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(WireError::Io(e)),
+        }
+        // The read timed out (a tick): check the deadlines.
+        let now = Instant::now();
+        match *began {
+            None => {
+                if limits.first_byte_by.is_some_and(|d| now >= d) {
+                    return Err(WireError::TimedOut("message"));
+                }
+            }
+            Some(b) => {
+                if now.duration_since(b) >= limits.frame_time {
+                    return Err(WireError::TimedOut("complete message"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn fresh_nonce() -> Result<[u8; NONCE_BYTES], WireError> {
+    let mut n = [0u8; NONCE_BYTES];
+    getrandom::fill(&mut n).map_err(WireError::Nonce)?;
+    Ok(n)
+}
+
+/// Sends the bare refusal, ignoring errors (the connection is closed next).
+pub fn refuse_plain(w: &mut impl Write) {
+    let _ = write_frame(w, &PLAIN_REFUSAL);
+}
+
+/// The dialling side's opening: sends `Open` with a fresh nonce, checks
+/// the listener's tagged `Challenge`, and returns the session. A
+/// [`WireError::BadMac`] here means the listener does not hold our secret.
+pub fn dial<S: Read + Write>(
+    s: &mut S,
+    secret: Option<&Secret>,
+    limits: ReadLimits,
+    stop: &AtomicBool,
+) -> Result<Session, WireError> {
+    let nonce = fresh_nonce()?;
+    write_frame(
+        s,
+        &Msg::Open {
+            magic: MAGIC,
+            version: VERSION,
+            nonce,
+        }
+        .encode(),
+    )?;
+    let frame = read_frame(s, limits, stop)?;
+    if frame == PLAIN_REFUSAL {
+        return Err(WireError::Refused);
+    }
+    // The challenge carries the listener's nonce in clear; its tag is made
+    // with the key both nonces give, so it is read first, then checked.
+    let body_len = frame
+        .len()
+        .checked_sub(MAC_BYTES)
+        .ok_or(WireError::BadMac)?;
+    let Msg::Challenge {
+        nonce: listener_nonce,
+    } = Msg::decode(&frame[..body_len])?
+    else {
+        return Err(WireError::Invalid(
+            "the listener did not answer with a challenge",
+        ));
+    };
+    let mut session = Session::new(secret, Side::Dialler, &nonce, &listener_nonce)?;
+    session.open(&frame)?;
+    Ok(session)
+}
+
+/// The listening side's opening: reads `Open` within `limits`, checks its
+/// magic and version (refusing with the bare refusal otherwise), answers
+/// with a tagged `Challenge`, and returns the session.
+pub fn accept<S: Read + Write>(
+    s: &mut S,
+    secret: Option<&Secret>,
+    limits: ReadLimits,
+    stop: &AtomicBool,
+) -> Result<Session, WireError> {
+    let frame = read_frame(s, limits, stop)?;
+    let (magic, version, dialler_nonce) = match Msg::decode(&frame) {
+        Ok(Msg::Open {
+            magic,
+            version,
+            nonce,
+        }) => (magic, version, nonce),
+        Ok(_) | Err(_) => {
+            refuse_plain(s);
+            return Err(WireError::Invalid(
+                "the first message is not an exchange opening",
+            ));
+        }
+    };
+    if magic != MAGIC {
+        refuse_plain(s);
+        return Err(WireError::Invalid("not a verbatim exchange connection"));
+    }
+    if version != VERSION {
+        refuse_plain(s);
+        return Err(WireError::Version(version));
+    }
+    let nonce = fresh_nonce()?;
+    let mut session = Session::new(secret, Side::Listener, &dialler_nonce, &nonce)?;
+    session.send(s, &Msg::Challenge { nonce })?;
+    Ok(session)
+}
+
+/// What probing a member's exchange address after its connection closed
+/// says about its process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Probe {
+    /// Its host's kernel refuses or resets connections to the address:
+    /// no process listens there any more, so the member's process exited
+    /// (its listener lives exactly as long as its fabric).
+    Exited,
+    /// Something answered the opening there: the process (or a restarted
+    /// one) runs.
+    Alive,
+    /// No answer in time (host down, partition, a stopped process): the
+    /// failure detector decides.
+    Unknown,
+}
+
+/// Probes `addr` (up to `attempts` times, `gap` apart, each bounded by
+/// `timeout`) to tell an exited process from a closed connection.
+pub fn probe(
+    addr: SocketAddr,
+    secret: Option<&Secret>,
+    attempts: u32,
+    gap: Duration,
+    timeout: Duration,
+    stop: &AtomicBool,
+) -> Probe {
+    for attempt in 0..attempts {
+        if attempt > 0 {
+            std::thread::sleep(gap);
+        }
+        if stop.load(Ordering::Acquire) {
+            return Probe::Unknown;
+        }
+        let mut stream = match TcpStream::connect_timeout(&addr, timeout) {
+            Ok(s) => s,
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => return Probe::Exited,
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => return Probe::Unknown,
+            Err(_) => continue,
+        };
+        if prepare(&stream, timeout).is_err() {
+            continue;
+        }
+        match dial(&mut stream, secret, ReadLimits::within(timeout), stop) {
+            // A member's listener answered (whether or not it holds our
+            // secret).
+            Ok(_) | Err(WireError::BadMac | WireError::Refused) => return Probe::Alive,
+            // A listening socket closed with our connection still in its
+            // backlog resets it: the process is exiting.
+            Err(WireError::Io(e)) if e.kind() == io::ErrorKind::ConnectionReset => {
+                return Probe::Exited
+            }
+            Err(WireError::TimedOut(_) | WireError::Stopped) => return Probe::Unknown,
+            Err(_) => continue,
+        }
+    }
+    Probe::Unknown
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::TcpListener;
+
+    fn secret() -> Secret {
+        Secret::new(*b"0123456789abcdef-wire-test")
+    }
 
     fn qp() -> WireQp {
         WireQp {
@@ -427,8 +1027,17 @@ mod tests {
         }
     }
 
-    #[test]
-    fn every_message_round_trips() {
+    fn hello() -> Msg {
+        Msg::Hello {
+            from: 1,
+            to: 2,
+            members: 3,
+            layout_hash: 0xDEAD_BEEF,
+            incarnation: 42,
+        }
+    }
+
+    fn all_messages() -> Vec<Msg> {
         let region = WireRegion {
             addr: 0x7000_0000,
             len: 4096,
@@ -436,19 +1045,19 @@ mod tests {
             granted: true,
             epoch: 9,
         };
-        let msgs = [
-            Msg::Hello {
+        vec![
+            Msg::Open {
                 magic: MAGIC,
                 version: VERSION,
-                from: 1,
-                to: 2,
-                members: 3,
-                layout_hash: 0xDEAD,
-                incarnation: 42,
+                nonce: [5; NONCE_BYTES],
             },
+            Msg::Challenge {
+                nonce: [6; NONCE_BYTES],
+            },
+            hello(),
             Msg::HelloOk { incarnation: 5 },
             Msg::Refuse {
-                reason: "layout differs: log_ring_bytes".into(),
+                code: RefuseCode::Layout,
             },
             Msg::Connect {
                 channel: 1,
@@ -462,12 +1071,81 @@ mod tests {
             },
             Msg::Grant { log: region },
             Msg::Ack,
-        ];
-        for m in msgs {
+        ]
+    }
+
+    /// A dialler's and a listener's session of one connection, without a
+    /// socket.
+    fn sessions(secret: Option<&Secret>) -> (Session, Session) {
+        let (dn, ln) = (fresh_nonce().unwrap(), fresh_nonce().unwrap());
+        (
+            Session::new(secret, Side::Dialler, &dn, &ln).unwrap(),
+            Session::new(secret, Side::Listener, &dn, &ln).unwrap(),
+        )
+    }
+
+    fn stop() -> AtomicBool {
+        AtomicBool::new(false)
+    }
+
+    type Opened = Result<(TcpStream, Session), WireError>;
+
+    /// Opens one exchange connection over loopback TCP: the dialler's
+    /// result here, the listener's from its thread.
+    fn connect(dialler: Option<Secret>, listener: Option<Secret>) -> (Opened, Opened) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            prepare(&s, Duration::from_secs(2)).unwrap();
+            accept(
+                &mut s,
+                listener.as_ref(),
+                ReadLimits::within(Duration::from_secs(2)),
+                &stop(),
+            )
+            .map(|sess| (s, sess))
+        });
+        let mut s = TcpStream::connect(addr).unwrap();
+        prepare(&s, Duration::from_secs(2)).unwrap();
+        let d = dial(
+            &mut s,
+            dialler.as_ref(),
+            ReadLimits::within(Duration::from_secs(2)),
+            &stop(),
+        )
+        .map(|sess| (s, sess));
+        (d, t.join().unwrap())
+    }
+
+    #[test]
+    fn every_message_round_trips_sealed_and_fits_a_frame() {
+        let (mut d, mut l) = sessions(Some(&secret()));
+        for m in all_messages() {
+            assert_eq!(Msg::decode(&m.encode()).unwrap(), m);
+            let frame = d.seal(&m);
+            assert!(
+                frame.len() <= FRAME_BYTES_MAX,
+                "{m:?}: {} bytes",
+                frame.len()
+            );
+            assert_eq!(l.open(&frame).unwrap(), m);
             let mut buf = Vec::new();
-            send(&mut buf, &m).unwrap();
-            assert_eq!(recv(&mut buf.as_slice()).unwrap(), m);
+            l.send(&mut buf, &m).unwrap();
+            assert_eq!(
+                d.recv(&mut buf.as_slice(), ReadLimits::idle(READ_TICK), &stop())
+                    .unwrap(),
+                m
+            );
         }
+        // Unknown refusal codes (a newer peer) say no more than "refused".
+        assert_eq!(
+            Msg::decode(&[T_REFUSE, 200]).unwrap(),
+            Msg::Refuse {
+                code: RefuseCode::Refused
+            }
+        );
+        assert_eq!(format!("{:?}", secret()), "Secret(<redacted>)");
     }
 
     #[test]
@@ -492,22 +1170,349 @@ mod tests {
         .encode();
         c[1] = 7;
         assert!(matches!(Msg::decode(&c), Err(WireError::Invalid(_))));
-        let mut big = Vec::new();
-        big.extend_from_slice(&(1u32 << 20).to_le_bytes());
+        // Every truncation of every message is an error.
+        for m in all_messages() {
+            let full = m.encode();
+            for n in 0..full.len() {
+                assert!(
+                    Msg::decode(&full[..n]).is_err(),
+                    "{m:?}: prefix of {n} bytes"
+                );
+            }
+        }
+    }
+
+    /// The connection opens and tagged messages pass both ways when both
+    /// sides hold the same secret.
+    #[test]
+    fn messages_under_the_shared_secret_are_accepted() {
+        let (d, l) = connect(Some(secret()), Some(secret()));
+        let ((mut ds, mut d), (mut ls, mut l)) = (d.unwrap(), l.unwrap());
+        assert!(d.authenticated() && l.authenticated());
+        for _ in 0..3 {
+            d.send(&mut ds, &hello()).unwrap();
+            let got = l
+                .recv(&mut ls, ReadLimits::within(Duration::from_secs(2)), &stop())
+                .unwrap();
+            assert_eq!(got, hello());
+            l.send(&mut ls, &Msg::HelloOk { incarnation: 7 }).unwrap();
+            let got = d
+                .recv(&mut ds, ReadLimits::within(Duration::from_secs(2)), &stop())
+                .unwrap();
+            assert_eq!(got, Msg::HelloOk { incarnation: 7 });
+        }
+    }
+
+    /// Loopback test setups without a secret keep working (tagged with the
+    /// empty key, and counted as unauthenticated).
+    #[test]
+    fn without_a_secret_the_exchange_still_works() {
+        let (d, l) = connect(None, None);
+        let ((mut ds, mut d), (mut ls, mut l)) = (d.unwrap(), l.unwrap());
+        assert!(!d.authenticated() && !l.authenticated());
+        d.send(&mut ds, &hello()).unwrap();
+        let got = l
+            .recv(&mut ls, ReadLimits::within(Duration::from_secs(2)), &stop())
+            .unwrap();
+        assert_eq!(got, hello());
+    }
+
+    /// A listener with another secret (or none) fails the dialler's check
+    /// of its challenge: the dialler says nothing more.
+    #[test]
+    fn another_secret_fails_at_the_challenge() {
+        let other = Secret::new(*b"fedcba9876543210-other");
+        for (d, l) in [
+            (Some(secret()), Some(other)),
+            (Some(secret()), None),
+            (None, Some(secret())),
+        ] {
+            let (dialled, _) = connect(d, l);
+            assert!(matches!(dialled, Err(WireError::BadMac)), "{dialled:?}");
+        }
+    }
+
+    #[test]
+    fn a_tampered_message_is_refused() {
+        let (mut d, l) = sessions(Some(&secret()));
+        let frame = d.seal(&hello());
+        for i in 0..frame.len() {
+            for bit in [0x01, 0x80] {
+                let mut bad = frame.clone();
+                bad[i] ^= bit;
+                // A fresh listener session each time: a refused frame does
+                // not advance the sequence, but keep the check independent.
+                let mut l2 = Session {
+                    mac: l.mac.clone(),
+                    side: Side::Listener,
+                    sent: 0,
+                    received: 0,
+                    authenticated: true,
+                };
+                assert!(
+                    matches!(l2.open(&bad), Err(WireError::BadMac)),
+                    "byte {i} bit {bit:#x}"
+                );
+            }
+        }
+        // A missing or cut tag is refused too, and so is a message tagged
+        // under another secret.
+        let mut l = l;
+        let body = hello().encode();
+        assert!(matches!(l.open(&body), Err(WireError::BadMac)));
         assert!(matches!(
-            recv(&mut big.as_slice()),
+            l.open(&frame[..frame.len() - 1]),
+            Err(WireError::BadMac)
+        ));
+        assert!(matches!(
+            l.open(&frame[..MAC_BYTES]),
+            Err(WireError::BadMac)
+        ));
+        let (mut stranger, _) = sessions(Some(&Secret::new(*b"not-the-cluster-secret")));
+        assert!(matches!(
+            l.open(&stranger.seal(&hello())),
+            Err(WireError::BadMac)
+        ));
+        // The untampered frame still passes.
+        assert_eq!(l.open(&frame).unwrap(), hello());
+    }
+
+    #[test]
+    fn a_replayed_message_is_refused() {
+        let s = secret();
+        let (mut d1, mut l1) = sessions(Some(&s));
+        let (_, mut l2) = sessions(Some(&s));
+        let frame = d1.seal(&hello());
+        // On another connection (other nonces).
+        assert!(matches!(l2.open(&frame), Err(WireError::BadMac)));
+        // Twice on its own connection (the sequence moved on).
+        assert_eq!(l1.open(&frame).unwrap(), hello());
+        assert!(matches!(l1.open(&frame), Err(WireError::BadMac)));
+        // Sent back to its author (the direction).
+        let answer = l1.seal(&Msg::HelloOk { incarnation: 1 });
+        let mut l1_again = Session {
+            mac: l1.mac.clone(),
+            side: Side::Listener,
+            sent: 0,
+            received: 0,
+            authenticated: true,
+        };
+        assert!(matches!(l1_again.open(&answer), Err(WireError::BadMac)));
+        // Out of order on its own connection.
+        let first = d1.seal(&Msg::Ack);
+        let second = d1.seal(&Msg::Ack);
+        assert!(matches!(l1.open(&second), Err(WireError::BadMac)));
+        assert_eq!(l1.open(&first).unwrap(), Msg::Ack);
+        assert_eq!(l1.open(&second).unwrap(), Msg::Ack);
+    }
+
+    /// What an eavesdropper would do: record a dialler's whole transcript
+    /// and play it to the listener again. The opening passes (it is not
+    /// tagged), the hello does not (the listener's nonce is new).
+    #[test]
+    fn a_recorded_connection_replayed_is_refused() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let s = secret();
+        let listener = {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let mut results = Vec::new();
+                for _ in 0..2 {
+                    let (mut c, _) = l.accept().unwrap();
+                    prepare(&c, Duration::from_secs(2)).unwrap();
+                    let lim = ReadLimits::within(Duration::from_secs(2));
+                    let r = accept(&mut c, Some(&s), lim, &stop())
+                        .and_then(|mut sess| sess.recv(&mut c, lim, &stop()));
+                    results.push(r);
+                }
+                results
+            })
+        };
+        // The genuine connection, recorded.
+        let mut transcript = Vec::new();
+        {
+            let mut c = TcpStream::connect(addr).unwrap();
+            prepare(&c, Duration::from_secs(2)).unwrap();
+            struct Tee<'a>(&'a mut TcpStream, &'a mut Vec<u8>);
+            impl Read for Tee<'_> {
+                fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+                    self.0.read(b)
+                }
+            }
+            impl Write for Tee<'_> {
+                fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+                    let n = self.0.write(b)?;
+                    self.1.extend_from_slice(&b[..n]);
+                    Ok(n)
+                }
+                fn flush(&mut self) -> io::Result<()> {
+                    self.0.flush()
+                }
+            }
+            let mut tee = Tee(&mut c, &mut transcript);
+            let lim = ReadLimits::within(Duration::from_secs(2));
+            let mut sess = dial(&mut tee, Some(&s), lim, &stop()).unwrap();
+            sess.send(&mut tee, &hello()).unwrap();
+        }
+        // The replay.
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.write_all(&transcript).unwrap();
+        let results = listener.join().unwrap();
+        assert_eq!(results[0].as_ref().unwrap(), &hello());
+        assert!(
+            matches!(results[1], Err(WireError::BadMac)),
+            "{:?}",
+            results[1]
+        );
+    }
+
+    #[test]
+    fn an_oversized_message_is_refused() {
+        for n in [FRAME_BYTES_MAX + 1, 1 << 20, u32::MAX as usize] {
+            let mut frame = (n as u32).to_le_bytes().to_vec();
+            frame.extend_from_slice(&[T_ACK; 64]);
+            let r = read_frame(&mut frame.as_slice(), ReadLimits::idle(READ_TICK), &stop());
+            assert!(
+                matches!(r, Err(WireError::FrameLength(m)) if m == n),
+                "{r:?}"
+            );
+        }
+        let zero = 0u32.to_le_bytes();
+        assert!(matches!(
+            read_frame(&mut zero.as_slice(), ReadLimits::idle(READ_TICK), &stop()),
+            Err(WireError::FrameLength(0))
+        ));
+        assert!(matches!(
+            write_frame(&mut Vec::new(), &[0u8; FRAME_BYTES_MAX + 1]),
             Err(WireError::FrameLength(_))
         ));
-        // Every truncation of every message is an error.
-        let full = Msg::Connected {
-            qp: qp(),
-            control: WireRegion::default(),
-            log: WireRegion::default(),
-            heartbeat: WireRegion::default(),
+        // Over a socket: the listener refuses the announced length at once,
+        // without waiting for (or allocating) the body.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        c.write_all(&(64u32 << 20).to_le_bytes()).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        prepare(&s, Duration::from_secs(2)).unwrap();
+        let r = accept(
+            &mut s,
+            Some(&secret()),
+            ReadLimits::within(Duration::from_secs(2)),
+            &stop(),
+        );
+        assert!(matches!(r, Err(WireError::FrameLength(_))), "{r:?}");
+    }
+
+    /// A peer that connects and sends nothing, or stops halfway through a
+    /// message, is dropped when its time is up; the stop flag ends a wait.
+    #[test]
+    fn a_silent_peer_times_out() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        prepare(&s, Duration::from_secs(2)).unwrap();
+        let t = Instant::now();
+        let r = accept(
+            &mut s,
+            Some(&secret()),
+            ReadLimits::within(Duration::from_millis(300)),
+            &stop(),
+        );
+        let took = t.elapsed();
+        assert!(matches!(r, Err(WireError::TimedOut(_))), "{r:?}");
+        assert!(
+            took >= Duration::from_millis(300) && took < Duration::from_secs(3),
+            "{took:?}"
+        );
+        // Half a frame, then silence, on a connection allowed to idle.
+        c.write_all(&[40, 0, 0, 0, T_HELLO]).unwrap();
+        let t = Instant::now();
+        let r = read_frame(
+            &mut s,
+            ReadLimits::idle(Duration::from_millis(300)),
+            &stop(),
+        );
+        assert!(matches!(r, Err(WireError::TimedOut(_))), "{r:?}");
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+        // The stop flag ends an unbounded idle wait.
+        let flag = AtomicBool::new(true);
+        let r = read_frame(&mut s, ReadLimits::idle(Duration::from_secs(60)), &flag);
+        assert!(matches!(r, Err(WireError::Stopped)), "{r:?}");
+        // A close is told apart from a timeout.
+        drop(c);
+        let r = read_frame(&mut s, ReadLimits::idle(Duration::from_secs(2)), &stop());
+        assert!(r.as_ref().is_err_and(WireError::is_disconnect), "{r:?}");
+    }
+
+    /// Another protocol version or a stranger's bytes get the bare
+    /// refusal, which says nothing else.
+    #[test]
+    fn a_foreign_opening_gets_the_bare_refusal() {
+        let openings = [
+            Msg::Open {
+                magic: MAGIC,
+                version: 1,
+                nonce: [0; NONCE_BYTES],
+            }
+            .encode(),
+            Msg::Open {
+                magic: 7,
+                version: VERSION,
+                nonce: [0; NONCE_BYTES],
+            }
+            .encode(),
+            hello().encode(),
+        ];
+        for open in openings {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            prepare(&c, Duration::from_secs(2)).unwrap();
+            write_frame(&mut c, &open).unwrap();
+            let (mut s, _) = l.accept().unwrap();
+            prepare(&s, Duration::from_secs(2)).unwrap();
+            let r = accept(
+                &mut s,
+                None,
+                ReadLimits::within(Duration::from_secs(2)),
+                &stop(),
+            );
+            assert!(r.is_err());
+            let answer = read_frame(&mut c, ReadLimits::within(Duration::from_secs(2)), &stop());
+            assert_eq!(answer.unwrap(), PLAIN_REFUSAL);
         }
-        .encode();
-        for n in 0..full.len() {
-            assert!(Msg::decode(&full[..n]).is_err(), "prefix of {n} bytes");
+    }
+
+    /// A closed exchange connection is only a suspicion: the probe tells an
+    /// exited process (nothing listens) from a live one.
+    #[test]
+    fn the_probe_tells_an_exited_process_from_a_live_one() {
+        let t = Duration::from_millis(300);
+        // Nothing listens: the kernel refuses.
+        let gone = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = gone.local_addr().unwrap();
+        drop(gone);
+        assert_eq!(probe(addr, None, 3, t, t, &stop()), Probe::Exited);
+        // A member's listener answers the opening, with or without our
+        // secret.
+        for theirs in [Some(secret()), None] {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let th = std::thread::spawn(move || {
+                let (mut s, _) = l.accept().unwrap();
+                prepare(&s, Duration::from_secs(2)).unwrap();
+                let _ = accept(
+                    &mut s,
+                    theirs.as_ref(),
+                    ReadLimits::within(Duration::from_secs(2)),
+                    &stop(),
+                );
+            });
+            assert_eq!(probe(addr, Some(&secret()), 3, t, t, &stop()), Probe::Alive);
+            th.join().unwrap();
         }
+        // A listener that accepts nothing (a stopped process): undecided.
+        let stuck = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = stuck.local_addr().unwrap();
+        assert_eq!(probe(addr, None, 1, t, t, &stop()), Probe::Unknown);
     }
 }
