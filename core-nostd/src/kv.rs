@@ -21,6 +21,7 @@
 
 use crate::log::EntryHeader;
 use crate::sm::{ReadError, RequestError, StateMachine};
+use crate::snapshot::{wire, RestoreError, SnapshotFull, SnapshotSink, SnapshotSource};
 
 const OP_GET: u8 = 1;
 const OP_SET: u8 = 2;
@@ -371,7 +372,16 @@ pub trait KvBackend {
     fn set(&mut self, key: &[u8], value: &[u8]) -> Result<(), ()>;
     /// Removes a key; true if it existed.
     fn del(&mut self, key: &[u8]) -> bool;
+    /// Visits every key and value (any order) until `visit` returns false.
+    fn for_each(&self, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool);
+    /// Removes every key.
+    fn clear(&mut self);
 }
+
+/// Magic of a key-value snapshot ("KVS1").
+const KV_SNAPSHOT_MAGIC: u32 = u32::from_le_bytes(*b"KVS1");
+const KV_RECORD_PAIR: u8 = 1;
+const KV_RECORD_END: u8 = 0;
 
 /// Parses a Redis-style decimal integer (optional '-', digits, no spaces).
 pub fn parse_i64(b: &[u8]) -> Option<i64> {
@@ -497,6 +507,60 @@ impl<B: KvBackend> StateMachine for KvStateMachine<B> {
         }
     }
 
+    /// `KVS1`, then per key `1 | key len u16 | value len u32 | key |
+    /// value`, then `0`.
+    fn snapshot(&self, sink: &mut dyn SnapshotSink) -> Result<(), SnapshotFull> {
+        wire::put_u32(sink, KV_SNAPSHOT_MAGIC)?;
+        let mut result = Ok(());
+        self.backend.for_each(&mut |key, value| {
+            result = (|| {
+                wire::put_u8(sink, KV_RECORD_PAIR)?;
+                // Stored keys and values obey the limits (u16 and u32 fit).
+                wire::put_u16(sink, key.len() as u16)?;
+                wire::put_u32(sink, value.len() as u32)?;
+                sink.write(key)?;
+                sink.write(value)
+            })();
+            result.is_ok()
+        });
+        result?;
+        wire::put_u8(sink, KV_RECORD_END)
+    }
+
+    fn restore(
+        &mut self,
+        source: &mut dyn SnapshotSource,
+        scratch: &mut [u8],
+    ) -> Result<(), RestoreError> {
+        self.backend.clear();
+        if wire::get_u32(source)? != KV_SNAPSHOT_MAGIC {
+            return Err(RestoreError::Malformed);
+        }
+        loop {
+            match wire::get_u8(source)? {
+                KV_RECORD_END => return Ok(()),
+                KV_RECORD_PAIR => {
+                    let key_len = usize::from(wire::get_u16(source)?);
+                    let value_len = wire::get_u32(source)? as usize;
+                    if key_len == 0 {
+                        return Err(RestoreError::Malformed);
+                    }
+                    let key_max = self.limits.key_bytes_max as usize;
+                    let value_max = self.limits.value_bytes_max as usize;
+                    if key_len > key_max || value_len > value_max {
+                        return Err(RestoreError::Malformed);
+                    }
+                    let both = wire::get_bytes(source, key_len + value_len, usize::MAX, scratch)?;
+                    let (key, value) = both.split_at(key_len);
+                    self.backend
+                        .set(key, value)
+                        .map_err(|()| RestoreError::StoreFull)?;
+                }
+                _ => return Err(RestoreError::Malformed),
+            }
+        }
+    }
+
     fn read(&self, query: &[u8], out: &mut [u8]) -> Result<usize, ReadError> {
         let op = KvOp::decode(query, &self.limits).map_err(|_| ReadError::Malformed)?;
         let KvOp::Get { key } = op else {
@@ -523,23 +587,9 @@ impl<B: KvBackend> StateMachine for KvStateMachine<B> {
 mod tests {
     use super::*;
     extern crate std;
-    use std::collections::BTreeMap;
     use std::vec::Vec;
 
-    #[derive(Default)]
-    struct MapBackend(BTreeMap<Vec<u8>, Vec<u8>>);
-    impl KvBackend for MapBackend {
-        fn get(&self, key: &[u8]) -> Option<&[u8]> {
-            self.0.get(key).map(|v| v.as_slice())
-        }
-        fn set(&mut self, key: &[u8], value: &[u8]) -> Result<(), ()> {
-            self.0.insert(key.to_vec(), value.to_vec());
-            Ok(())
-        }
-        fn del(&mut self, key: &[u8]) -> bool {
-            self.0.remove(key).is_some()
-        }
-    }
+    use crate::test_backends::MapKv as MapBackend;
 
     const LIMITS: KvLimits = KvLimits {
         key_bytes_max: 16,

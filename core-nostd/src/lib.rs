@@ -80,6 +80,7 @@
 //! * [`heartbeat`]: the heartbeat-counter engine (uKharon §4.2).
 //! * [`sessions`]: exactly-once bookkeeping.
 //! * [`sm`], [`kv`]: the state-machine trait and the key-value store.
+//! * [`snapshot`]: state-machine snapshots for recovery (DARE §3.4).
 
 #![no_std]
 #![deny(missing_docs)]
@@ -99,8 +100,11 @@ pub mod rng;
 pub mod service;
 pub mod sessions;
 pub mod sm;
+pub mod snapshot;
 pub mod sst;
 pub mod stream;
+#[cfg(test)]
+mod test_backends;
 #[cfg(test)]
 mod test_memory;
 

@@ -1,6 +1,7 @@
 //! The replicated state machine interface (DARE §3.1.1, "the client SM").
 
 use crate::log::EntryHeader;
+use crate::snapshot::{RestoreError, SnapshotFull, SnapshotSink, SnapshotSource};
 
 /// Why a read query was not answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,4 +44,20 @@ pub trait StateMachine {
     /// operation must never become a committed entry. `write` says which
     /// path the client asked for.
     fn check_request(&self, payload: &[u8], write: bool) -> Result<(), RequestError>;
+
+    /// Writes the whole state into `sink` in the service's own
+    /// self-delimiting format (DARE §3.4: a follower's snapshot that a
+    /// recovering member reads). The state is not changed.
+    fn snapshot(&self, sink: &mut dyn SnapshotSink) -> Result<(), SnapshotFull>;
+
+    /// Replaces the whole state with the one a [`StateMachine::snapshot`]
+    /// wrote. `scratch` stages one record at a time; it is as large as the
+    /// largest log entry, which bounds every record a service holds.
+    /// Every field is checked against the service's limits: a malformed
+    /// snapshot is an error, never a panic.
+    fn restore(
+        &mut self,
+        source: &mut dyn SnapshotSource,
+        scratch: &mut [u8],
+    ) -> Result<(), RestoreError>;
 }

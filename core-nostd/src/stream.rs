@@ -30,6 +30,7 @@
 use crate::kv::KvLimits;
 use crate::log::EntryHeader;
 use crate::sm::{ReadError, RequestError, StateMachine};
+use crate::snapshot::{wire, RestoreError, SnapshotFull, SnapshotSink, SnapshotSource};
 
 /// First operation code of the stream service.
 pub const OP_XADD: u8 = 0x10;
@@ -555,7 +556,20 @@ pub trait StreamBackend {
         end: StreamId,
         visit: &mut dyn FnMut(StreamId, &[u8]) -> bool,
     );
+    /// Visits every stream (any order) with its last id, until `visit`
+    /// returns false.
+    fn for_each_stream(&self, visit: &mut dyn FnMut(&[u8], StreamId) -> bool);
+    /// Creates the stream if needed and sets its last id (a snapshot's
+    /// restore: the last id outlives trimmed entries).
+    fn set_last_id(&mut self, key: &[u8], id: StreamId);
+    /// Removes every stream.
+    fn clear(&mut self);
 }
+
+/// Magic of a stream snapshot ("STR1").
+const STREAM_SNAPSHOT_MAGIC: u32 = u32::from_le_bytes(*b"STR1");
+const STREAM_RECORD_STREAM: u8 = 2;
+const STREAM_RECORD_END: u8 = 0;
 
 /// The stream state machine over a backend.
 pub struct StreamStateMachine<B> {
@@ -639,7 +653,121 @@ impl<B: StreamBackend> StreamStateMachine<B> {
     }
 }
 
+impl<B: StreamBackend> StreamStateMachine<B> {
+    fn put_id(sink: &mut dyn SnapshotSink, id: StreamId) -> Result<(), SnapshotFull> {
+        wire::put_u64(sink, id.ms)?;
+        wire::put_u64(sink, id.seq)
+    }
+
+    fn get_id(source: &mut dyn SnapshotSource) -> Result<StreamId, RestoreError> {
+        Ok(StreamId {
+            ms: wire::get_u64(source)?,
+            seq: wire::get_u64(source)?,
+        })
+    }
+
+    fn put_stream(
+        &self,
+        sink: &mut dyn SnapshotSink,
+        key: &[u8],
+        last: StreamId,
+    ) -> Result<(), SnapshotFull> {
+        wire::put_u8(sink, STREAM_RECORD_STREAM)?;
+        // Stored keys obey the key limit (≤ 65535).
+        wire::put_u16(sink, key.len() as u16)?;
+        sink.write(key)?;
+        Self::put_id(sink, last)?;
+        wire::put_u64(sink, self.backend.len(key))?;
+        let mut result = Ok(());
+        self.backend
+            .range(key, StreamId::MIN, StreamId::MAX, &mut |id, pairs| {
+                result = (|| {
+                    Self::put_id(sink, id)?;
+                    wire::put_u32(sink, pairs.len() as u32)?;
+                    sink.write(pairs)
+                })();
+                result.is_ok()
+            });
+        result
+    }
+
+    fn restore_stream(
+        &mut self,
+        source: &mut dyn SnapshotSource,
+        scratch: &mut [u8],
+    ) -> Result<(), RestoreError> {
+        let key_len = usize::from(wire::get_u16(source)?);
+        if key_len == 0 || key_len > self.limits.key_bytes_max as usize {
+            return Err(RestoreError::Malformed);
+        }
+        // The key stays at the front of the scratch buffer; entries are
+        // staged after it.
+        if !source.read_exact(scratch.get_mut(..key_len).ok_or(RestoreError::Malformed)?) {
+            return Err(RestoreError::Malformed);
+        }
+        let (key, rest) = scratch.split_at_mut(key_len);
+        let last = Self::get_id(source)?;
+        let count = wire::get_u64(source)?;
+        let mut previous = StreamId::MIN;
+        for _ in 0..count {
+            let id = Self::get_id(source)?;
+            // Ids grow strictly and never pass the stream's last id.
+            if id <= previous || id > last {
+                return Err(RestoreError::Malformed);
+            }
+            previous = id;
+            let len = wire::get_u32(source)? as usize;
+            let pairs = wire::get_bytes(source, len, usize::MAX, rest)?;
+            let mut r = Reader {
+                bytes: pairs,
+                at: 0,
+            };
+            match r.pairs(&self.limits) {
+                Ok(p) if p.len() == pairs.len() => {}
+                _ => return Err(RestoreError::Malformed),
+            }
+            self.backend
+                .append(key, id, pairs)
+                .map_err(|()| RestoreError::StoreFull)?;
+        }
+        self.backend.set_last_id(key, last);
+        Ok(())
+    }
+}
+
 impl<B: StreamBackend> StateMachine for StreamStateMachine<B> {
+    /// `STR1`, then per stream `2 | key len u16 | key | last id (ms u64,
+    /// seq u64) | entry count u64 | (id | pairs len u32 | pairs) × count`,
+    /// then `0`.
+    fn snapshot(&self, sink: &mut dyn SnapshotSink) -> Result<(), SnapshotFull> {
+        wire::put_u32(sink, STREAM_SNAPSHOT_MAGIC)?;
+        let mut result = Ok(());
+        self.backend.for_each_stream(&mut |key, last| {
+            result = self.put_stream(sink, key, last);
+            result.is_ok()
+        });
+        result?;
+        wire::put_u8(sink, STREAM_RECORD_END)
+    }
+
+    fn restore(
+        &mut self,
+        source: &mut dyn SnapshotSource,
+        scratch: &mut [u8],
+    ) -> Result<(), RestoreError> {
+        self.backend.clear();
+        if wire::get_u32(source)? != STREAM_SNAPSHOT_MAGIC {
+            return Err(RestoreError::Malformed);
+        }
+        loop {
+            match wire::get_u8(source)? {
+                STREAM_RECORD_END => return Ok(()),
+                STREAM_RECORD_STREAM => self.restore_stream(source, scratch)?,
+                _ => return Err(RestoreError::Malformed),
+            }
+        }
+    }
+
     fn apply(&mut self, _entry: &EntryHeader, payload: &[u8], reply: &mut [u8]) -> usize {
         let r = match StreamOp::decode(payload, &self.limits) {
             Ok(op) => self.apply_op(&op),
@@ -751,54 +879,9 @@ pub fn range_entries(result: &[u8]) -> Option<impl Iterator<Item = RangeEntry<'_
 mod tests {
     use super::*;
     extern crate std;
-    use std::collections::BTreeMap;
     use std::vec::Vec;
 
-    /// A stream: its last id and its entries.
-    type Entries = (StreamId, BTreeMap<StreamId, Vec<u8>>);
-
-    #[derive(Default)]
-    struct MapStreams(BTreeMap<Vec<u8>, Entries>);
-    impl StreamBackend for MapStreams {
-        fn last_id(&self, key: &[u8]) -> Option<StreamId> {
-            self.0.get(key).map(|s| s.0)
-        }
-        fn len(&self, key: &[u8]) -> u64 {
-            self.0.get(key).map_or(0, |s| s.1.len() as u64)
-        }
-        fn append(&mut self, key: &[u8], id: StreamId, pairs: &[u8]) -> Result<(), ()> {
-            let s = self.0.entry(key.to_vec()).or_default();
-            s.0 = id;
-            s.1.insert(id, pairs.to_vec());
-            Ok(())
-        }
-        fn trim(&mut self, key: &[u8], maxlen: u64) -> u64 {
-            let Some(s) = self.0.get_mut(key) else {
-                return 0;
-            };
-            let mut removed = 0;
-            while s.1.len() as u64 > maxlen {
-                s.1.pop_first();
-                removed += 1;
-            }
-            removed
-        }
-        fn range(
-            &self,
-            key: &[u8],
-            start: StreamId,
-            end: StreamId,
-            visit: &mut dyn FnMut(StreamId, &[u8]) -> bool,
-        ) {
-            if let Some(s) = self.0.get(key) {
-                for (id, p) in s.1.range(start..=end) {
-                    if !visit(*id, p) {
-                        break;
-                    }
-                }
-            }
-        }
-    }
+    use crate::test_backends::MapStreams;
 
     const LIMITS: KvLimits = KvLimits {
         key_bytes_max: 16,

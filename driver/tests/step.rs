@@ -58,6 +58,16 @@ impl KvBackend for MapKv {
     fn del(&mut self, k: &[u8]) -> bool {
         self.0.remove(k).is_some()
     }
+    fn for_each(&self, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) {
+        for (k, v) in &self.0 {
+            if !visit(k, v) {
+                break;
+            }
+        }
+    }
+    fn clear(&mut self) {
+        self.0.clear();
+    }
 }
 
 type Kv = KvStateMachine<MapKv>;

@@ -10,6 +10,7 @@ use verbatim_core::kv::{KvBackend, KvLimits, KvStateMachine};
 use verbatim_core::log::EntryHeader;
 use verbatim_core::service::KvAndStreams;
 use verbatim_core::sm::{ReadError, RequestError, StateMachine};
+use verbatim_core::snapshot::{RestoreError, SnapshotFull, SnapshotSink, SnapshotSource};
 use verbatim_core::stream::{StreamBackend, StreamId, StreamStateMachine};
 
 /// A `BTreeMap` backend (deterministic iteration for state digests).
@@ -26,6 +27,16 @@ impl KvBackend for MapBackend {
     }
     fn del(&mut self, key: &[u8]) -> bool {
         self.0.remove(key).is_some()
+    }
+    fn for_each(&self, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) {
+        for (k, v) in &self.0 {
+            if !visit(k, v) {
+                break;
+            }
+        }
+    }
+    fn clear(&mut self) {
+        self.0.clear();
     }
 }
 
@@ -77,6 +88,19 @@ impl StreamBackend for MapStreams {
                 }
             }
         }
+    }
+    fn for_each_stream(&self, visit: &mut dyn FnMut(&[u8], StreamId) -> bool) {
+        for (k, s) in &self.0 {
+            if !visit(k, s.0) {
+                break;
+            }
+        }
+    }
+    fn set_last_id(&mut self, key: &[u8], id: StreamId) {
+        self.0.entry(key.to_vec()).or_default().0 = id;
+    }
+    fn clear(&mut self) {
+        self.0.clear();
     }
 }
 
@@ -141,5 +165,17 @@ impl StateMachine for RecordingKv {
 
     fn check_request(&self, payload: &[u8], write: bool) -> Result<(), RequestError> {
         self.inner.check_request(payload, write)
+    }
+
+    fn snapshot(&self, sink: &mut dyn SnapshotSink) -> Result<(), SnapshotFull> {
+        self.inner.snapshot(sink)
+    }
+
+    fn restore(
+        &mut self,
+        source: &mut dyn SnapshotSource,
+        scratch: &mut [u8],
+    ) -> Result<(), RestoreError> {
+        self.inner.restore(source, scratch)
     }
 }

@@ -12,23 +12,10 @@ use crate::fabric::{Access, Addr, Op, RegionId, WcStatus, WorkRequest, WrId, REG
 use crate::kv::{KvBackend, KvLimits, KvOp, KvReply, KvStateMachine};
 use crate::layout::{ADJUST_HEADER_BYTES, ROW_BYTES};
 use crate::test_memory::TestMemory;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::vec::Vec;
 
-#[derive(Default)]
-struct MapKv(BTreeMap<Vec<u8>, Vec<u8>>);
-impl KvBackend for MapKv {
-    fn get(&self, k: &[u8]) -> Option<&[u8]> {
-        self.0.get(k).map(|v| v.as_slice())
-    }
-    fn set(&mut self, k: &[u8], v: &[u8]) -> Result<(), ()> {
-        self.0.insert(k.to_vec(), v.to_vec());
-        Ok(())
-    }
-    fn del(&mut self, k: &[u8]) -> bool {
-        self.0.remove(k).is_some()
-    }
-}
+use crate::test_backends::MapKv;
 
 type TestNode = Node<TestMemory, KvStateMachine<MapKv>>;
 const LIMITS: KvLimits = KvLimits {

@@ -56,6 +56,18 @@ impl KvBackend for HashBackend {
     fn del(&mut self, key: &[u8]) -> bool {
         self.map.remove(key).is_some()
     }
+
+    fn for_each(&self, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) {
+        for (k, v) in &self.map {
+            if !visit(k, v) {
+                break;
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.map.clear();
+    }
 }
 
 /// One stream: its entries in id order and the last id ever added (kept
@@ -148,6 +160,23 @@ impl StreamBackend for StreamMap {
                 break;
             }
         }
+    }
+
+    fn for_each_stream(&self, visit: &mut dyn FnMut(&[u8], StreamId) -> bool) {
+        for (k, s) in &self.streams {
+            if !visit(k, s.last_id) {
+                break;
+            }
+        }
+    }
+
+    fn set_last_id(&mut self, key: &[u8], id: StreamId) {
+        self.streams.entry(key.to_vec()).or_default().last_id = id;
+    }
+
+    fn clear(&mut self) {
+        self.streams.clear();
+        self.entries = 0;
     }
 }
 

@@ -1,0 +1,60 @@
+//! A state-machine snapshot as a recovering member reads it from a peer's
+//! memory (DARE §3.4), on arbitrary bytes: restoring never panics; what is
+//! accepted is a state whose own snapshot restores to the same state and
+//! is the same bytes again (the format is canonical for a given state up to
+//! the backends' iteration order, which is fixed here).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use verbatim_core::kv::{KvLimits, KvStateMachine};
+use verbatim_core::service::KvAndStreams;
+use verbatim_core::sm::StateMachine;
+use verbatim_core::snapshot::{SliceSink, SliceSource};
+use verbatim_core::stream::StreamStateMachine;
+use verbatim_host::replica::storage::{HashBackend, StreamMap};
+
+const LIMITS: [KvLimits; 2] = [
+    KvLimits {
+        key_bytes_max: 4,
+        value_bytes_max: 8,
+    },
+    KvLimits {
+        key_bytes_max: 64,
+        value_bytes_max: 256,
+    },
+];
+
+type Service = KvAndStreams<KvStateMachine<HashBackend>, StreamStateMachine<StreamMap>>;
+
+fn service(limits: KvLimits) -> Service {
+    KvAndStreams::new(
+        KvStateMachine::new(HashBackend::new(64), limits),
+        StreamStateMachine::new(StreamMap::new(64), limits),
+    )
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&select, bytes)) = data.split_first() else {
+        return;
+    };
+    let limits = LIMITS[usize::from(select) % LIMITS.len()];
+    let mut scratch = vec![0u8; 4096];
+    let mut s = service(limits);
+    if s.restore(&mut SliceSource::new(bytes), &mut scratch).is_err() {
+        return;
+    }
+    let mut out = vec![0u8; bytes.len() + 64];
+    let mut sink = SliceSink::new(&mut out);
+    s.snapshot(&mut sink).expect("an accepted state fits the bytes it came from");
+    let n = sink.len();
+    let mut t = service(limits);
+    t.restore(&mut SliceSource::new(&out[..n]), &mut scratch)
+        .expect("a state's own snapshot restores");
+    let mut again = vec![0u8; n + 64];
+    let mut sink = SliceSink::new(&mut again);
+    t.snapshot(&mut sink).unwrap();
+    let m = sink.len();
+    assert_eq!(m, n, "the restored state's snapshot has another length");
+    assert_eq!(t.kv.backend().len(), s.kv.backend().len());
+    assert_eq!(t.streams.backend().entry_count(), s.streams.backend().entry_count());
+});
