@@ -608,7 +608,8 @@ fn replicas_serve_prometheus_metrics() {
     let scrape = |id: u16| {
         let mut s = TcpStream::connect(("127.0.0.1", base + id)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
         let mut text = String::new();
         s.read_to_string(&mut text).unwrap();
         text
@@ -624,7 +625,10 @@ fn replicas_serve_prometheus_metrics() {
         )) {
             break text;
         }
-        assert!(Instant::now() < deadline, "the leader never showed as leader:\n{text}");
+        assert!(
+            Instant::now() < deadline,
+            "the leader never showed as leader:\n{text}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
