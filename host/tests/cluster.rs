@@ -876,6 +876,16 @@ fn a_redis_client_library_works_unchanged() {
     }
     let counts: Vec<i64> = pipe.query(&mut con).unwrap();
     assert_eq!(counts, (1..=100).collect::<Vec<i64>>());
+    // A mixed pipeline: each GET sees the SETs sent before it.
+    let mut pipe = redis::pipe();
+    for i in 0..20 {
+        pipe.cmd("SET").arg("piped").arg(i).cmd("GET").arg("piped");
+    }
+    let replies: Vec<String> = pipe.query(&mut con).unwrap();
+    let expected: Vec<String> = (0..20)
+        .flat_map(|i| ["OK".to_string(), i.to_string()])
+        .collect();
+    assert_eq!(replies, expected);
     let deleted: i64 = redis::cmd("DEL").arg("greeting").query(&mut con).unwrap();
     assert_eq!(deleted, 1);
     // A value somewhat larger than the manifest allows is refused with an
@@ -886,6 +896,28 @@ fn a_redis_client_library_works_unchanged() {
     assert!(refused.is_err(), "an oversized value must be refused");
     let after: i64 = redis::cmd("INCR").arg("counter").query(&mut con).unwrap();
     assert_eq!(after, 101);
+    // The same pipelines on the leader itself (no forwarding).
+    let client =
+        redis::Client::open(format!("redis://127.0.0.1:{}/", base + u16::from(leader))).unwrap();
+    let mut con = client
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .expect("connect");
+    con.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut pipe = redis::pipe();
+    for i in 0..20 {
+        pipe.cmd("INCR")
+            .arg("counter")
+            .cmd("SET")
+            .arg("on-leader")
+            .arg(i)
+            .cmd("GET")
+            .arg("on-leader");
+    }
+    let replies: Vec<String> = pipe.query(&mut con).unwrap();
+    let expected: Vec<String> = (0..20)
+        .flat_map(|i| [(102 + i).to_string(), "OK".into(), i.to_string()])
+        .collect();
+    assert_eq!(replies, expected);
 }
 
 /// The second service: Redis stream commands through a client library,

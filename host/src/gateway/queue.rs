@@ -18,8 +18,11 @@ pub struct ServiceRequest {
     pub write: bool,
     /// The encoded operation (`verbatim_core::kv` codec).
     pub payload: Vec<u8>,
-    /// Where the answer goes.
-    pub reply: mpsc::Sender<ServiceReply>,
+    /// The submitter's tag, sent back with the answer (a connection has
+    /// several requests in flight when its client pipelines).
+    pub tag: u64,
+    /// Where the answer goes, with the tag.
+    pub reply: mpsc::Sender<(u64, ServiceReply)>,
     /// When it arrived (for latency).
     pub arrived: Instant,
 }

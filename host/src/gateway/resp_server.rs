@@ -192,8 +192,16 @@ struct Conn<'c> {
     client_id: u64,
     next_request: u64,
     named: Option<(u64, u64)>,
-    reply_tx: mpsc::Sender<ServiceReply>,
-    reply_rx: mpsc::Receiver<ServiceReply>,
+    reply_tx: mpsc::Sender<(u64, ServiceReply)>,
+    reply_rx: mpsc::Receiver<(u64, ServiceReply)>,
+    /// Key-value operations submitted and not answered yet, in the order
+    /// the client sent them (its pipeline), all writes or all reads.
+    inflight: std::collections::VecDeque<Pipelined>,
+    /// Tag of the next submission.
+    next_tag: u64,
+    /// Answers of pipelined operations that arrived before the ones ahead
+    /// of them were written.
+    early: std::collections::HashMap<u64, ServiceReply>,
     upstream: Option<Upstream>,
     resp_limits: RespLimits,
     kv_limits: KvLimits,
@@ -208,6 +216,25 @@ struct Conn<'c> {
     /// write a second time, under another session).
     rid_refused: bool,
 }
+
+/// A key-value operation of a client's pipeline, submitted to the poll
+/// loop and waiting for its answer.
+struct Pipelined {
+    tag: u64,
+    client_id: u64,
+    request_id: u64,
+    write: bool,
+    payload: Vec<u8>,
+    /// The command as the client sent it (forwarded to the leader if this
+    /// replica cannot serve it).
+    raw: Vec<u8>,
+    deadline: Instant,
+}
+
+/// Operations of one pipeline in flight at most: the leader batches what
+/// arrives together into one log append, and a client that sends more
+/// waits for the first ones.
+const PIPELINE_DEPTH_MAX: usize = 64;
 
 impl Drop for Conn<'_> {
     fn drop(&mut self) {
@@ -227,6 +254,9 @@ impl<'c> Conn<'c> {
             named: None,
             reply_tx,
             reply_rx,
+            inflight: std::collections::VecDeque::new(),
+            next_tag: 1,
+            early: std::collections::HashMap::new(),
             upstream: None,
             resp_limits: RespLimits::for_kv(&kv_limits),
             kv_limits,
@@ -326,6 +356,9 @@ impl<'c> Conn<'c> {
                     }
                 }
             }
+            // Answers of what this read pipelined, in order, before the
+            // replies go out (Redis answers a pipeline in one write too).
+            self.drain(&mut out);
             inbuf.drain(..at);
             if !out.is_empty() {
                 if self.stream.write_all(&out).is_err() {
@@ -341,6 +374,17 @@ impl<'c> Conn<'c> {
 
     /// Handles one request frame; true means close after replying.
     fn handle_frame(&mut self, frame: &Frame<'_>, raw: &[u8], out: &mut Vec<u8>) -> bool {
+        // Pipelining: a key-value command of a plain (unnamed) request is
+        // submitted without waiting for the ones before it; the answers
+        // are written in the client's order by `drain`.
+        if self.authenticated && self.named.is_none() && !self.rid_refused {
+            if let Ok(Command::Kv(op)) = resp::parse_command(frame, &self.kv_limits) {
+                self.pipeline(&op, raw, out);
+                return false;
+            }
+        }
+        // Anything else answers in order after what is in flight.
+        self.drain(out);
         if let Some(auth) = auth_command(frame) {
             self.auth(auth, out);
             return false;
@@ -495,6 +539,141 @@ impl<'c> Conn<'c> {
         }
     }
 
+    /// Submits one key-value operation of a pipeline. Writes follow writes
+    /// and reads follow reads without waiting: a read after a write (or
+    /// the reverse) first waits for what is in flight, so the client sees
+    /// its commands take effect in the order it sent them, as with Redis.
+    fn pipeline(&mut self, op: &KvOp<'_>, raw: &[u8], out: &mut Vec<u8>) {
+        let write = !op.is_read();
+        if self.inflight.back().is_some_and(|p| p.write != write)
+            || self.inflight.len() >= PIPELINE_DEPTH_MAX
+        {
+            self.drain(out);
+        }
+        let mut payload = vec![0u8; self.kv_limits.encoded_bytes_max() as usize];
+        let Ok(n) = op.encode(&mut payload) else {
+            self.drain(out);
+            resp::encode_error(b"ERR request too large", out);
+            return;
+        };
+        payload.truncate(n);
+        let request_id = self.next_request;
+        self.next_request += 1;
+        let tag = self.next_tag;
+        self.next_tag += 1;
+        let submitted = self.ctx.handle.submit(ServiceRequest {
+            client_id: self.client_id,
+            request_id,
+            write,
+            payload: payload.clone(),
+            tag,
+            reply: self.reply_tx.clone(),
+            arrived: Instant::now(),
+        });
+        if !submitted {
+            self.drain(out);
+            resp::encode_error(b"ERR replica shutting down", out);
+            return;
+        }
+        self.inflight.push_back(Pipelined {
+            tag,
+            client_id: self.client_id,
+            request_id,
+            write,
+            payload,
+            raw: raw.to_vec(),
+            deadline: Instant::now() + REQUEST_TIMEOUT,
+        });
+    }
+
+    /// Waits for every pipelined operation's answer and writes them in
+    /// order. One that this replica could not serve (not the leader, no
+    /// leader yet, log full) goes through [`Conn::execute_as`] with the
+    /// same ids: retried or forwarded, and applied at most once.
+    fn drain(&mut self, out: &mut Vec<u8>) {
+        while let Some(p) = self.inflight.pop_front() {
+            let reply = self.wait_reply(p.tag, p.deadline);
+            if let Some(ServiceReply::NotLeader(Some(leader))) = reply {
+                if leader.0 != self.ctx.me {
+                    // A follower: the whole run of operations that this
+                    // replica cannot serve goes to the leader as one
+                    // pipeline, not one round trip each.
+                    let mut batch = vec![p];
+                    while let Some((tag, deadline)) =
+                        self.inflight.front().map(|q| (q.tag, q.deadline))
+                    {
+                        match self.wait_reply(tag, deadline) {
+                            Some(ServiceReply::NotLeader(Some(l))) if l == leader => {
+                                batch.extend(self.inflight.pop_front());
+                            }
+                            Some(other) => {
+                                self.early.insert(tag, other);
+                                break;
+                            }
+                            None => break,
+                        }
+                    }
+                    let relayed = self.forward_batch(leader, &batch, 1, out);
+                    for q in batch.into_iter().skip(relayed) {
+                        self.fall_back(q, out);
+                    }
+                    continue;
+                }
+            }
+            match reply {
+                Some(ServiceReply::Ok(bytes)) => encode_kv_result(!p.write, &bytes, out),
+                Some(ServiceReply::Error(msg)) => {
+                    resp::encode_error(format!("ERR {msg}").as_bytes(), out)
+                }
+                None => resp::encode_error(
+                    b"TRYAGAIN request timed out; it may or may not have been applied",
+                    out,
+                ),
+                Some(ServiceReply::NotLeader(_) | ServiceReply::Busy) => self.fall_back(p, out),
+            }
+        }
+    }
+
+    /// The answer to a pipelined operation, waiting until its deadline.
+    fn wait_reply(&mut self, tag: u64, deadline: Instant) -> Option<ServiceReply> {
+        if let Some(r) = self.early.remove(&tag) {
+            return Some(r);
+        }
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            match self.reply_rx.recv_timeout(remaining) {
+                Ok((t, r)) if t == tag => return Some(r),
+                Ok((t, r)) => self.keep_early(t, r),
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// One pipelined operation the fast path could not finish, through
+    /// the one-at-a-time path (retries, forwarding) with the same ids.
+    fn fall_back(&mut self, p: Pipelined, out: &mut Vec<u8>) {
+        let read = !p.write;
+        if let Some(bytes) = self.execute_as(
+            p.client_id,
+            p.request_id,
+            0,
+            p.payload,
+            p.write,
+            &p.raw,
+            out,
+        ) {
+            encode_kv_result(read, &bytes, out);
+        }
+    }
+
+    /// Keeps the answer of a pipelined operation that is still waiting;
+    /// drops a stale one (of an attempt that timed out).
+    fn keep_early(&mut self, tag: u64, reply: ServiceReply) {
+        if self.inflight.iter().any(|q| q.tag == tag) {
+            self.early.insert(tag, reply);
+        }
+    }
+
     /// Runs a service operation (encoded): through our poll loop, or
     /// forwarded to the leader, retrying while no leader is known. Returns
     /// the service's result bytes, or `None` when the reply (an error, or
@@ -512,17 +691,35 @@ impl<'c> Conn<'c> {
             self.next_request += 1;
             (self.client_id, r)
         });
+        self.execute_as(client_id, request_id, hops, payload, write, raw, out)
+    }
+
+    /// [`Conn::execute`] with the request's ids and hops given.
+    #[allow(clippy::too_many_arguments)]
+    fn execute_as(
+        &mut self,
+        client_id: u64,
+        request_id: u64,
+        hops: u8,
+        payload: Vec<u8>,
+        write: bool,
+        raw: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Option<Vec<u8>> {
         if payload.len() > self.kv_limits.encoded_bytes_max() as usize {
             resp::encode_error(b"ERR request too large", out);
             return None;
         }
         let deadline = Instant::now() + REQUEST_TIMEOUT;
         loop {
+            let tag = self.next_tag;
+            self.next_tag += 1;
             let request = ServiceRequest {
                 client_id,
                 request_id,
                 write,
                 payload: payload.clone(),
+                tag,
                 reply: self.reply_tx.clone(),
                 arrived: Instant::now(),
             };
@@ -530,15 +727,18 @@ impl<'c> Conn<'c> {
                 resp::encode_error(b"ERR replica shutting down", out);
                 return None;
             }
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            let reply = match self.reply_rx.recv_timeout(remaining) {
-                Ok(r) => r,
-                Err(_) => {
-                    resp::encode_error(
-                        b"TRYAGAIN request timed out; it may or may not have been applied",
-                        out,
-                    );
-                    return None;
+            let reply = loop {
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                match self.reply_rx.recv_timeout(remaining) {
+                    Ok((t, r)) if t == tag => break r,
+                    Ok((t, r)) => self.keep_early(t, r),
+                    Err(_) => {
+                        resp::encode_error(
+                            b"TRYAGAIN request timed out; it may or may not have been applied",
+                            out,
+                        );
+                        return None;
+                    }
                 }
             };
             match reply {
@@ -580,6 +780,29 @@ impl<'c> Conn<'c> {
         raw: &[u8],
         out: &mut Vec<u8>,
     ) -> bool {
+        let one = Pipelined {
+            tag: 0,
+            client_id,
+            request_id,
+            write: true,
+            payload: Vec::new(),
+            raw: raw.to_vec(),
+            deadline: Instant::now(),
+        };
+        self.forward_batch(leader, std::slice::from_ref(&one), hops, out) == 1
+    }
+
+    /// Forwards requests (each named with its ids and `hops`) to the
+    /// leader in one write and relays their replies in order. Returns how
+    /// many were relayed: a prefix; the rest (the leader could not be
+    /// reached, or lost the leadership meanwhile) are the caller's.
+    fn forward_batch(
+        &mut self,
+        leader: MemberId,
+        batch: &[Pipelined],
+        hops: u8,
+        out: &mut Vec<u8>,
+    ) -> usize {
         let Some(addr) = self
             .ctx
             .manifest
@@ -587,14 +810,14 @@ impl<'c> Conn<'c> {
             .get(leader.index())
             .and_then(|m| m.resp_addr.clone())
         else {
-            return false;
+            return 0;
         };
         if self.upstream.as_ref().is_none_or(|u| u.leader != leader) {
             let Ok(addr) = addr.parse::<SocketAddr>() else {
-                return false;
+                return 0;
             };
             let Ok(stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
-                return false;
+                return 0;
             };
             let _ = stream.set_nodelay(true);
             let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
@@ -608,53 +831,68 @@ impl<'c> Conn<'c> {
         }
         let password = self.ctx.manifest.cluster.resp_password.clone();
         let up = self.upstream.as_mut().expect("just set");
-        let mut req = Vec::with_capacity(raw.len() + 64);
+        let mut req = Vec::with_capacity(batch.iter().map(|p| p.raw.len() + 64).sum());
         // The leader asks members for the password like any client.
-        let mut replies_before = 1;
+        let mut skip = 0;
         if let (Some(p), false) = (&password, up.authenticated) {
             resp::encode_array_header(2, &mut req);
             resp::encode_bulk(b"AUTH", &mut req);
             resp::encode_bulk(p.as_bytes(), &mut req);
-            replies_before += 1;
+            skip += 1;
             up.authenticated = true;
         }
-        resp::encode_array_header(4, &mut req);
-        resp::encode_bulk(b"RID", &mut req);
-        resp::encode_bulk(client_id.to_string().as_bytes(), &mut req);
-        resp::encode_bulk(request_id.to_string().as_bytes(), &mut req);
-        resp::encode_bulk(hops.to_string().as_bytes(), &mut req);
-        req.extend_from_slice(raw);
+        for p in batch {
+            resp::encode_array_header(4, &mut req);
+            resp::encode_bulk(b"RID", &mut req);
+            resp::encode_bulk(p.client_id.to_string().as_bytes(), &mut req);
+            resp::encode_bulk(p.request_id.to_string().as_bytes(), &mut req);
+            resp::encode_bulk(hops.to_string().as_bytes(), &mut req);
+            req.extend_from_slice(&p.raw);
+        }
         if up.stream.write_all(&req).is_err() {
             self.upstream = None;
-            return false;
+            return 0;
         }
-        // Replies: +OK for AUTH (once per connection) and for RID, then
-        // the command's, which is relayed.
+        // Replies: +OK for AUTH (once per connection), then per request +OK
+        // for RID and the command's, which is relayed.
         let limits = RespLimits::for_kv(&self.kv_limits);
         let mut chunk = [0u8; 16 * 1024];
+        let mut relayed = 0;
+        // Frames of the reply stream consumed so far (AUTH, RID, command).
+        let mut seen = 0;
         loop {
             let mut at = 0;
-            let mut complete = 0;
-            while let Ok(Some((_, used))) = resp::parse_frame(&up.buf[at..], &limits) {
-                if complete == replies_before {
-                    let reply = &up.buf[at..at + used];
-                    // The member we forwarded to lost the leadership: not
-                    // the client's business. Retry from here (we may be
-                    // the new leader, or know who is).
-                    let relay = !reply.starts_with(NOT_LEADER_FORWARDED);
-                    if relay {
-                        out.extend_from_slice(reply);
-                    }
-                    up.buf.drain(..at + used);
-                    return relay;
-                }
+            while relayed < batch.len() {
+                let Ok(Some((_, used))) = resp::parse_frame(&up.buf[at..], &limits) else {
+                    break;
+                };
+                let frame = &up.buf[at..at + used];
                 at += used;
-                complete += 1;
+                seen += 1;
+                let is_command_reply = seen > skip && (seen - skip) % 2 == 0;
+                if !is_command_reply {
+                    continue;
+                }
+                // The member we forwarded to lost the leadership: not the
+                // client's business. This one and the rest are retried
+                // from here (we may be the new leader, or know who is).
+                if frame.starts_with(NOT_LEADER_FORWARDED) {
+                    // Its replies to the rest are read and dropped with
+                    // the connection.
+                    self.upstream = None;
+                    return relayed;
+                }
+                out.extend_from_slice(frame);
+                relayed += 1;
+            }
+            up.buf.drain(..at);
+            if relayed == batch.len() {
+                return relayed;
             }
             match up.stream.read(&mut chunk) {
                 Ok(0) | Err(_) => {
                     self.upstream = None;
-                    return false;
+                    return relayed;
                 }
                 Ok(n) => up.buf.extend_from_slice(&chunk[..n]),
             }
@@ -736,7 +974,13 @@ fn rid_command(frame: &Frame<'_>) -> Option<Option<(u64, u64, u8)>> {
 }
 
 fn encode_result(op: &KvOp<'_>, bytes: &[u8], out: &mut Vec<u8>) {
-    if op.is_read() {
+    encode_kv_result(op.is_read(), bytes, out)
+}
+
+/// The RESP reply of a key-value result (`read`: a GET's value, else a
+/// write's `KvReply`).
+fn encode_kv_result(read: bool, bytes: &[u8], out: &mut Vec<u8>) {
+    if read {
         match bytes.split_first() {
             Some((1, value)) => resp::reply_get(Some(value), out),
             _ => resp::reply_get(None, out),

@@ -95,7 +95,10 @@ const QUEUE_REQUESTS_PER_STEP: usize = 1024;
 
 enum Route {
     Slot { slot: u64, seq: u64 },
-    Channel(std::sync::mpsc::Sender<ServiceReply>),
+    Channel {
+        tx: std::sync::mpsc::Sender<(u64, ServiceReply)>,
+        tag: u64,
+    },
 }
 
 /// Where an answer goes, and what the latency histogram needs.
@@ -395,6 +398,7 @@ impl Host<ShmMemory, Kv> for Gateway {
             request_id,
             write,
             payload,
+            tag,
             reply,
             arrived,
         } = self.queue.try_next()?;
@@ -405,7 +409,7 @@ impl Host<ShmMemory, Kv> for Gateway {
             write,
             payload,
             route: HostRoute {
-                to: Route::Channel(reply),
+                to: Route::Channel { tx: reply, tag },
                 arrived,
                 write,
             },
@@ -424,14 +428,14 @@ impl Host<ShmMemory, Kv> for Gateway {
             self.count("requests_malformed");
         }
         match route.to {
-            Route::Channel(tx) => {
+            Route::Channel { tx, tag } => {
                 let reply = match answer {
                     Answer::Ok(b) => ServiceReply::Ok(b.to_vec()),
                     Answer::NotLeader(h) => ServiceReply::NotLeader(h),
                     Answer::Busy => ServiceReply::Busy,
                     Answer::Refused(r) => ServiceReply::Error(r.message().to_string()),
                 };
-                let _ = tx.send(reply);
+                let _ = tx.send((tag, reply));
             }
             Route::Slot { slot, seq } => {
                 // Straight from the driver's buffer into the slot: no copy
