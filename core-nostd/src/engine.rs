@@ -68,6 +68,13 @@ pub trait Engine {
     /// The host learned that a peer's process is gone.
     fn handle_peer_down(&mut self, now_ns: u64, peer: MemberId);
 
+    /// The host learned that a peer that was gone runs again: a new
+    /// process (a restart, with empty memory) has taken its place. An
+    /// engine that wrote the peer off may trust it again from now on.
+    fn handle_peer_up(&mut self, now_ns: u64, peer: MemberId) {
+        let _ = (now_ns, peer);
+    }
+
     /// The next action, in order; drained after every call.
     fn poll_action(&mut self) -> Option<Action>;
 

@@ -308,6 +308,22 @@ impl<M: Memory> Engine for HeartbeatEngine<M> {
         self.invariants();
     }
 
+    fn handle_peer_up(&mut self, now_ns: u64, peer: MemberId) {
+        self.now = self.now.max(now_ns);
+        if peer.index() < self.member_count && peer != self.me {
+            // A new process with a counter of its own: start over, so its
+            // first value is not compared with the old process's last.
+            let p = &mut self.peers[peer.index()];
+            let generation = p.generation.wrapping_add(1);
+            *p = PeerState {
+                generation,
+                next_read_at_ns: self.now,
+                ..PeerState::default()
+            };
+        }
+        self.invariants();
+    }
+
     fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
     }
@@ -482,5 +498,31 @@ mod tests {
         let r = reads(&mut e);
         assert_eq!(r.len(), 1);
         assert_eq!(r[0].peer, MemberId(1));
+    }
+
+    /// A restarted peer is read again, from scratch: the new process's
+    /// first counter is not compared with the old one's last (which could
+    /// be equal and look like a stall), and a READ posted to the old
+    /// process is ignored when it completes.
+    #[test]
+    fn a_restarted_peer_is_read_again_from_scratch() {
+        let (mut e, mem, _) = engine(0);
+        e.handle_timeout(0);
+        let first = reads(&mut e);
+        let to2 = *first.iter().find(|w| w.peer == MemberId(2)).unwrap();
+        land(&mut e, &mem, &to2, 7, 1);
+        e.handle_peer_down(2, MemberId(2));
+        e.handle_peer_up(3, MemberId(2));
+        assert_eq!(e.peer(MemberId(2)).counter, None);
+        e.handle_timeout(40_000);
+        let again = reads(&mut e);
+        let to2b = *again.iter().find(|w| w.peer == MemberId(2)).unwrap();
+        land(&mut e, &mem, &to2b, 7, 40_001);
+        assert_eq!(e.peer(MemberId(2)).counter, Some(7));
+        assert!(
+            !e.peer(MemberId(2)).stalled,
+            "the first value of a new process"
+        );
+        assert_eq!(e.poll_event(), None);
     }
 }

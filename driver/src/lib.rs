@@ -14,7 +14,8 @@
 //! 1. reap completions and hand each to the engine whose [`EngineTag`] its
 //!    `wr_id` carries (the tag is added when the engine's work request is
 //!    posted and removed before the engine sees the completion);
-//! 2. tell every engine about peers the host saw die;
+//! 2. tell every engine about peers the host saw die, and about peers
+//!    that run again (a new process in a dead one's place);
 //! 3. validate client requests with the service
 //!    ([`StateMachine::check_request`]) and submit them to the log engine;
 //! 4. run every engine (`handle_timeout`), execute its actions in order
@@ -128,6 +129,12 @@ pub trait Host<M: Memory, S: StateMachine> {
     /// A peer whose process the host saw exit since the last call
     /// (death notice, pidfd, closed exchange connection).
     fn take_peer_down(&mut self) -> Option<MemberId>;
+
+    /// A peer that was reported down runs again (a new process in its
+    /// place) since the last call.
+    fn take_peer_up(&mut self) -> Option<MemberId> {
+        None
+    }
 
     /// The next client request waiting, if any.
     fn next_request(&mut self) -> Option<Incoming<Self::Route>>;
@@ -260,6 +267,11 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
         while let Some(peer) = host.take_peer_down() {
             self.engines.log.handle_peer_down(now_ns, peer);
             self.engines.heartbeat.handle_peer_down(now_ns, peer);
+            work = true;
+        }
+        while let Some(peer) = host.take_peer_up() {
+            Engine::handle_peer_up(&mut *self.engines.log, now_ns, peer);
+            self.engines.heartbeat.handle_peer_up(now_ns, peer);
             work = true;
         }
         while let Some(request) = host.next_request() {

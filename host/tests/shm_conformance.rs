@@ -213,5 +213,20 @@ fn a_peer_is_seen_dead_through_its_death_notice() {
     assert_eq!(live.take_newly_dead(), vec![MemberId(1)]);
     assert_eq!(live.death_seen_by(MemberId(1)), Some(DeathSeen::Notice));
     assert!(live.died_at_ns(MemberId(1)) > 0);
+    // Connecting again changes nothing while the dead peer's segment is
+    // the old one.
+    assert!(f.connect_peers().is_empty());
+    assert!(live.is_dead(MemberId(1)));
+    assert_eq!(live.take_newly_up(), None);
+    // A restarted peer (a new segment in its place) is mapped and
+    // reported alive again, once.
+    let old_incarnation = f.peer(MemberId(1)).unwrap().incarnation();
+    let _seg1b = Segment::create(&paths[1], &layout, MemberId(1)).unwrap();
+    assert!(f.connect_peers().is_empty());
+    assert!(!live.is_dead(MemberId(1)));
+    assert_eq!(live.take_newly_up(), Some(MemberId(1)));
+    assert_eq!(live.take_newly_up(), None);
+    assert_ne!(f.peer(MemberId(1)).unwrap().incarnation(), old_incarnation);
+    assert_eq!(live.died_at_ns(MemberId(1)), 0);
     live.stop();
 }

@@ -40,6 +40,9 @@ pub struct PeerLiveness {
     dead: [AtomicBool; MAX_MEMBERS],
     /// Peers that died since the poll loop last looked (bitmask).
     newly_dead: AtomicU64,
+    /// Peers that run again (a new process) since the poll loop last
+    /// looked (bitmask).
+    newly_up: AtomicU64,
     /// When each peer was seen to die (ns since `epoch`).
     died_at: [AtomicU64; MAX_MEMBERS],
     /// `DeathSeen` of the detector that saw it first (0: none).
@@ -67,6 +70,38 @@ impl PeerLiveness {
             .filter(|m| bits & (1 << m) != 0)
             .map(MemberId)
             .collect()
+    }
+
+    /// One peer that runs again since it was last taken, if any.
+    pub fn take_newly_up(&self) -> Option<MemberId> {
+        let mut bits = self.newly_up.load(Ordering::Acquire);
+        while bits != 0 {
+            let low = bits & bits.wrapping_neg();
+            match self.newly_up.compare_exchange(
+                bits,
+                bits & !low,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(MemberId(low.trailing_zeros() as u8)),
+                Err(now) => bits = now,
+            }
+        }
+        None
+    }
+
+    /// A dead peer's place was taken by a new process (a restart): it is
+    /// alive again, and the poll loop is told once.
+    pub fn revive(&self, m: MemberId) {
+        if m.index() >= MAX_MEMBERS {
+            return;
+        }
+        self.died_at[m.index()].store(0, Ordering::Release);
+        self.seen_by[m.index()].store(0, Ordering::Release);
+        if self.dead[m.index()].swap(false, Ordering::AcqRel) {
+            self.newly_dead.fetch_and(!(1 << m.0), Ordering::AcqRel);
+            self.newly_up.fetch_or(1 << m.0, Ordering::AcqRel);
+        }
     }
 
     /// Starts watching a peer's process.

@@ -517,11 +517,38 @@ impl ShmFabric {
         let mut missing = Vec::new();
         for i in 0..self.peers.len() {
             let m = MemberId(i as u8);
-            if m == self.me || self.peers[i].is_some() {
+            if m == self.me {
                 continue;
             }
+            let restarted = match &self.peers[i] {
+                None => false,
+                // A dead peer's segment may have been replaced by its next
+                // process (a restart): map the new one and tell the poll
+                // loop that the peer runs again.
+                Some(old) if self.liveness.is_dead(m) => {
+                    match Segment::open(&self.peer_paths[i], &self.layout) {
+                        Ok(seg)
+                            if seg.member_id() == i as u64
+                                && seg.incarnation() != old.incarnation()
+                                && seg.owner().alive() =>
+                        {
+                            true
+                        }
+                        _ => continue,
+                    }
+                }
+                Some(_) => continue,
+            };
             match Segment::open(&self.peer_paths[i], &self.layout) {
                 Ok(seg) if seg.member_id() == i as u64 => {
+                    if restarted {
+                        tracing::info!(
+                            peer = i,
+                            pid = seg.pid(),
+                            "peer restarted: mapped its new segment"
+                        );
+                        self.liveness.revive(m);
+                    }
                     self.liveness.watch(m, seg.pid());
                     // The notice file is published before the segment, so
                     // a replica that has one is seen with it.

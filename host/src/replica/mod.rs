@@ -349,6 +349,13 @@ fn failovers_leader(st: &verbatim_core::NodeStatus, me: MemberId) -> Option<u8> 
 impl Host<ShmMemory, Kv> for Gateway {
     type Route = HostRoute;
 
+    fn take_peer_up(&mut self) -> Option<MemberId> {
+        let peer = self.liveness.take_newly_up()?;
+        tracing::info!(peer = peer.0, "peer runs again (a new process)");
+        self.event("replica-back", format!("member {} runs again", peer.0));
+        Some(peer)
+    }
+
     fn take_peer_down(&mut self) -> Option<MemberId> {
         if self.dead_buf.is_empty() {
             self.dead_buf = self.liveness.take_newly_dead();
