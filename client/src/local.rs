@@ -86,7 +86,12 @@ impl LocalCluster {
 
     fn spawn(&self, id: u8) -> Result<Child, String> {
         let log = self.log_dir.join(format!("replica-{id}.log"));
-        let out = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+        // Appended to: a restarted replica's log follows its predecessor's.
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .map_err(|e| format!("{}: {e}", log.display()))?;
         let err = out.try_clone().map_err(|e| e.to_string())?;
         Command::new(&self.binary)
             .arg("replica")
@@ -154,6 +159,37 @@ impl LocalCluster {
     /// The pid of a replica.
     pub fn pid(&self, id: u8) -> Option<u32> {
         self.children.get(usize::from(id))?.as_ref().map(Child::id)
+    }
+
+    /// Replicas that exited since the last call (killed from outside,
+    /// crashed, stopped by a signal), with how they ended; their slots
+    /// become empty, ready for [`LocalCluster::restart`].
+    pub fn reap_exited(&mut self) -> Vec<(u8, std::process::ExitStatus)> {
+        let mut ended = Vec::new();
+        for (id, slot) in self.children.iter_mut().enumerate() {
+            if let Some(c) = slot {
+                if let Ok(Some(status)) = c.try_wait() {
+                    ended.push((id as u8, status));
+                    *slot = None;
+                }
+            }
+        }
+        ended
+    }
+
+    /// Starts replica `id` again (a new process with empty memory, which
+    /// rejoins the group) if it is not running.
+    pub fn restart(&mut self, id: u8) -> Result<(), String> {
+        let slot = usize::from(id);
+        if slot >= self.children.len() {
+            return Err(format!("no replica {id}"));
+        }
+        if self.children[slot].is_some() {
+            return Ok(());
+        }
+        let child = self.spawn(id)?;
+        self.children[slot] = Some(child);
+        Ok(())
     }
 
     /// SIGKILLs a replica (process gone, memory gone with it).

@@ -84,6 +84,10 @@ enum Cmd {
         /// Manifest overrides (repeatable).
         #[arg(long = "set")]
         overrides: Vec<String>,
+        /// Do not restart a replica that exits (by default `up` restarts
+        /// it: a new process with empty memory that rejoins the group).
+        #[arg(long)]
+        no_heal: bool,
     },
     /// Key-value commands against a cluster.
     Kv {
@@ -213,11 +217,12 @@ fn main() -> Result<()> {
             poll,
             cores,
             overrides,
+            no_heal,
         } => {
             init_tracing("warn");
             let binary = std::env::current_exe().context("locating the verbatim binary")?;
             let shutdown = shutdown_flag()?;
-            let cluster = LocalCluster::start(
+            let mut cluster = LocalCluster::start(
                 &LocalOptions {
                     name,
                     replicas,
@@ -247,22 +252,50 @@ fn main() -> Result<()> {
                 "console:  verbatim-console --connect {}",
                 cluster.manifest_path.display()
             );
-            println!("Ctrl-C stops every replica.");
+            println!(
+                "Ctrl-C stops every replica.{}",
+                if no_heal {
+                    ""
+                } else {
+                    " A replica that exits is restarted (--no-heal: not)."
+                }
+            );
+            let mut restarts = vec![0u32; usize::from(replicas)];
             while !shutdown.load(Ordering::Acquire) {
+                for (id, status) in cluster.reap_exited() {
+                    if no_heal {
+                        eprintln!("\nmember {id} exited ({status}); not restarted (--no-heal)");
+                        continue;
+                    }
+                    match cluster.restart(id) {
+                        Ok(()) => {
+                            restarts[usize::from(id)] += 1;
+                            eprintln!("\nmember {id} exited ({status}); restarted, rejoining");
+                        }
+                        Err(e) => eprintln!("\nmember {id} exited ({status}); restart failed: {e}"),
+                    }
+                }
                 let line: Vec<String> = cluster
                     .status()
                     .into_iter()
                     .enumerate()
-                    .map(|(i, s)| match s {
-                        Some(s) => format!(
-                            "r{}:{} t{} c{} {:.0}op/s",
-                            s.id,
-                            &s.role[..1].to_uppercase(),
-                            s.term,
-                            s.log.commit_index,
-                            s.latency.ops_per_sec
-                        ),
-                        None => format!("r{i}:down"),
+                    .map(|(i, s)| {
+                        let restarted = match restarts.get(i).copied().unwrap_or(0) {
+                            0 => String::new(),
+                            n => format!(" ↻{n}"),
+                        };
+                        match s {
+                            Some(s) => format!(
+                                "r{}:{} t{} c{} a{} {:.0}op/s{restarted}",
+                                s.id,
+                                &s.role[..1].to_uppercase(),
+                                s.term,
+                                s.log.commit_index,
+                                s.log.apply_index,
+                                s.latency.ops_per_sec
+                            ),
+                            None => format!("r{i}:down{restarted}"),
+                        }
                     })
                     .collect();
                 eprint!("\r{}    ", line.join(" | "));

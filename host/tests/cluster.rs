@@ -640,6 +640,52 @@ fn replicas_serve_prometheus_metrics() {
     assert!(term >= 1);
 }
 
+/// `verbatim up` heals: a replica killed from outside is seen as exited
+/// and started again as a new process, which answers on its status socket
+/// and is accepted by the others as running again (its segment is a new
+/// incarnation).
+#[test]
+fn an_exited_replica_is_reaped_and_restarted() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cluster = start("itheal", 0);
+    let (leader, _) = cluster
+        .wait_leader(0, Duration::from_secs(10))
+        .expect("a leader");
+    let victim = (leader + 1) % 3;
+    let pid = cluster.pid(victim).unwrap();
+    // SAFETY: kill(2) on a child process of ours.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let ended = loop {
+        let ended = cluster.reap_exited();
+        if !ended.is_empty() {
+            break ended;
+        }
+        assert!(Instant::now() < deadline, "the kill was not seen");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(ended.len(), 1);
+    assert_eq!(ended[0].0, victim);
+    assert!(cluster.pid(victim).is_none());
+    cluster.restart(victim).unwrap();
+    let new_pid = cluster.pid(victim).unwrap();
+    assert_ne!(new_pid, pid);
+    cluster.wait_ready(Duration::from_secs(10)).unwrap();
+    // The leader's status shows the member's death and its return.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let st = cluster.status();
+        let back = st[usize::from(leader)]
+            .as_ref()
+            .is_some_and(|s| s.events.iter().any(|e| e.kind == "replica-back"));
+        if back {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no replica-back event: {st:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn free_port_base() -> u16 {
     // Three consecutive free ports: ask the kernel for one and hope its
     // neighbours are free too (retry a few times).
