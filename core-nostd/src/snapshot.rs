@@ -14,6 +14,9 @@
 //! buffer as large as the largest log entry, which bounds every record a
 //! service can hold.
 
+use crate::fabric::Addr;
+use crate::mem::Memory;
+
 /// The sink has no room for more bytes: the snapshot is abandoned (the
 /// configured snapshot region is too small for the state).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,6 +112,243 @@ impl SnapshotSource for SliceSource<'_> {
     }
 }
 
+/// The header of a snapshot region: what a donor publishes and a joiner
+/// checks before and after it reads the payload.
+///
+/// ```text
+/// 0 magic | 8 generation | 16 state | 24 apply index | 32 apply position
+/// 40 term of the last applied entry | 48 sessions bytes | 56 state-machine bytes
+/// 64 payload checksum | 72 header checksum        (payload from byte 128)
+/// ```
+///
+/// The payload is the donor's session table (as it lies in its `Sessions`
+/// region), then its state machine's [`crate::sm::StateMachine::snapshot`]
+/// bytes, both as of `apply_index`: every entry below it applied, none
+/// from it on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SnapshotHeader {
+    /// The request this snapshot answers (the joiner's generation).
+    pub generation: u64,
+    /// Where the donor is with it.
+    pub state: SnapshotState,
+    /// First log index not in the snapshot.
+    pub apply_index: u64,
+    /// Log position just after the last entry in the snapshot.
+    pub apply_pos: u64,
+    /// Term of the last entry in the snapshot.
+    pub last_term: u64,
+    /// Bytes of the session table image.
+    pub sessions_bytes: u64,
+    /// Bytes of the state machine's snapshot.
+    pub sm_bytes: u64,
+    /// Checksum of the payload (sessions image then state machine bytes).
+    pub payload_checksum: u64,
+}
+
+/// Progress of a snapshot in a donor's region.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(u64)]
+pub enum SnapshotState {
+    /// Nothing there.
+    #[default]
+    Empty = 0,
+    /// Being written: not to be read.
+    Writing = 1,
+    /// Complete and checked.
+    Complete = 2,
+    /// The state does not fit the region (raise `snapshot_bytes_max`).
+    TooLarge = 3,
+}
+
+impl SnapshotHeader {
+    /// Bytes from the start of the region to the payload.
+    pub const PAYLOAD_OFFSET: u64 = 128;
+    const MAGIC: u64 = u64::from_le_bytes(*b"VBSNAP01");
+    const DOMAIN: u64 = 0x534E_4150_4844; // "SNAPHD"
+    /// Words of the encoded header.
+    pub const WORDS: usize = 10;
+
+    /// The encoded header (its last word checks the others).
+    pub fn encode(&self) -> [u64; Self::WORDS] {
+        let mut w = [
+            Self::MAGIC,
+            self.generation,
+            self.state as u64,
+            self.apply_index,
+            self.apply_pos,
+            self.last_term,
+            self.sessions_bytes,
+            self.sm_bytes,
+            self.payload_checksum,
+            0,
+        ];
+        w[9] = crate::checksum::checksum_words(Self::DOMAIN, &w[..9]);
+        w
+    }
+
+    /// Decodes a copy; `None` for anything that is not a whole, consistent
+    /// header (torn, corrupt, or never written).
+    pub fn decode(w: &[u64; Self::WORDS]) -> Option<SnapshotHeader> {
+        if w[0] != Self::MAGIC || crate::checksum::checksum_words(Self::DOMAIN, &w[..9]) != w[9] {
+            return None;
+        }
+        let state = match w[2] {
+            0 => SnapshotState::Empty,
+            1 => SnapshotState::Writing,
+            2 => SnapshotState::Complete,
+            3 => SnapshotState::TooLarge,
+            _ => return None,
+        };
+        Some(SnapshotHeader {
+            generation: w[1],
+            state,
+            apply_index: w[3],
+            apply_pos: w[4],
+            last_term: w[5],
+            sessions_bytes: w[6],
+            sm_bytes: w[7],
+            payload_checksum: w[8],
+        })
+    }
+
+    /// Bytes of the payload.
+    pub fn payload_bytes(&self) -> u64 {
+        self.sessions_bytes.saturating_add(self.sm_bytes)
+    }
+}
+
+/// A checksum of a byte stream that does not depend on how the stream is
+/// cut into calls (the donor writes records of every size, the joiner
+/// checks in fixed chunks): bytes are gathered into whole words.
+#[derive(Clone, Copy, Debug)]
+pub struct StreamChecksum {
+    words: crate::checksum::Checksum,
+    pending: [u8; 8],
+    pending_len: usize,
+}
+
+impl StreamChecksum {
+    const DOMAIN: u64 = 0x534E_4150_504C; // "SNAPPL"
+
+    /// An empty stream.
+    pub fn new() -> Self {
+        StreamChecksum {
+            words: crate::checksum::Checksum::new(Self::DOMAIN),
+            pending: [0; 8],
+            pending_len: 0,
+        }
+    }
+
+    /// Adds bytes.
+    pub fn bytes(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let take = (8 - self.pending_len).min(bytes.len());
+            self.pending[self.pending_len..self.pending_len + take].copy_from_slice(&bytes[..take]);
+            self.pending_len += take;
+            bytes = &bytes[take..];
+            if self.pending_len == 8 {
+                self.words.word(u64::from_le_bytes(self.pending));
+                self.pending_len = 0;
+            }
+        }
+    }
+
+    /// The checksum (a trailing partial word zero-padded, the length mixed
+    /// in by the word checksum's own finish).
+    pub fn finish(mut self) -> u64 {
+        if self.pending_len > 0 {
+            let mut w = [0u8; 8];
+            w[..self.pending_len].copy_from_slice(&self.pending[..self.pending_len]);
+            self.words.word(u64::from_le_bytes(w));
+            // Distinguish the padding from real zero bytes.
+            self.words.word(self.pending_len as u64);
+        }
+        self.words.finish()
+    }
+}
+
+impl Default for StreamChecksum {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Writes a snapshot's state-machine bytes into registered memory, from
+/// `at` on, never past `end`, keeping a running checksum.
+pub struct MemorySink<'m, M: Memory + ?Sized> {
+    mem: &'m M,
+    at: Addr,
+    end: u64,
+    written: u64,
+    checksum: StreamChecksum,
+}
+
+impl<'m, M: Memory + ?Sized> MemorySink<'m, M> {
+    /// A sink from `at` up to offset `end` of the same region, whose
+    /// checksum continues `checksum`.
+    pub fn new(mem: &'m M, at: Addr, end: u64, checksum: StreamChecksum) -> Self {
+        MemorySink {
+            mem,
+            at,
+            end,
+            written: 0,
+            checksum,
+        }
+    }
+
+    /// Bytes written and the checksum so far.
+    pub fn finish(self) -> (u64, u64) {
+        (self.written, self.checksum.finish())
+    }
+}
+
+impl<M: Memory + ?Sized> SnapshotSink for MemorySink<'_, M> {
+    fn write(&mut self, bytes: &[u8]) -> Result<(), SnapshotFull> {
+        let len = bytes.len() as u64;
+        if self.at.offset.checked_add(len).is_none_or(|e| e > self.end) {
+            return Err(SnapshotFull);
+        }
+        self.mem.write(self.at, bytes);
+        self.checksum.bytes(bytes);
+        self.at = self.at.add(len);
+        self.written += len;
+        Ok(())
+    }
+}
+
+/// Reads snapshot bytes back out of registered memory (copies: the
+/// memory is never behind a reference), at most `len` of them.
+pub struct MemorySource<'m, M: Memory + ?Sized> {
+    mem: &'m M,
+    at: Addr,
+    left: u64,
+}
+
+impl<'m, M: Memory + ?Sized> MemorySource<'m, M> {
+    /// `len` bytes from `at`.
+    pub fn new(mem: &'m M, at: Addr, len: u64) -> Self {
+        MemorySource { mem, at, left: len }
+    }
+
+    /// Bytes not read yet.
+    pub fn remaining(&self) -> u64 {
+        self.left
+    }
+}
+
+impl<M: Memory + ?Sized> SnapshotSource for MemorySource<'_, M> {
+    fn read_exact(&mut self, out: &mut [u8]) -> bool {
+        let len = out.len() as u64;
+        if len > self.left {
+            return false;
+        }
+        self.mem.read(self.at, out);
+        self.at = self.at.add(len);
+        self.left -= len;
+        true
+    }
+}
+
 /// Little-endian record fields, shared by the services' formats.
 pub mod wire {
     use super::{RestoreError, SnapshotFull, SnapshotSink, SnapshotSource};
@@ -180,6 +420,79 @@ pub mod wire {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
+    use crate::fabric::{MemberId, RegionId};
+    use crate::layout::Layout;
+    use crate::test_memory::TestMemory;
+
+    #[test]
+    fn a_stream_checksum_does_not_depend_on_how_the_stream_is_cut() {
+        let bytes: [u8; 37] = core::array::from_fn(|i| (i * 7 + 3) as u8);
+        let mut whole = StreamChecksum::new();
+        whole.bytes(&bytes);
+        let whole = whole.finish();
+        for cut in [1, 2, 3, 5, 8, 13] {
+            let mut c = StreamChecksum::new();
+            for chunk in bytes.chunks(cut) {
+                c.bytes(chunk);
+            }
+            assert_eq!(c.finish(), whole, "chunks of {cut}");
+        }
+        let mut shorter = StreamChecksum::new();
+        shorter.bytes(&bytes[..36]);
+        assert_ne!(shorter.finish(), whole);
+        let mut zero_padded = StreamChecksum::new();
+        zero_padded.bytes(&bytes[..36]);
+        zero_padded.bytes(&[0, 0, 0, 0]);
+        let mut exact = StreamChecksum::new();
+        exact.bytes(&bytes[..36]);
+        exact.bytes(&[0]);
+        assert_ne!(zero_padded.finish(), exact.finish(), "trailing zeros count");
+    }
+
+    #[test]
+    fn headers_round_trip_and_torn_ones_are_refused() {
+        let h = SnapshotHeader {
+            generation: 9,
+            state: SnapshotState::Complete,
+            apply_index: 40,
+            apply_pos: 4096,
+            last_term: 3,
+            sessions_bytes: 512,
+            sm_bytes: 77,
+            payload_checksum: 0xABCD,
+        };
+        let w = h.encode();
+        assert_eq!(SnapshotHeader::decode(&w), Some(h));
+        assert_eq!(SnapshotHeader::decode(&[0; SnapshotHeader::WORDS]), None);
+        for i in 0..SnapshotHeader::WORDS {
+            let mut t = w;
+            t[i] ^= 1;
+            assert_eq!(SnapshotHeader::decode(&t), None, "word {i}");
+        }
+    }
+
+    #[test]
+    fn memory_sinks_stop_at_their_end_and_sources_read_back() {
+        let layout = Layout::new(&Config::new(3, MemberId(0))).unwrap();
+        let mem = TestMemory::new(&layout);
+        let at = Addr::new(RegionId::Scratch, 8);
+        let mut sink = MemorySink::new(&mem, at, 8 + 10, StreamChecksum::new());
+        assert_eq!(sink.write(b"0123456"), Ok(()));
+        assert_eq!(sink.write(b"789"), Ok(()));
+        assert_eq!(sink.write(b"x"), Err(SnapshotFull));
+        let (n, sum) = sink.finish();
+        assert_eq!(n, 10);
+        let mut expect = StreamChecksum::new();
+        expect.bytes(b"0123456789");
+        assert_eq!(sum, expect.finish());
+        let mut src = MemorySource::new(&mem, at, 10);
+        let mut out = [0u8; 6];
+        assert!(src.read_exact(&mut out));
+        assert_eq!(&out, b"012345");
+        assert!(!src.read_exact(&mut out), "4 left");
+        assert_eq!(src.remaining(), 4);
+    }
 
     #[test]
     fn slices_stop_at_their_ends() {
