@@ -37,6 +37,23 @@ pub enum Mutation {
     /// waiting `counter_read_gap_ns` (uKharon §4.2), so a running peer
     /// that had no chance to increment is reported stalled.
     CounterReadWithoutGap,
+    /// Candidates and voters do not revoke log access (DARE §3.2.1): an
+    /// outdated leader keeps writing into logs that vote for, and grant
+    /// access to, a newer one.
+    SkipRevoke,
+    /// A voter answers in the same push that carries its private vote,
+    /// without waiting until a majority stores it (DARE §3.2.3).
+    SkipVoteReplication,
+    /// Count entries of earlier terms as committed once a majority holds
+    /// them, before the leader's own no-op of its term is (DARE §3.3, Raft
+    /// §5.4.2).
+    CommitBeforeOwnNoop,
+    /// Write entries into a follower's ring over positions it has not
+    /// applied yet (DARE §3.3.2).
+    DropOverwriteGuard,
+    /// Apply a retried request again instead of answering from the session
+    /// table (exactly-once, DARE §3.3 "unique request IDs").
+    SkipSessionCheck,
 }
 
 /// Configuration of one member. Construct with [`Config::new`], adjust

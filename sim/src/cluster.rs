@@ -4,13 +4,16 @@
 //! virtual time from one seed, so a seed reproduces a run exactly.
 
 use crate::check::committed::CommittedLog;
-use crate::check::completeness::check_leader_completeness;
+use crate::check::completeness::{
+    check_electable_completeness, check_leader_completeness, MemberLog,
+};
 use crate::check::counters::CounterAccuracy;
 use crate::check::election::ElectionSafety;
 use crate::check::linearizability::{check_history, Verdict};
 use crate::check::log_matching::check_log_matching;
 use crate::check::state_machine::StateMachineSafety;
 use crate::check::streams::{check_streams, StreamInput, StreamOperation, StreamOutput};
+use crate::check::votes::{OneVotePerTerm, VoteReliability};
 use crate::check::{EntryId, Violation};
 use crate::history::{KvInput, KvOutput, Operation};
 use crate::kvsm::RecordingKv;
@@ -86,6 +89,34 @@ pub enum Fault {
         to_ns: u64,
         /// Both directions?
         symmetric: bool,
+    },
+    /// The next member to win an election at or after `from_ns` is cut off
+    /// from the other members link by link, each link (both directions) at
+    /// its own random instant within `delay_ns` after the win, for
+    /// `for_ns` (at most until the end of the safety phase): a leader
+    /// deposed while its no-op reaches some followers and not others,
+    /// which leaves entries of several terms on minorities (Raft's
+    /// Figure 8).
+    Depose {
+        /// Armed from.
+        from_ns: u64,
+        /// Links are cut within this long after the win.
+        delay_ns: u64,
+        /// For this long.
+        for_ns: u64,
+    },
+    /// The member leading at `from_ns` and `companions` others (drawn at
+    /// random then) are cut off from the rest, both directions, until
+    /// `to_ns`: the leader goes on appending client writes that reach only
+    /// its side (a minority), while the other side elects a leader of its
+    /// own.
+    IsolateLeader {
+        /// From.
+        from_ns: u64,
+        /// Until.
+        to_ns: u64,
+        /// Members cut off with the leader.
+        companions: u8,
     },
     /// Extra latency on one directed link.
     Delay {
@@ -450,6 +481,8 @@ pub struct Cluster {
     first_ack_after_heal: Option<u64>,
     ops_issued: u64,
     election: ElectionSafety,
+    votes: OneVotePerTerm,
+    vote_reliability: VoteReliability,
     counters: CounterAccuracy,
     committed: CommittedLog,
     sm_safety: StateMachineSafety,
@@ -457,6 +490,9 @@ pub struct Cluster {
     needs_recovery: u64,
     /// Members some leader reported as needing state transfer.
     needing_recovery: std::collections::BTreeSet<usize>,
+    /// `Depose` faults waiting for the next leader: (delay, length).
+    depose_armed: Vec<(u64, u64)>,
+    depose_rng: SplitMix64,
     trace: Vec<String>,
     digest: Checksum,
     payload_buf: Vec<u8>,
@@ -564,6 +600,7 @@ impl Cluster {
             })
             .collect();
         let end_ns = opts.safety_ns + opts.liveness_ns;
+        let seed = opts.seed;
         Cluster {
             ring: Ring::new(&layout.log),
             payload_buf: vec![0u8; opts.config.entry_payload_bytes_max as usize],
@@ -581,12 +618,16 @@ impl Cluster {
             first_ack_after_heal: None,
             ops_issued: 0,
             election: ElectionSafety::default(),
+            votes: OneVotePerTerm::default(),
+            vote_reliability: VoteReliability::default(),
             counters: CounterAccuracy::default(),
             committed: CommittedLog::default(),
             sm_safety: StateMachineSafety::default(),
             violations: Vec::new(),
             needs_recovery: 0,
             needing_recovery: Default::default(),
+            depose_armed: Vec::new(),
+            depose_rng: SplitMix64::new(seed ^ 0x4445_504F),
             trace: Vec::new(),
             digest: Checksum::new(0x0053_494D),
         }
@@ -652,6 +693,8 @@ impl Cluster {
         for (k, f) in self.opts.faults.clone().iter().enumerate() {
             let (start, end) = match f {
                 Fault::Crash { at_ns, .. } | Fault::Zombie { at_ns, .. } => (*at_ns, None),
+                Fault::Depose { from_ns, .. } => (*from_ns, None),
+                Fault::IsolateLeader { from_ns, .. } => (*from_ns, None),
                 Fault::Pause { from_ns, to_ns, .. }
                 | Fault::PauseMidCopy { from_ns, to_ns, .. }
                 | Fault::Partition { from_ns, to_ns, .. }
@@ -782,7 +825,69 @@ impl Cluster {
                     self.nodes[w].stop_mid_copy_until = Some(to_ns);
                 }
             }
+            Fault::Depose {
+                delay_ns, for_ns, ..
+            } => self.depose_armed.push((delay_ns, for_ns)),
+            Fault::IsolateLeader {
+                to_ns, companions, ..
+            } => self.isolate_leader(to_ns, usize::from(companions)),
             Fault::Partition { .. } | Fault::Delay { .. } => {}
+        }
+    }
+
+    fn isolate_leader(&mut self, to_ns: u64, companions: usize) {
+        let n = self.nodes.len();
+        let Some(leader) = (0..n)
+            .filter(|&i| {
+                self.nodes[i].state == NodeState::Running
+                    && self.nodes[i].driver.log().role() == Role::Leader
+            })
+            .max_by_key(|&i| self.nodes[i].driver.log().term())
+        else {
+            return;
+        };
+        let mut side = vec![leader];
+        while side.len() < (companions + 1).min(n - 1) {
+            let m = self.depose_rng.range_inclusive(0, n as u64 - 1) as usize;
+            if !side.contains(&m) {
+                side.push(m);
+            }
+        }
+        self.log(|| format!("fault: leader {leader} isolated with {side:?} until {to_ns} ns"));
+        for &a in &side {
+            for b in (0..n).filter(|b| !side.contains(b)) {
+                for (from, to) in [(a, b), (b, a)] {
+                    self.net.late_cuts.0.push(LinkWindow {
+                        from: from as u8,
+                        to: to as u8,
+                        start_ns: self.now,
+                        end_ns: to_ns,
+                    });
+                }
+            }
+        }
+    }
+
+    /// A member won an election: an armed `Depose` fault cuts it off.
+    fn depose(&mut self, leader: usize) {
+        let Some((delay_ns, for_ns)) = self.depose_armed.pop() else {
+            return;
+        };
+        let end_ns = (self.now + delay_ns + for_ns).min(self.opts.safety_ns);
+        for other in 0..self.nodes.len() {
+            if other == leader {
+                continue;
+            }
+            let start_ns = self.now + self.depose_rng.range_inclusive(0, delay_ns);
+            self.log(|| format!("fault: link {leader}-{other} cut from {start_ns} to {end_ns} ns"));
+            for (from, to) in [(leader, other), (other, leader)] {
+                self.net.late_cuts.0.push(LinkWindow {
+                    from: from as u8,
+                    to: to as u8,
+                    start_ns,
+                    end_ns,
+                });
+            }
         }
     }
 
@@ -1032,6 +1137,7 @@ impl Cluster {
                     if let Some(v) = self.election.observe_leader(self.now, term, i) {
                         self.violation(v);
                     }
+                    self.depose(i);
                     let st = self.nodes[i].driver.log().status();
                     let log = self.read_log(i, st.apply_pos, st.apply_index, st.tail_pos);
                     for v in check_leader_completeness(
@@ -1091,7 +1197,63 @@ impl Cluster {
         out
     }
 
+    /// Votes: what member `i` published, and the votes for `i` it sees.
+    fn check_votes(&mut self, i: usize) {
+        let n = self.nodes.len();
+        let log = self.nodes[i].driver.log();
+        let mine = log.published_row();
+        let mut found = Vec::new();
+        // A private vote is the decision, the vote its answer: both count.
+        for b in [mine.private_vote, mine.vote] {
+            if let (t, Some(c)) = (b.term, b.member) {
+                if t > 0 {
+                    found.push((t, c.index()));
+                }
+            }
+        }
+        let mut counted = Vec::new();
+        for b in (0..n).filter(|&b| b != i) {
+            let row = log.peer_row(MemberId(b as u8));
+            if row.vote.term > 0 && row.vote.member == Some(MemberId(i as u8)) {
+                counted.push((b, row.vote.term));
+            }
+        }
+        for (t, c) in found {
+            if let Some(v) = self.votes.observe_vote(self.now, i, t, c) {
+                self.violation(v);
+            }
+        }
+        let quorum = usize::from(self.opts.members) / 2 + 1;
+        for (b, t) in counted {
+            // Who stores b's private vote of t (or later)? b itself, and
+            // every member whose copy of b's row says so. A copy that does
+            // not validate (a push landing right now) gets the benefit of
+            // the doubt.
+            let mut holders = 0;
+            for m in 0..n {
+                let holds = if m == b {
+                    self.nodes[b].driver.log().published_row().private_vote.term >= t
+                } else {
+                    let mem = self.nodes[m].driver.log().memory();
+                    let at = self.nodes[m].driver.log().layout().row(MemberId(b as u8));
+                    match verbatim_core::sst::Row::read(mem, at) {
+                        Ok((r, _)) => r.private_vote.term >= t,
+                        Err(_) => true,
+                    }
+                };
+                holders += usize::from(holds);
+            }
+            if let Some(v) = self
+                .vote_reliability
+                .observe_counted_vote(self.now, b, i, t, holders, quorum)
+            {
+                self.violation(v);
+            }
+        }
+    }
+
     fn observe(&mut self, i: usize) {
+        self.check_votes(i);
         let applied = self.nodes[i].driver.log().state_machine().drain_applied();
         for e in applied {
             if let Some(v) = self.sm_safety.observe_apply(self.now, i, e) {
@@ -1120,11 +1282,19 @@ impl Cluster {
                 if pos < st.commit_pos {
                     let entries = self.read_log(i, pos, index, st.commit_pos);
                     let mut new_index = index;
+                    let mut earlier_terms = false;
                     for e in &entries {
                         if let Some(v) = self.committed.observe_committed(self.now, i, *e) {
                             self.violation(v);
                         }
                         new_index = e.index + 1;
+                        earlier_terms |= e.term < st.term;
+                    }
+                    if earlier_terms {
+                        // Entries of earlier terms just committed: the
+                        // moment a too-early commit (before the no-op of
+                        // this term is on a majority) is visible.
+                        self.check_electable();
                     }
                     if new_index != st.commit_index {
                         self.violation(Violation {
@@ -1139,6 +1309,26 @@ impl Cluster {
                     self.nodes[i].commit_cursor = Some((st.commit_pos, st.commit_index));
                 }
             }
+        }
+    }
+
+    /// Every member a majority would vote for holds every committed entry.
+    fn check_electable(&mut self) {
+        let mut members = Vec::new();
+        for i in 0..self.nodes.len() {
+            let st = self.nodes[i].driver.log().status();
+            let log = self.read_log(i, st.apply_pos, st.apply_index, st.tail_pos);
+            members.push(MemberLog {
+                node: i,
+                apply_index: st.apply_index,
+                applied_term: self.nodes[i].driver.log().last_applied_term(),
+                log,
+                voter: matches!(self.nodes[i].state, NodeState::Running | NodeState::Paused),
+            });
+        }
+        let quorum = usize::from(self.opts.members) / 2 + 1;
+        for v in check_electable_completeness(self.now, &members, quorum, &self.committed) {
+            self.violation(v);
         }
     }
 
@@ -1162,6 +1352,7 @@ impl Cluster {
         for v in check_log_matching(self.now, &logs) {
             self.violation(v);
         }
+        self.check_electable();
     }
 
     // ----- clients ---------------------------------------------------------

@@ -18,7 +18,8 @@ fn usage() -> ExitCode {
     eprintln!(
         "usage:\n  verbatim-sim --seeds N [--start S] [--threads T] [--mutation NAME]\n  \
          verbatim-sim --seed S [--trace] [--mutation NAME]\n  verbatim-sim --model\n\
-         mutations: none, commit-on-minority, vote-without-log-check, read-without-term-check, counter-read-without-gap, ignore-revoke-failure, commit-pointer-beyond-ack"
+         mutations: none, commit-on-minority, vote-without-log-check, read-without-term-check, counter-read-without-gap, ignore-revoke-failure, commit-pointer-beyond-ack,\n  \
+         skip-revoke, skip-vote-replication, commit-before-own-noop, drop-overwrite-guard, skip-session-check"
     );
     ExitCode::from(2)
 }
@@ -32,6 +33,11 @@ fn parse_mutation(s: &str) -> Option<Mutation> {
         "counter-read-without-gap" => Mutation::CounterReadWithoutGap,
         "ignore-revoke-failure" => Mutation::IgnoreRevokeFailure,
         "commit-pointer-beyond-ack" => Mutation::CommitPointerBeyondAck,
+        "skip-revoke" => Mutation::SkipRevoke,
+        "skip-vote-replication" => Mutation::SkipVoteReplication,
+        "commit-before-own-noop" => Mutation::CommitBeforeOwnNoop,
+        "drop-overwrite-guard" => Mutation::DropOverwriteGuard,
+        "skip-session-check" => Mutation::SkipSessionCheck,
         _ => return None,
     })
 }

@@ -230,6 +230,9 @@ pub struct Net {
     conns: Vec<Conn>,
     /// Fault layers, consulted in order for every request.
     pub faults: Vec<Box<dyn NetFault>>,
+    /// Partitions decided while the run goes on (faults triggered by what
+    /// the members do, e.g. cutting off a leader right after it wins).
+    pub late_cuts: Cuts,
     rng: SplitMix64,
     /// Copies in progress from a stopped writer: the target cannot confirm
     /// a revoke of the writer's access, and the rest of the copy lands
@@ -295,6 +298,7 @@ impl Net {
             nics,
             conns: vec![Conn::default(); n * n * 2],
             faults: Vec::new(),
+            late_cuts: Cuts::default(),
             rng: SplitMix64::new(seed ^ 0x4E45_5457),
             stuck_copies: Vec::new(),
             pending_places: Vec::new(),
@@ -328,7 +332,7 @@ impl Net {
     }
 
     fn cut(&self, from: usize, to: usize, t: u64) -> bool {
-        self.faults.iter().any(|f| f.cut(from, to, t))
+        self.late_cuts.cut(from, to, t) || self.faults.iter().any(|f| f.cut(from, to, t))
     }
 
     fn extra_delay(&self, from: usize, to: usize, t: u64) -> u64 {
@@ -599,6 +603,42 @@ impl Net {
         self.access_ok(dst, src, region) && self.grant_epoch(dst, src, region) == epoch
     }
 
+    /// Places, in order, the pending data of WRITEs from `src` to `dst`
+    /// posted before `before` that overlap `[at, at + len)`. RC executes
+    /// the WRITEs of a connection in order: what may become visible late
+    /// is the data of one address relative to another (entries relative to
+    /// the tail pointer), never an older copy of the same bytes over a
+    /// newer one (a row pushed twice ends with the later push).
+    fn place_earlier_overlapping(
+        &mut self,
+        src: usize,
+        dst: usize,
+        at: Addr,
+        len: usize,
+        before: u64,
+    ) {
+        let overlaps = |p: &PendingPlace| {
+            p.src == src
+                && p.dst == dst
+                && p.id < before
+                && p.at.region == at.region
+                && p.at.offset < at.offset + len as u64
+                && at.offset < p.at.offset + p.bytes.len() as u64
+        };
+        if !self.pending_places.iter().any(overlaps) {
+            return;
+        }
+        let (earlier, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending_places)
+            .into_iter()
+            .partition(overlaps);
+        self.pending_places = rest;
+        for p in earlier {
+            if self.nics[p.dst].alive {
+                self.nics[p.dst].mem.write(p.at, &p.bytes);
+            }
+        }
+    }
+
     /// Handles a network event; returns the member to wake, if any.
     pub fn handle(&mut self, s: &mut impl Schedule, now: u64, ev: NetEvent) -> Option<usize> {
         match ev {
@@ -618,6 +658,7 @@ impl Net {
             NetEvent::Place { id } => {
                 let k = self.pending_places.iter().position(|p| p.id == id)?;
                 let p = self.pending_places.remove(k);
+                self.place_earlier_overlapping(p.src, p.dst, p.at, p.bytes.len(), p.id);
                 if self.nics[p.dst].alive {
                     self.nics[p.dst].mem.write(p.at, &p.bytes);
                     Some(p.dst)
@@ -767,6 +808,8 @@ impl Net {
             Op::Write { .. } | Op::WriteInline { .. } => {
                 let bytes = data.expect("writes carry data");
                 if spread_ns > 0 {
+                    let next = self.next_place_id;
+                    self.place_earlier_overlapping(src, dst, remote, bytes.len(), next);
                     // Torn placement: each word lands at its own time.
                     let flag = Rc::new(Cell::new(false));
                     for (k, chunk) in bytes.chunks(8).enumerate() {
@@ -790,6 +833,8 @@ impl Net {
                 } else if visible_after > 0 {
                     let id = self.next_place_id;
                     self.next_place_id += 1;
+                    // (Earlier pending data of the same bytes is placed
+                    // before this one: see place_earlier_overlapping.)
                     self.pending_places.push(PendingPlace {
                         id,
                         src,
@@ -799,7 +844,9 @@ impl Net {
                     });
                     s.at(now + visible_after, NetEvent::Place { id });
                 } else {
-                    mem.write(remote, &bytes);
+                    let next = self.next_place_id;
+                    self.place_earlier_overlapping(src, dst, remote, bytes.len(), next);
+                    self.nics[dst].mem.write(remote, &bytes);
                 }
             }
             Op::Read { local, len, .. } => {

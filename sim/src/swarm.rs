@@ -112,7 +112,70 @@ pub fn options_for_seed(seed: u64) -> ClusterOptions {
             }
         }
     }
+    hard_cases(seed, &mut o);
     o
+}
+
+/// Faults aimed at rules that the faults above rarely exercise (issue 12:
+/// make the hard cases reachable). They are drawn from a stream of their
+/// own, so the faults above are the same for every seed as before.
+fn hard_cases(seed: u64, o: &mut ClusterOptions) {
+    let mut h = SplitMix64::new(seed ^ 0x4841_5244);
+    // Leaders deposed right after they win, before their no-op reaches a
+    // majority: entries of several terms end up on minorities, and a
+    // later leader must not count old ones as committed before its own
+    // no-op is (DARE §3.3, Raft §5.4.2).
+    if h.chance(1, 3) {
+        // A chain: the next few winners are each cut off in turn.
+        let from_ns = h.range_inclusive(MS, o.safety_ns / 2);
+        for _ in 0..h.range_inclusive(3, 10) {
+            o.faults.push(Fault::Depose {
+                from_ns,
+                delay_ns: h.range_inclusive(3 * US, 60 * US),
+                for_ns: h.range_inclusive(MS / 10, MS),
+            });
+        }
+    }
+    // Raft's Figure 8, from network faults alone: the leader and some
+    // followers (a minority) are cut off and go on appending; the other
+    // side's new leader is cut off at once, before its first entries
+    // leave it; when the first side comes back, one of it wins, and its
+    // earlier-term entries are on a majority before its no-op is.
+    // (Five members or more: with three, a minority side is the leader
+    // alone and Figure 8 cannot happen; it is still a fault worth having.)
+    let figure8 = if o.members >= 5 {
+        h.chance(2, 3)
+    } else {
+        h.chance(1, 4)
+    };
+    if figure8 {
+        let from_ns = h.range_inclusive(MS, o.safety_ns / 2);
+        let to_ns = from_ns + h.range_inclusive(MS, 4 * MS);
+        o.faults.push(Fault::IsolateLeader {
+            from_ns,
+            to_ns,
+            companions: (o.members - 1) / 2 - 1,
+        });
+        o.faults.push(Fault::Depose {
+            from_ns,
+            delay_ns: h.range_inclusive(0, 5 * US),
+            for_ns: to_ns - from_ns + h.range_inclusive(MS, 3 * MS),
+        });
+    }
+    // A follower stopped for longer than a short prune grace: the leader
+    // prunes past it and goes on writing to its NIC, and must not write
+    // over entries it has not applied (DARE §3.3.2).
+    if o.config.prune_grace_ns < 10 * MS && h.chance(1, 2) {
+        let grace = o.config.prune_grace_ns;
+        let node = h.range_inclusive(0, u64::from(o.members) - 1) as u8;
+        let from_ns = h.range_inclusive(MS, o.safety_ns - grace - 2 * MS);
+        let to_ns = (from_ns + grace + h.range_inclusive(MS, 4 * MS)).min(o.safety_ns);
+        o.faults.push(Fault::Pause {
+            node,
+            from_ns,
+            to_ns,
+        });
+    }
 }
 
 /// The result of one seed.

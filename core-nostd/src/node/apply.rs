@@ -61,9 +61,16 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             let is_leader = self.role == Role::Leader;
             match h.kind {
                 EntryKind::Operation => {
-                    let check =
+                    #[allow(unused_mut)]
+                    let mut check =
                         self.sessions
                             .check(&self.mem, &self.layout, h.client_id, h.request_id);
+                    #[cfg(feature = "mutation-testing")]
+                    if self.cfg.mutation == crate::config::Mutation::SkipSessionCheck {
+                        if let SessionCheck::Duplicate { .. } = check {
+                            check = SessionCheck::New;
+                        }
+                    }
                     let stage = self.reply_stage_next;
                     let stale = match check {
                         SessionCheck::New => {

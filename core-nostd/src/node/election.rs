@@ -259,6 +259,10 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                     self.write_adjust_list(&w, term, candidate);
                     self.row.private_vote = Ballot::new(term, candidate);
                     self.duty = Duty::VoteReplicate { candidate, term };
+                    #[cfg(feature = "mutation-testing")]
+                    if self.cfg.mutation == crate::config::Mutation::SkipVoteReplication {
+                        self.answer_vote(candidate, term);
+                    }
                 }
             }
             Duty::VoteReplicate { candidate, term } => {
@@ -267,19 +271,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                     return;
                 }
                 if self.private_vote_reliable() {
-                    // Grant log access, then answer: the candidate only
-                    // reads our list once it sees the vote/grant in our row,
-                    // which is pushed after the grant is executed.
-                    self.grant_log(candidate);
-                    self.row.vote = Ballot::new(term, candidate);
-                    self.row.grant = Ballot::new(term, candidate);
-                    self.row_dirty = true;
-                    self.counters.votes_granted += 1;
-                    // Give the candidate time before suspecting anyone
-                    // (DARE §4.2.2, last paragraph).
-                    let t = self.random_election_timeout();
-                    self.set_timer(Timer::Election, Some(self.now + t));
-                    self.duty = Duty::None;
+                    self.answer_vote(candidate, term);
                 }
             }
             Duty::Grant { leader, term } => {
@@ -301,6 +293,23 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 self.row_dirty = true;
             }
         }
+    }
+
+    /// Answers a vote whose private copy is stored at a majority: grant
+    /// log access, then answer. The candidate only reads our list once it
+    /// sees the vote/grant in our row, which is pushed after the grant is
+    /// executed.
+    fn answer_vote(&mut self, candidate: MemberId, term: u64) {
+        self.grant_log(candidate);
+        self.row.vote = Ballot::new(term, candidate);
+        self.row.grant = Ballot::new(term, candidate);
+        self.row_dirty = true;
+        self.counters.votes_granted += 1;
+        // Give the candidate time before suspecting anyone (DARE §4.2.2,
+        // last paragraph).
+        let t = self.random_election_timeout();
+        self.set_timer(Timer::Election, Some(self.now + t));
+        self.duty = Duty::None;
     }
 
     pub(super) fn fire_timers(&mut self) {

@@ -54,6 +54,11 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     /// Revokes every peer's access to our log (DARE §3.2.1). Steps that
     /// need exclusive access wait until the host has executed these.
     pub(super) fn revoke_all(&mut self) {
+        #[cfg(feature = "mutation-testing")]
+        if self.cfg.mutation == crate::config::Mutation::SkipRevoke {
+            self.granted_to = None;
+            return;
+        }
         for p in self.others() {
             self.emit(Action::SetAccess {
                 peer: p,

@@ -174,10 +174,17 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         if payload.len() > self.cfg.entry_payload_bytes_max as usize {
             return Err(SubmitError::TooLarge);
         }
-        match self
+        #[allow(unused_mut)]
+        let mut check = self
             .sessions
-            .check(&self.mem, &self.layout, client_id, request_id)
-        {
+            .check(&self.mem, &self.layout, client_id, request_id);
+        #[cfg(feature = "mutation-testing")]
+        if self.cfg.mutation == crate::config::Mutation::SkipSessionCheck {
+            if let SessionCheck::Duplicate { .. } = check {
+                check = SessionCheck::New;
+            }
+        }
+        match check {
             SessionCheck::Duplicate { slot } => {
                 self.counters.duplicates += 1;
                 // The last stage slot is never used by apply: the reply
@@ -477,7 +484,13 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         let end = self.tail_pos;
         // Never overwrite entries the follower has not applied yet (its
         // apply pointer as last published): it is lagging, wait.
-        if self.peers[p.index()].row.apply_pos + self.ring.ring_bytes() < end {
+        #[allow(unused_mut)]
+        let mut guard = true;
+        #[cfg(feature = "mutation-testing")]
+        if self.cfg.mutation == crate::config::Mutation::DropOverwriteGuard {
+            guard = false;
+        }
+        if guard && self.peers[p.index()].row.apply_pos + self.ring.ring_bytes() < end {
             return;
         }
         let spans = self.ring.spans(r.sent_pos, end);
@@ -577,7 +590,16 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         }
         acked.sort_unstable_by(|a, b| b.cmp(a));
         let candidate = acked[needed - 1];
-        if candidate <= self.commit_pos || candidate < self.noop_end_pos {
+        // Entries of earlier terms commit only with the no-op of ours: a
+        // majority holding one of them does not stop a later leader
+        // without it from being elected (Raft §5.4.2, Figure 8).
+        #[allow(unused_mut)]
+        let mut floor = self.noop_end_pos;
+        #[cfg(feature = "mutation-testing")]
+        if self.cfg.mutation == crate::config::Mutation::CommitBeforeOwnNoop {
+            floor = 0;
+        }
+        if candidate <= self.commit_pos || candidate < floor {
             return;
         }
         let mut pos = self.commit_pos;

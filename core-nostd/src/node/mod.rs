@@ -714,7 +714,27 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.apply_index
     }
 
-    /// A status snapshot.
+    /// Our row as last pushed to the peers (what they may act on).
+    pub fn published_row(&self) -> Row {
+        self.last_pushed_row
+    }
+
+    /// The last good copy of `peer`'s row in our table (default when none
+    /// was accepted; our own row as pushed for ourselves).
+    pub fn peer_row(&self, peer: MemberId) -> Row {
+        if peer == self.me {
+            self.last_pushed_row
+        } else {
+            self.peers[peer.index()].row
+        }
+    }
+
+    /// Term of the last applied entry (0: none); with the entries after
+    /// it, what a vote compares (DARE §3.2.3).
+    pub fn last_applied_term(&self) -> u64 {
+        self.last_applied_term
+    }
+
     /// Index of the last committed entry (cheap, unlike [`Node::status`]).
     pub fn commit_index(&self) -> u64 {
         self.commit_index
@@ -1091,8 +1111,14 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                     self.tail_pos - self.head_pos <= self.ring.ring_bytes(),
                     "ring overrun"
                 );
+                // Until our no-op is committed, something of ours is not:
+                // the no-op itself, or (while a full ring keeps it out)
+                // nothing appended yet in this term.
                 assert!(
-                    self.commit_pos >= self.noop_end_pos || self.commit_index < self.tail_index
+                    self.commit_pos >= self.noop_end_pos
+                        || self.commit_index < self.tail_index
+                        || self.noop_end_pos == u64::MAX,
+                    "a leader's commit passed its own no-op"
                 );
             }
             Role::Candidate => assert_eq!(self.leader, None),

@@ -35,6 +35,79 @@ pub fn check_leader_completeness(
     out
 }
 
+/// A member's log as an election compares it (DARE §3.2.3): what it
+/// applied and what it holds beyond.
+#[derive(Clone, Debug)]
+pub struct MemberLog {
+    /// The member.
+    pub node: usize,
+    /// First index it has not applied.
+    pub apply_index: u64,
+    /// Term of its last applied entry (0: none).
+    pub applied_term: u64,
+    /// Its valid entries from `apply_index` to its tail.
+    pub log: Vec<EntryId>,
+    /// It can vote and stand, now or after a pause: not crashed, not a
+    /// zombie, not waiting to catch up after a restart.
+    pub voter: bool,
+}
+
+impl MemberLog {
+    /// (term, index) of its last entry: what a voter compares.
+    pub fn last(&self) -> (u64, u64) {
+        match self.log.last() {
+            Some(e) => (e.term, e.index),
+            None => (self.applied_term, self.apply_index - 1),
+        }
+    }
+}
+
+/// Electable completeness: a member that a majority would vote for (its
+/// last entry at least as recent as theirs, DARE §3.2.3) holds every
+/// committed entry. This is what leader completeness rests on (DARE §4.1:
+/// a committed entry is on a majority, and a leader's log holds the most
+/// recent entry of a majority), checked on the state instead of at the
+/// next election: an entry committed too early (counted before the
+/// leader's own no-op, Raft's Figure 8) is caught as soon as a member
+/// without it could win, whether or not the schedule then elects it.
+pub fn check_electable_completeness(
+    time_ns: u64,
+    members: &[MemberLog],
+    quorum: usize,
+    committed: &CommittedLog,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    for x in members.iter().filter(|m| m.voter) {
+        let votes = members
+            .iter()
+            .filter(|y| y.voter && y.last() <= x.last())
+            .count();
+        if votes < quorum {
+            continue;
+        }
+        for c in committed.from(x.apply_index) {
+            let held = x
+                .log
+                .first()
+                .and_then(|first| c.index.checked_sub(first.index))
+                .and_then(|k| x.log.get(k as usize));
+            if held != Some(c) {
+                out.push(Violation {
+                    invariant: "electable completeness",
+                    time_ns,
+                    detail: format!(
+                        "node {} lacks committed {c:?} (holds {held:?}) and {votes} members would vote for it (last entry {:?})",
+                        x.node,
+                        x.last()
+                    ),
+                });
+                break;
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,5 +143,50 @@ mod tests {
             check_leader_completeness(0, 1, 3, 3, &[e(3, 3, 7)], &c).len(),
             1
         );
+    }
+
+    fn member(node: usize, log: Vec<EntryId>, voter: bool) -> MemberLog {
+        MemberLog {
+            node,
+            apply_index: 1,
+            applied_term: 0,
+            log,
+            voter,
+        }
+    }
+
+    /// Raft's Figure 8 (d): index 2 of term 2 was counted committed on
+    /// three of five members before the leader's term-4 entry reached a
+    /// majority; member 4, with index 2 of term 3, would win the votes of
+    /// the members that lack term 4 and itself.
+    #[test]
+    fn a_member_that_could_win_without_a_committed_entry_is_caught() {
+        let mut c = CommittedLog::default();
+        for x in [e(1, 1, 1), e(2, 2, 2)] {
+            c.observe_committed(0, 0, x);
+        }
+        let logs = |noop_on_majority: bool| {
+            let mut s = vec![e(1, 1, 1), e(2, 2, 2)];
+            if noop_on_majority {
+                s.push(e(3, 4, 4));
+            }
+            vec![
+                member(0, vec![e(1, 1, 1), e(2, 2, 2), e(3, 4, 4)], true),
+                member(1, vec![e(1, 1, 1), e(2, 2, 2), e(3, 4, 4)], true),
+                member(2, s, true),
+                member(3, vec![e(1, 1, 1)], true),
+                member(4, vec![e(1, 1, 1), e(2, 3, 9)], true),
+            ]
+        };
+        let v = check_electable_completeness(0, &logs(false), 3, &c);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].detail.contains("node 4"));
+        // With the term-4 entry on a majority, member 4 cannot win.
+        assert!(check_electable_completeness(0, &logs(true), 3, &c).is_empty());
+        // Members that cannot vote (crashed, catching up) do not count.
+        let mut l = logs(false);
+        l[2].voter = false;
+        l[3].voter = false;
+        assert!(check_electable_completeness(0, &l, 3, &c).is_empty());
     }
 }
