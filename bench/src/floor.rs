@@ -72,6 +72,15 @@ impl FloorReport {
 /// a warm-up). The two threads spin; `a == b` measures a same-core hand
 /// off, which the scheduler dominates (reported as such, never as a floor).
 pub fn ping_pong(a: usize, b: usize, round_trips: u64) -> PairFloor {
+    // Both sides on threads of their own: pinning the caller would leave
+    // it (and every process it starts later, such as the replicas) on one
+    // core.
+    std::thread::spawn(move || ping_pong_pinned(a, b, round_trips))
+        .join()
+        .expect("ping thread")
+}
+
+fn ping_pong_pinned(a: usize, b: usize, round_trips: u64) -> PairFloor {
     let line = Arc::new(Line(AtomicU64::new(0)));
     let warm = round_trips / 10 + 100;
     let total = warm + round_trips;
@@ -175,6 +184,15 @@ mod tests {
         assert_eq!(p.rtt.count, 2_000);
         assert!(p.rtt.min <= p.rtt.p50 && p.rtt.p50 <= p.rtt.p90 && p.rtt.p90 <= p.rtt.max);
         assert!(p.rtt.p50 > 0);
+    }
+
+    /// The caller keeps its affinity: the replicas a benchmark starts after
+    /// measuring the floor inherit it.
+    #[test]
+    fn measuring_does_not_pin_the_caller() {
+        let before = core_affinity::get_core_ids().map(|v| v.len());
+        let _ = ping_pong(0, 0, 100);
+        assert_eq!(core_affinity::get_core_ids().map(|v| v.len()), before);
     }
 
     #[test]
