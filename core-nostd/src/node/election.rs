@@ -9,27 +9,31 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     /// Accepts every peer row that changed and validates (Derecho §3.2:
     /// a reader never acts on a torn row; it keeps the last good copy).
     pub(super) fn observe_rows(&mut self) {
+        let mut changed = false;
         for p in self.others() {
             let seen = self.sst.observe(&self.mem, p, self.layout.row(p));
             if seen.error.is_some() {
                 self.counters.rows_rejected += 1;
             }
             if seen.changed() {
+                changed = true;
                 let peer = &mut self.peers[p.index()];
                 peer.row = Row::from_checked(self.sst.words(p));
                 peer.row_changed_ns = self.now;
             }
+        }
+        if changed {
+            // Kept up to date here, where rows change, rather than reduced
+            // over the table on every step of the poll loop.
+            self.max_peer_term = self.sst.max(&col::TERM, 0, self.others_mask()).unwrap_or(0);
         }
     }
 
     /// Term changes, vote requests and heartbeats seen in peer rows.
     pub(super) fn react_to_rows(&mut self) {
         // An outdated leader or candidate steps down (DARE §3, §4.2.2).
-        if self.role != Role::Follower {
-            let max_term = self.sst.max(&col::TERM, 0, self.others_mask()).unwrap_or(0);
-            if max_term > self.term {
-                self.advance_term(max_term);
-            }
+        if self.role != Role::Follower && self.max_peer_term > self.term {
+            self.advance_term(self.max_peer_term);
         }
         self.react_to_vote_requests();
         self.react_to_heartbeats();

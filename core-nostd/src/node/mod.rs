@@ -493,6 +493,9 @@ pub struct Node<M: Memory, S: StateMachine> {
     /// When to retry them.
     revoke_retry_at_ns: u64,
 
+    /// Highest term in the other members' rows (the table's maximum,
+    /// updated when a row changes).
+    max_peer_term: u64,
     /// The shared state table (DARE's schema): every member's last good
     /// row, ours as last pushed. Reducers over it drive step-down, vote
     /// counting and pruning.
@@ -613,6 +616,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             revoke_unconfirmed: [false; MAX_MEMBERS],
             revoke_retry_at_ns: 0,
             sst: Table::new(&DARE_ROW, member_count),
+            max_peer_term: 0,
             row,
             row_version: 0,
             // Publish an initial row so peers see us (and our apply point).

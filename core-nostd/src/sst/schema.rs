@@ -399,6 +399,7 @@ impl Schema {
     }
 
     /// Physical word of element `element` of `col`.
+    #[inline]
     pub fn word_of(&self, col: &Column, element: usize) -> usize {
         assert!(element < usize::from(col.words), "element outside column");
         let d = usize::from(col.word) + element;

@@ -159,23 +159,27 @@ impl Table {
     }
 
     /// Highest version of any good segment of `member`'s row (0: none).
+    #[inline]
     pub fn version(&self, member: MemberId) -> u64 {
         let m = self.index(member);
         self.versions[m].iter().copied().max().unwrap_or(0)
     }
 
     /// Version of the last good copy of segment `s` of `member`'s row.
+    #[inline]
     pub fn segment_version(&self, member: MemberId, s: usize) -> u64 {
         self.versions[self.index(member)][s]
     }
 
     /// The last good copy of `member`'s row: only segments with a non-zero
     /// [`Table::segment_version`] hold data.
+    #[inline]
     pub fn words(&self, member: MemberId) -> &RowWords {
         &self.rows[self.index(member)]
     }
 
     /// A view of `member`'s row.
+    #[inline]
     pub fn row(&self, member: MemberId) -> RowRef<'_> {
         let m = self.index(member);
         RowRef {
@@ -186,6 +190,7 @@ impl Table {
     }
 
     /// Members of `rows` that hold a good copy of `col`.
+    #[inline]
     pub fn with_column(&self, col: &Column, rows: MemberMask) -> MemberMask {
         let s = self.schema.segment_of(col);
         let mut out = MemberMask::NONE;
@@ -252,6 +257,7 @@ impl Table {
         self.select(rows, pred).count()
     }
 
+    #[inline]
     fn index(&self, member: MemberId) -> usize {
         assert!(
             member.index() < self.member_count,
@@ -271,14 +277,17 @@ pub struct RowRef<'a> {
 
 impl RowRef<'_> {
     /// True when the row has a good copy of `col`.
+    #[inline]
     pub fn has(&self, col: &Column) -> bool {
         self.versions[self.schema.segment_of(col)] != 0
     }
     /// Element 0 of `col`, if the row has a good copy of it.
+    #[inline]
     pub fn get(&self, col: &Column) -> Option<u64> {
         self.get_at(col, 0)
     }
     /// Element `element` of `col`, if the row has a good copy of it.
+    #[inline]
     pub fn get_at(&self, col: &Column, element: usize) -> Option<u64> {
         self.has(col)
             .then(|| self.schema.get_at(self.words, col, element))
