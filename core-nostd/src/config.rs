@@ -103,6 +103,15 @@ pub struct Config {
     pub reconnect_backoff_ns: u64,
     /// Entries applied per call at most (bounds the work of one call).
     pub apply_batch_max: u32,
+    /// Bytes of the snapshot a member can give to a recovering one (DARE
+    /// §3.4): its session table and its state machine's snapshot must fit.
+    /// 0 disables recovery by state transfer (no snapshot region).
+    pub snapshot_bytes_max: u64,
+    /// Bytes a recovering member READs from its donor in one request.
+    pub snapshot_read_bytes: u32,
+    /// A recovering member that sees no progress from its donor for this
+    /// long asks another one.
+    pub snapshot_wait_ns: u64,
     /// Seed of the PRNG that randomizes timeouts.
     pub seed: u64,
     /// Heartbeat engine (uKharon §4.2): the member bumps its counter on
@@ -141,6 +150,9 @@ impl Config {
             prune_grace_ns: 50_000_000,
             reconnect_backoff_ns: 1_000_000,
             apply_batch_max: 256,
+            snapshot_bytes_max: 0,
+            snapshot_read_bytes: 64 * 1024,
+            snapshot_wait_ns: 20_000_000,
             seed: 0x5EED,
             counter_increment_period_ns: 1_000_000,
             counter_read_gap_ns: 20_000_000,
@@ -215,6 +227,23 @@ impl Config {
                 max: u64::from(REPLY_BYTES_CAP),
             });
         }
+        if self.snapshot_bytes_max > (1 << 40) || !self.snapshot_bytes_max.is_multiple_of(64) {
+            return Err(Inconsistent {
+                field: "snapshot_bytes_max",
+                reason: "must be a multiple of 64 bytes, at most 1 TiB (0 disables recovery)",
+            });
+        }
+        if self.snapshot_read_bytes < 64
+            || self.snapshot_read_bytes > (1 << 30)
+            || !self.snapshot_read_bytes.is_multiple_of(8)
+        {
+            return Err(OutOfRange {
+                field: "snapshot_read_bytes",
+                value: u64::from(self.snapshot_read_bytes),
+                min: 64,
+                max: 1 << 30,
+            });
+        }
         for (field, v) in [
             ("heartbeat_period_ns", self.heartbeat_period_ns),
             ("fd_check_period_ns", self.fd_check_period_ns),
@@ -224,6 +253,7 @@ impl Config {
             ("prune_period_ns", self.prune_period_ns),
             ("prune_grace_ns", self.prune_grace_ns),
             ("reconnect_backoff_ns", self.reconnect_backoff_ns),
+            ("snapshot_wait_ns", self.snapshot_wait_ns),
             (
                 "counter_increment_period_ns",
                 self.counter_increment_period_ns,

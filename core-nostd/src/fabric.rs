@@ -71,6 +71,10 @@ impl RegionId {
     /// Heartbeat engine (uKharon §4.2): the member's own counter, which
     /// peers READ, and landing words for the counters it reads.
     pub const Heartbeat: RegionId = RegionId(4);
+    /// Log engine: the snapshot this member gives to a recovering one
+    /// (DARE §3.4): a header, its session table, its state machine's
+    /// bytes. Peers READ it.
+    pub const Snapshot: RegionId = RegionId(5);
 
     /// The index of this region in per-region arrays (`< REGIONS_MAX`).
     #[inline]
@@ -86,6 +90,7 @@ impl RegionId {
             2 => "scratch",
             3 => "sessions",
             4 => "heartbeat",
+            5 => "snapshot",
             _ => "region",
         }
     }

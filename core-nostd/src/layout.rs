@@ -13,6 +13,7 @@
 //! Scratch  | staging rows (8×192) | row landing (P×192) | adjust landing (P×…) | atomics (P×64) |
 //! Sessions | slot × session_slot_count (32 + reply_bytes_max, to 64) | reply stage × (apply_batch_max + 1) |
 //! Heartbeat| own counter (64) | landing word per member (P×64) |
+//! Snapshot | header (128) | session table image | state machine bytes |   (snapshot_bytes_max > 0)
 //! ```
 //!
 //! The set of regions is open: each engine declares what it needs as a
@@ -25,7 +26,7 @@ use crate::config::{Config, ConfigError};
 use crate::fabric::{Addr, MemberId, RegionId, REGIONS_MAX};
 
 /// Bumped whenever the meaning of any byte of the layout changes.
-pub const LAYOUT_VERSION: u64 = 4;
+pub const LAYOUT_VERSION: u64 = 5;
 
 /// Who may access a region remotely.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -149,6 +150,8 @@ pub struct Layout {
     pub sessions_bytes: u64,
     /// Bytes of the heartbeat engine's region.
     pub heartbeat_bytes: u64,
+    /// Bytes of the snapshot region (0: recovery by state transfer off).
+    pub snapshot_bytes: u64,
     /// Version and shape hash, compared by peers at connect time.
     pub hash: u64,
 }
@@ -213,6 +216,11 @@ impl Layout {
                 64,
             ),
             heartbeat_bytes: HEARTBEAT_COUNTER_BYTES + members * HEARTBEAT_LANDING_BYTES,
+            snapshot_bytes: if config.snapshot_bytes_max == 0 {
+                0
+            } else {
+                crate::snapshot::SnapshotHeader::PAYLOAD_OFFSET + config.snapshot_bytes_max
+            },
             hash: 0,
         };
         layout.hash = layout.compute_hash();
@@ -246,6 +254,7 @@ impl Layout {
             self.reply_stage_slot_bytes,
             self.reply_bytes_max,
             self.heartbeat_bytes,
+            self.snapshot_bytes,
         ] {
             c.word(w);
         }
@@ -260,6 +269,7 @@ impl Layout {
             RegionId::Scratch => self.scratch.region_bytes,
             RegionId::Sessions => self.sessions_bytes,
             RegionId::Heartbeat => self.heartbeat_bytes,
+            RegionId::Snapshot => self.snapshot_bytes,
             // Not a region of this layout: nothing is inside it.
             _ => 0,
         }
@@ -295,9 +305,29 @@ impl Layout {
                 bytes: self.heartbeat_bytes,
                 remote: RemoteAccess::Members,
             },
+            // Peers READ it (a recovering member fetches its snapshot).
+            RegionSpec {
+                id: RegionId::Snapshot,
+                bytes: self.snapshot_bytes,
+                remote: RemoteAccess::Members,
+            },
         ];
-        const { assert!(5 <= REGIONS_MAX) };
-        specs.into_iter()
+        const { assert!(6 <= REGIONS_MAX) };
+        // A region of no bytes (recovery disabled) is not registered.
+        specs.into_iter().filter(|r| r.bytes > 0)
+    }
+
+    /// The snapshot region's header.
+    pub fn snapshot_header(&self) -> Addr {
+        Addr::new(RegionId::Snapshot, 0)
+    }
+
+    /// Offset `offset` of the snapshot region's payload.
+    pub fn snapshot_payload(&self, offset: u64) -> Addr {
+        Addr::new(
+            RegionId::Snapshot,
+            crate::snapshot::SnapshotHeader::PAYLOAD_OFFSET + offset,
+        )
     }
 
     /// The heartbeat engine's own counter (peers READ it).

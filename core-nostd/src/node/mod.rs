@@ -376,36 +376,7 @@ struct Peer {
 
 impl Peer {
     const NEW: Peer = Peer {
-        row: Row {
-            term: 0,
-            vote_request: crate::sst::VoteRequest {
-                term: 0,
-                last_index: 0,
-                last_term: 0,
-            },
-            private_vote: crate::sst::Ballot {
-                term: 0,
-                member: None,
-            },
-            vote: crate::sst::Ballot {
-                term: 0,
-                member: None,
-            },
-            heartbeat: crate::sst::Heartbeat {
-                term: 0,
-                counter: 0,
-            },
-            grant: crate::sst::Ballot {
-                term: 0,
-                member: None,
-            },
-            apply_pos: 0,
-            apply_index: 0,
-            commit_index: 0,
-            last_index: 0,
-            role: crate::sst::RoleCode::Follower,
-            leader: None,
-        },
+        row: Row::EMPTY,
         row_changed_ns: 0,
         acked_push: 0,
         channels: [ChannelState {

@@ -62,9 +62,17 @@ pub mod col {
     pub const ROLE: Column = Column::code("role", 16, 3);
     /// The leader it follows.
     pub const LEADER: Column = Column::member("leader", 17);
+    /// A leader's bitmask of members whose log it cannot bring up to date
+    /// (the entries they need were pruned): they need state transfer
+    /// (DARE §3.4 recovery).
+    pub const RECOVER_MASK: Column = Column::u64("recover_mask", 18);
+    /// A recovering member's request for a snapshot: the donor.
+    pub const SNAPSHOT_FROM: Column = Column::member("snapshot_request.from", 19);
+    /// Generation of that request (a donor answers each one once).
+    pub const SNAPSHOT_GEN: Column = Column::u64("snapshot_request.generation", 20);
 }
 
-const COLUMNS: [super::schema::Column; 18] = [
+const COLUMNS: [super::schema::Column; 21] = [
     col::TERM,
     col::VOTE_REQ_TERM,
     col::VOTE_REQ_LAST_INDEX,
@@ -83,10 +91,13 @@ const COLUMNS: [super::schema::Column; 18] = [
     col::LAST_INDEX,
     col::ROLE,
     col::LEADER,
+    col::RECOVER_MASK,
+    col::SNAPSHOT_FROM,
+    col::SNAPSHOT_GEN,
 ];
 
-/// One segment of 21 data words (18 columns, 3 reserved): with its guard,
-/// exactly the Control region's row.
+/// One segment of 21 data words (21 columns): with its guard, exactly the
+/// Control region's row.
 const SCHEMA: Schema = Schema::new("dare", DOMAIN_ROW, &[21], &COLUMNS);
 const _: () = assert!(SCHEMA.row_words() == ROW_WORDS);
 
@@ -194,9 +205,60 @@ pub struct Row {
     pub role: RoleCode,
     /// The leader it follows, if any (informational).
     pub leader: Option<MemberId>,
+    /// Leaders: members that need state transfer (bit per member).
+    pub recover_mask: u64,
+    /// Recovering members: the snapshot asked for.
+    pub snapshot_request: SnapshotRequest,
+}
+
+/// A recovering member's request for a snapshot of a donor's state
+/// machine (DARE §3.4 recovery).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SnapshotRequest {
+    /// The donor asked (never the leader), if any.
+    pub from: Option<MemberId>,
+    /// Generation: a new request gets a new one.
+    pub generation: u64,
 }
 
 impl Row {
+    /// The row of a member that has published nothing yet.
+    pub const EMPTY: Row = Row {
+        term: 0,
+        vote_request: VoteRequest {
+            term: 0,
+            last_index: 0,
+            last_term: 0,
+        },
+        private_vote: Ballot {
+            term: 0,
+            member: None,
+        },
+        vote: Ballot {
+            term: 0,
+            member: None,
+        },
+        heartbeat: Heartbeat {
+            term: 0,
+            counter: 0,
+        },
+        grant: Ballot {
+            term: 0,
+            member: None,
+        },
+        apply_pos: 0,
+        apply_index: 0,
+        commit_index: 0,
+        last_index: 0,
+        role: RoleCode::Follower,
+        leader: None,
+        recover_mask: 0,
+        snapshot_request: SnapshotRequest {
+            from: None,
+            generation: 0,
+        },
+    };
+
     /// Encodes the row as version `version` (must be non-zero), guarded by
     /// the framework.
     pub fn encode(&self, version: u64) -> [u64; ROW_WORDS] {
@@ -228,6 +290,9 @@ impl Row {
         s.set(&mut w, &col::LAST_INDEX, self.last_index);
         s.set(&mut w, &col::ROLE, self.role.code());
         s.set_member(&mut w, &col::LEADER, self.leader);
+        s.set(&mut w, &col::RECOVER_MASK, self.recover_mask);
+        s.set_member(&mut w, &col::SNAPSHOT_FROM, self.snapshot_request.from);
+        s.set(&mut w, &col::SNAPSHOT_GEN, self.snapshot_request.generation);
         s.seal(&mut w, s.all_segments(), version);
         w
     }
@@ -271,6 +336,11 @@ impl Row {
             last_index: s.get(w, &col::LAST_INDEX),
             role: RoleCode::from_code(s.get(w, &col::ROLE)),
             leader: s.get_member(w, &col::LEADER),
+            recover_mask: s.get(w, &col::RECOVER_MASK),
+            snapshot_request: SnapshotRequest {
+                from: s.get_member(w, &col::SNAPSHOT_FROM),
+                generation: s.get(w, &col::SNAPSHOT_GEN),
+            },
         }
     }
 

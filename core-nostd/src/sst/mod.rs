@@ -29,7 +29,7 @@ pub mod table;
 #[cfg(test)]
 mod tests;
 
-pub use dare::{Ballot, Heartbeat, RoleCode, Row, VoteRequest, DARE_ROW};
+pub use dare::{Ballot, Heartbeat, RoleCode, Row, SnapshotRequest, VoteRequest, DARE_ROW};
 pub use predicates::{
     Fired, Firing, Predicate, PredicateError, PredicateId, Predicates, PREDICATES_MAX,
 };

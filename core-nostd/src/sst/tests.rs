@@ -31,6 +31,11 @@ fn sample() -> Row {
         last_index: 41,
         role: RoleCode::Follower,
         leader: Some(MemberId(2)),
+        recover_mask: 0b100,
+        snapshot_request: crate::sst::SnapshotRequest {
+            from: Some(MemberId(1)),
+            generation: 12,
+        },
     }
 }
 
@@ -70,14 +75,16 @@ fn round_trip() {
 }
 
 /// The framework keeps DARE's bytes: the same words at the same places and
-/// the same checksum as the hand-written row before it (so the layout
-/// version did not change).
+/// the same checksum as the hand-written row before it; the recovery
+/// columns fill what were its three reserved words.
 #[test]
 fn dare_row_bytes_are_unchanged() {
     let r = sample();
     let mut old = [0u64; ROW_WORDS];
     old[0] = 5;
     old[1..19].copy_from_slice(&[7, 7, 40, 6, 7, 2, 7, 2, 6, 99, 7, 2, 4096, 39, 40, 41, 0, 2]);
+    // recover mask, snapshot donor, snapshot generation.
+    old[19..22].copy_from_slice(&[0b100, 1, 12]);
     old[23] = 5;
     old[22] = checksum_words(0x5353_5452_4F57, &old[..22]);
     assert_eq!(r.encode(5), old);
@@ -122,11 +129,10 @@ fn malformed_values_are_rejected() {
     words[DARE_ROW.word_of(&col::ROLE, 0)] = 3;
     DARE_ROW.seal(&mut words, all, 3);
     assert_eq!(Row::decode(&words), Err(RowError::Malformed));
-    // A reserved word that is not zero (accepted copies are canonical).
+    // A snapshot donor out of range.
     let mut words = sample().encode(3);
-    words[20] = 1;
-    let (first, end) = DARE_ROW.segment_words(0);
-    words[end - 2] = checksum_words(0x5353_5452_4F57, &words[first..end - 2]);
+    words[DARE_ROW.word_of(&col::SNAPSHOT_FROM, 0)] = 200;
+    DARE_ROW.seal(&mut words, all, 3);
     assert_eq!(Row::decode(&words), Err(RowError::Malformed));
 }
 
