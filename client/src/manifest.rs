@@ -111,6 +111,9 @@ fn default_spin_us() -> u64 {
 fn default_log_ring_bytes() -> u64 {
     4 << 20
 }
+fn default_snapshot_bytes_max() -> u64 {
+    64 << 20
+}
 fn default_key_bytes_max() -> u32 {
     256
 }
@@ -155,6 +158,12 @@ pub struct ClusterSection {
     /// Bytes of the log ring.
     #[serde(default = "default_log_ring_bytes")]
     pub log_ring_bytes: u64,
+    /// Bytes of the snapshot a replica can give to a recovering one (DARE
+    /// §3.4): the session table and the whole key-value and stream state
+    /// must fit. 0 disables recovery by state transfer (a replica that
+    /// restarts, or falls behind the pruned log, then cannot rejoin).
+    #[serde(default = "default_snapshot_bytes_max")]
+    pub snapshot_bytes_max: u64,
     /// Largest key.
     #[serde(default = "default_key_bytes_max")]
     pub key_bytes_max: u32,
@@ -438,6 +447,7 @@ impl Manifest {
                 poll: PollMode::Adaptive,
                 spin_us: default_spin_us(),
                 log_ring_bytes: default_log_ring_bytes(),
+                snapshot_bytes_max: default_snapshot_bytes_max(),
                 key_bytes_max: default_key_bytes_max(),
                 value_bytes_max: default_value_bytes_max(),
                 session_slot_count: default_session_slot_count(),
@@ -538,6 +548,7 @@ impl Manifest {
         let t = &self.timing;
         let mut cfg = Config::new(self.member_count(), MemberId(id));
         cfg.log_ring_bytes = c.log_ring_bytes;
+        cfg.snapshot_bytes_max = c.snapshot_bytes_max;
         cfg.entry_payload_bytes_max = self.kv_limits().encoded_bytes_max();
         cfg.session_slot_count = c.session_slot_count;
         cfg.reply_bytes_max = c.reply_bytes_max;
@@ -740,6 +751,7 @@ impl Manifest {
             "log_ring_bytes" => ("cluster.log_ring_bytes", false),
             "entry_payload_bytes_max" => ("cluster.value_bytes_max (and key_bytes_max)", false),
             "session_slot_count" => ("cluster.session_slot_count", false),
+            "snapshot_bytes_max" => ("cluster.snapshot_bytes_max", false),
             "reply_bytes_max" => ("cluster.reply_bytes_max", false),
             "heartbeat_period_ns" => ("timing.heartbeat_period_us", true),
             "fd_check_period_ns" => ("timing.fd_check_period_us", true),

@@ -54,6 +54,10 @@ pub enum Mutation {
     /// Apply a retried request again instead of answering from the session
     /// table (exactly-once, DARE §3.3 "unique request IDs").
     SkipSessionCheck,
+    /// A recovering member restores a snapshot from any donor, even one
+    /// behind what it has applied itself (DARE §3.4; its applied entries
+    /// may be part of a committed majority).
+    RecoverFromAnyDonor,
 }
 
 /// Configuration of one member. Construct with [`Config::new`], adjust

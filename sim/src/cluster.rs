@@ -206,6 +206,9 @@ impl ClusterOptions {
         config.log_ring_bytes = 64 * 1024;
         config.entry_payload_bytes_max = 1024;
         config.session_slot_count = 64;
+        // Members pruned past recover by state transfer (DARE §3.4).
+        config.snapshot_bytes_max = 1 << 20;
+        config.snapshot_read_bytes = 16 * 1024;
         config.prune_grace_ns = 20_000_000;
         config.reconnect_backoff_ns = 200_000;
         // Heartbeat counters on the simulated network's time scale.
@@ -263,6 +266,10 @@ pub struct RunReport {
     pub committed: usize,
     /// Members that needed recovery at some point.
     pub needs_recovery: u64,
+    /// Snapshots donors wrote, and recoveries completed (DARE §3.4).
+    pub snapshots_served: u64,
+    /// Recoveries completed.
+    pub recoveries: u64,
     /// True when the linearizability search gave up (budget).
     pub linearizability_unknown: bool,
     /// When the run ended (virtual ns).
@@ -490,6 +497,9 @@ pub struct Cluster {
     needs_recovery: u64,
     /// Members some leader reported as needing state transfer.
     needing_recovery: std::collections::BTreeSet<usize>,
+    /// Snapshots written by donors, and recoveries completed (DARE §3.4).
+    snapshots_served: u64,
+    recoveries: u64,
     /// `Depose` faults waiting for the next leader: (delay, length).
     depose_armed: Vec<(u64, u64)>,
     depose_rng: SplitMix64,
@@ -626,6 +636,8 @@ impl Cluster {
             violations: Vec::new(),
             needs_recovery: 0,
             needing_recovery: Default::default(),
+            snapshots_served: 0,
+            recoveries: 0,
             depose_armed: Vec::new(),
             depose_rng: SplitMix64::new(seed ^ 0x4445_504F),
             trace: Vec::new(),
@@ -1164,6 +1176,20 @@ impl Cluster {
                 self.needs_recovery += 1;
                 self.needing_recovery.insert(peer.index());
                 self.log(|| format!("node {i}: peer {} needs recovery", peer.0));
+            }
+            // The host's part of a donor's snapshot (DARE §3.4): the state
+            // machine's bytes, before the node's next step.
+            Event::SnapshotWanted { generation } => {
+                let bytes = self.nodes[i].driver.log().write_snapshot();
+                self.snapshots_served += 1;
+                self.log(|| format!("node {i}: snapshot {generation} written ({bytes:?} bytes)"));
+            }
+            Event::Recovered { apply_index, bytes } => {
+                self.recoveries += 1;
+                self.needing_recovery.remove(&i);
+                self.log(|| {
+                    format!("node {i}: recovered from a snapshot up to index {apply_index} ({bytes} bytes)")
+                });
             }
             Event::LogFull => self.log(|| format!("node {i}: log full")),
             Event::PeerUnreachable { peer } => {
@@ -1725,9 +1751,9 @@ impl Cluster {
             .iter()
             .filter(|n| n.state == NodeState::Running)
             .count();
-        // Members pruned past can only come back through state transfer
-        // (not implemented yet): with fewer than a majority of the others
-        // running, the group cannot be expected to make progress.
+        // Members pruned past come back through state transfer; until they
+        // did, with fewer than a majority of the others running, the group
+        // cannot be expected to make progress.
         let recoverable = (0..self.nodes.len())
             .filter(|i| {
                 self.nodes[*i].state == NodeState::Running && !self.needing_recovery.contains(i)
@@ -1760,6 +1786,8 @@ impl Cluster {
             terms_with_leader: self.election.terms(),
             committed: self.committed.len(),
             needs_recovery: self.needs_recovery,
+            snapshots_served: self.snapshots_served,
+            recoveries: self.recoveries,
             linearizability_unknown: unknown,
             end_ns: self.now,
             first_ack_after_heal_ns: self.first_ack_after_heal,

@@ -19,10 +19,28 @@ fn usage() -> ExitCode {
         "usage:\n  verbatim-sim --seeds N [--start S] [--threads T] [--mutation NAME]\n  \
          verbatim-sim --seed S [--trace] [--mutation NAME]\n  verbatim-sim --model\n\
          mutations: none, commit-on-minority, vote-without-log-check, read-without-term-check, counter-read-without-gap, ignore-revoke-failure, commit-pointer-beyond-ack,\n  \
-         skip-revoke, skip-vote-replication, commit-before-own-noop, drop-overwrite-guard, skip-session-check"
+         skip-revoke, skip-vote-replication, commit-before-own-noop, drop-overwrite-guard, skip-session-check,\n  \
+         recover-from-any-donor\n\
+         verbatim-sim --list-mutations prints them one per line"
     );
     ExitCode::from(2)
 }
+
+/// Every mutation's name (the soak script runs each).
+const MUTATIONS: [&str; 12] = [
+    "commit-on-minority",
+    "vote-without-log-check",
+    "read-without-term-check",
+    "counter-read-without-gap",
+    "ignore-revoke-failure",
+    "commit-pointer-beyond-ack",
+    "skip-revoke",
+    "skip-vote-replication",
+    "commit-before-own-noop",
+    "drop-overwrite-guard",
+    "skip-session-check",
+    "recover-from-any-donor",
+];
 
 fn parse_mutation(s: &str) -> Option<Mutation> {
     Some(match s {
@@ -38,6 +56,7 @@ fn parse_mutation(s: &str) -> Option<Mutation> {
         "commit-before-own-noop" => Mutation::CommitBeforeOwnNoop,
         "drop-overwrite-guard" => Mutation::DropOverwriteGuard,
         "skip-session-check" => Mutation::SkipSessionCheck,
+        "recover-from-any-donor" => Mutation::RecoverFromAnyDonor,
         _ => return None,
     })
 }
@@ -78,6 +97,12 @@ fn main() -> ExitCode {
                 None => return usage(),
             },
             "--trace" => trace = true,
+            "--list-mutations" => {
+                for m in MUTATIONS {
+                    println!("{m}");
+                }
+                return ExitCode::SUCCESS;
+            }
             "--model" => model = true,
             "--mutation" => match it.next().and_then(|m| parse_mutation(m)) {
                 Some(m) => mutation = m,

@@ -354,3 +354,21 @@ fn model_mode_tracks_dares_analytical_bounds() {
         );
     }
 }
+
+/// Issue 13 (DARE §3.4 recovery): a member that restores a snapshot from a
+/// donor behind it (instead of only from one ahead of what it applied)
+/// loses applied entries that may belong to a committed majority, or keeps
+/// restoring useless snapshots instead of rejoining.
+#[test]
+fn recovering_from_a_donor_behind_is_caught() {
+    caught(
+        Mutation::RecoverFromAnyDonor,
+        150..170,
+        &[
+            "committed entries never vanish",
+            "state machine safety",
+            "linearizability",
+            "liveness",
+        ],
+    );
+}

@@ -135,8 +135,9 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             self.counters.entries_applied += 1;
             applied += 1;
         }
-        self.row.apply_pos = self.apply_pos;
-        self.row.apply_index = self.apply_index;
+        let (pos, index) = self.published_apply_point();
+        self.row.apply_pos = pos;
+        self.row.apply_index = index;
         if self.role != Role::Leader && self.apply_pos == self.commit_pos {
             self.commit_index = self.apply_index;
             self.row.commit_index = self.apply_index;

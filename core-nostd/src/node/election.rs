@@ -295,6 +295,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 self.grant_log(leader);
                 self.row.grant = Ballot::new(term, leader);
                 self.row_dirty = true;
+                self.recovery_granted();
             }
         }
     }
@@ -320,6 +321,13 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         if self.timer_due(Timer::Election) {
             self.set_timer(Timer::Election, None);
             match self.role {
+                // A member whose state machine a failed restore cleared
+                // must not lead (it would serve from it): it votes, and
+                // waits for a snapshot.
+                _ if !self.state_intact() => {
+                    let t = self.random_election_timeout();
+                    self.set_timer(Timer::Election, Some(self.now + t));
+                }
                 Role::Follower if self.leader.is_none() => self.start_election(),
                 Role::Candidate => self.start_election(),
                 _ => {}

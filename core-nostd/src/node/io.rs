@@ -159,6 +159,10 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                     self.on_log_error(slot.peer, term, c.status);
                 }
             }
+            Purpose::ReadSnapshotHeader { generation } => self.on_snapshot_header(generation, ok),
+            Purpose::ReadSnapshotChunk { generation, len } => {
+                self.on_snapshot_chunk(generation, len, ok)
+            }
         }
     }
 

@@ -71,6 +71,10 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             self.peers[p.index()].repl = Repl::IDLE;
         }
         self.noop_end_pos = 0;
+        if self.row.recover_mask != 0 {
+            self.row.recover_mask = 0;
+            self.row_dirty = true;
+        }
     }
 
     fn step_down_same_term(&mut self) {
@@ -257,6 +261,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                     }
                 }
                 ReplState::Replicating => self.send_entries(p),
+                ReplState::NeedsRecovery => self.check_recovered(p),
                 _ => {}
             }
         }
@@ -333,8 +338,34 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     }
 
     fn needs_recovery(&mut self, p: MemberId) {
-        self.peers[p.index()].repl.state = ReplState::NeedsRecovery;
+        let peer = &mut self.peers[p.index()];
+        peer.repl.state = ReplState::NeedsRecovery;
+        peer.repl.recover_gen = peer.row.snapshot_request.generation;
+        // Tell it (DARE §3.4): it fetches a snapshot from a follower.
+        self.row.recover_mask |= 1u64 << p.0;
+        self.row_dirty = true;
         self.push_event(Event::PeerNeedsRecovery { peer: p });
+    }
+
+    /// A member marked for recovery that restored a snapshot (its request
+    /// answered: a newer generation, no donor), whose log starts at or
+    /// after our head, and that granted us its log again, is adjusted and
+    /// replicated like any follower.
+    fn check_recovered(&mut self, p: MemberId) {
+        let me = Ballot::new(self.term, self.me);
+        let peer = &self.peers[p.index()];
+        let req = peer.row.snapshot_request;
+        if req.from.is_none()
+            && req.generation > peer.repl.recover_gen
+            && peer.row.grant == me
+            && peer.row.apply_pos >= self.head_pos
+            && peer.row.apply_pos <= self.tail_pos
+        {
+            self.peers[p.index()].repl = Repl::IDLE;
+            self.peers[p.index()].repl.state = ReplState::AwaitGrant;
+            self.row.recover_mask &= !(1u64 << p.0);
+            self.row_dirty = true;
+        }
     }
 
     /// Log adjustment (DARE §3.3.1): the remote tail goes to the first
@@ -632,8 +663,14 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         let mut holders = MemberMask::NONE;
         for p in self.others() {
             let peer = &self.peers[p.index()];
+            // A member that needs recovery holds the log only while it
+            // fetches a snapshot (its row then shows the snapshot's apply
+            // point): the entries after it must still be here when it is
+            // restored.
+            let recovering = peer.repl.state == ReplState::NeedsRecovery
+                && peer.row.snapshot_request.from.is_some();
             if !peer.down
-                && peer.repl.state != ReplState::NeedsRecovery
+                && (peer.repl.state != ReplState::NeedsRecovery || recovering)
                 && self.now.saturating_sub(peer.row_changed_ns) <= self.cfg.prune_grace_ns
             {
                 holders = holders.with(p);

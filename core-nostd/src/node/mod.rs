@@ -10,8 +10,11 @@ mod apply;
 mod election;
 mod io;
 mod leader;
+mod recovery;
 #[cfg(test)]
 mod tests;
+
+pub use recovery::RecoveryStatus;
 
 use crate::config::{Config, ConfigError, ENTRY_PAYLOAD_BYTES_CAP, REPLY_BYTES_CAP};
 use crate::fabric::{
@@ -117,6 +120,20 @@ pub enum Event {
         /// Position of the bad entry.
         pos: u64,
     },
+    /// A recovering member asked us for a snapshot (DARE §3.4): the host
+    /// calls [`Node::write_snapshot`] before the next step, or in a fork
+    /// of its process (the state as of this step, while we apply on).
+    SnapshotWanted {
+        /// The request answered.
+        generation: u64,
+    },
+    /// This member restored a snapshot and rejoins the group.
+    Recovered {
+        /// First log index after the snapshot.
+        apply_index: u64,
+        /// Bytes copied (session table and state machine).
+        bytes: u64,
+    },
 }
 
 /// Accepted submissions.
@@ -200,6 +217,8 @@ pub struct Counters {
     /// Revokes of log access the fabric could not confirm (retried; no
     /// vote or grant until they are).
     pub revokes_unconfirmed: u64,
+    /// Snapshots this member gave to recovering members (DARE §3.4).
+    pub snapshots_served: u64,
 }
 
 /// Replication state of a follower, seen from the leader.
@@ -307,6 +326,8 @@ enum Purpose {
     WriteEntries { term: u64 },
     WriteTail { term: u64, pos: u64 },
     WriteCommit { term: u64 },
+    ReadSnapshotHeader { generation: u64 },
+    ReadSnapshotChunk { generation: u64, len: u32 },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -340,6 +361,9 @@ struct Repl {
     adjusted_pos: u64,
     /// Replicating before the channel broke (resume without re-adjusting).
     was_replicating: bool,
+    /// The generation of the member's snapshot request when it was found
+    /// to need recovery: a newer one, answered, means it recovered.
+    recover_gen: u64,
 }
 
 impl Repl {
@@ -353,6 +377,7 @@ impl Repl {
         header: None,
         adjusted_pos: 0,
         was_replicating: false,
+        recover_gen: 0,
     };
 }
 
@@ -467,6 +492,8 @@ pub struct Node<M: Memory, S: StateMachine> {
     /// Highest term in the other members' rows (the table's maximum,
     /// updated when a row changes).
     max_peer_term: u64,
+    /// Recovery by state transfer: ours as a joiner, a donor's job.
+    recovery: recovery::Recovery,
     /// The shared state table (DARE's schema): every member's last good
     /// row, ours as last pushed. Reducers over it drive step-down, vote
     /// counting and pruning.
@@ -588,6 +615,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             revoke_retry_at_ns: 0,
             sst: Table::new(&DARE_ROW, member_count),
             max_peer_term: 0,
+            recovery: recovery::Recovery::NEW,
             row,
             row_version: 0,
             // Publish an initial row so peers see us (and our apply point).
@@ -878,6 +906,54 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.invariants();
     }
 
+    /// The host learned that a peer that was gone runs again: a new
+    /// process with empty memory took its place (a restart). We trust it
+    /// again: its rows are read afresh (a new process numbers them anew),
+    /// its channels are re-established, and a leader adjusts its log (or
+    /// finds it needs recovery, DARE §3.4).
+    pub fn handle_peer_up(&mut self, now: u64, peer: MemberId) {
+        self.tick_clock(now);
+        if peer == self.me || peer.index() >= self.member_count {
+            return;
+        }
+        self.sst.clear(peer);
+        self.max_peer_term = self
+            .sst
+            .max(&crate::sst::dare::col::TERM, 0, self.others_mask())
+            .unwrap_or(0);
+        self.recovery.forget(peer);
+        let is_leader = self.role == Role::Leader;
+        let p = &mut self.peers[peer.index()];
+        p.down = false;
+        p.row = Row::EMPTY;
+        p.row_changed_ns = self.now;
+        p.last_ok_ns = self.now;
+        p.hb_counter_seen = 0;
+        p.stale_hb_version = 0;
+        for ch in &mut p.channels {
+            // Whatever was in flight went to the old process.
+            ch.broken = true;
+            ch.retry_at_ns = self.now;
+            ch.failures = 0;
+        }
+        if !p.reachable {
+            p.reachable = true;
+            self.push_event(Event::PeerReachable { peer });
+        }
+        if is_leader {
+            self.peers[peer.index()].repl = Repl {
+                state: ReplState::AwaitGrant,
+                ..Repl::IDLE
+            };
+            if self.row.recover_mask & (1u64 << peer.0) != 0 {
+                self.row.recover_mask &= !(1u64 << peer.0);
+            }
+        }
+        // It missed our pushes: send the current row again.
+        self.row_dirty = true;
+        self.invariants();
+    }
+
     /// An action failed on the fabric. A revoke of log access that could
     /// not be confirmed keeps every step that needs exclusive access (a
     /// vote's log check, a grant) waiting, and is retried (DARE §3.2.1: a
@@ -940,12 +1016,21 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         match self.role {
             Role::Candidate => self.count_votes(),
             Role::Leader => self.leader_tick(),
-            Role::Follower => self.follower_observe_log(),
+            Role::Follower => {
+                self.recovery_tick();
+                if self.recovery.phase == recovery::RecoveryPhase::Idle {
+                    self.follower_observe_log();
+                }
+            }
         }
-        self.apply_committed();
+        if self.state_intact() {
+            self.apply_committed();
+        }
         if self.role == Role::Leader {
             self.serve_reads();
         }
+        // After applying: a snapshot taken now is of the state as applied.
+        self.donor_tick();
         self.maintain_channels();
         self.flush_row();
         self.invariants();
@@ -1120,6 +1205,10 @@ impl<M: Memory, S: StateMachine> crate::engine::Engine for Node<M, S> {
 
     fn handle_peer_down(&mut self, now_ns: u64, peer: MemberId) {
         Node::handle_peer_down(self, now_ns, peer);
+    }
+
+    fn handle_peer_up(&mut self, now_ns: u64, peer: MemberId) {
+        Node::handle_peer_up(self, now_ns, peer);
     }
 
     fn poll_action(&mut self) -> Option<Action> {

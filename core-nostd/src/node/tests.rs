@@ -45,9 +45,15 @@ fn config(n: u8, id: u8) -> Config {
 
 impl Harness {
     fn new(n: u8) -> Harness {
+        Harness::with(n, |_| {})
+    }
+
+    /// A group whose every member's configuration `tune` adjusts.
+    fn with(n: u8, tune: impl Fn(&mut Config)) -> Harness {
         let nodes = (0..n)
             .map(|i| {
-                let cfg = config(n, i);
+                let mut cfg = config(n, i);
+                tune(&mut cfg);
                 let layout = Layout::new(&cfg).unwrap();
                 Node::new(
                     cfg,
@@ -63,6 +69,7 @@ impl Harness {
             let mut a = [[Access::Revoked; REGIONS_MAX]; MAX_MEMBERS];
             for p in a.iter_mut() {
                 p[RegionId::Control.index()] = Access::Granted;
+                p[RegionId::Snapshot.index()] = Access::Granted;
             }
             access.push(a);
         }
@@ -1038,4 +1045,126 @@ fn a_corrupt_committed_entry_is_never_applied() {
         h.nodes[2].state_machine().backend().get(b"x"),
         Some(&b"y"[..])
     );
+}
+
+/// §3.4 "Recovery": a member the leader can no longer bring up to date
+/// (it was cut off while the log was pruned past it) asks a follower, never
+/// the leader, for a snapshot, copies it with one-sided READs, restores
+/// it, grants the leader its log again and is adjusted and replicated like
+/// any follower: it ends with the same state and applies new writes.
+#[test]
+fn a_member_pruned_past_recovers_from_a_follower_snapshot() {
+    recover_member_two(false);
+}
+
+/// §3.4 "Recovery", hostile memory: a snapshot whose bytes changed after
+/// the donor checksummed them is never restored; the member asks again and
+/// restores a good one.
+#[test]
+fn a_corrupt_snapshot_is_never_restored() {
+    recover_member_two(true);
+}
+
+fn recover_member_two(corrupt_first: bool) {
+    let mut h = Harness::with(3, |c| {
+        c.snapshot_bytes_max = 64 * 1024;
+        c.snapshot_read_bytes = 512;
+        c.prune_grace_ns = 2_000_000;
+        c.prune_period_ns = 500_000;
+    });
+    h.elect_zero();
+    // Member 2 is cut off (its memory is unreachable, it does not run).
+    h.down[2] = true;
+    let mut request = 1;
+    for round in 0..40u64 {
+        for k in 0..8u64 {
+            let key = std::format!("k{}", (round * 8 + k) % 23);
+            let value = std::format!("v{round}-{k}");
+            if h.nodes[0]
+                .submit_write(h.now, 7, request, &set(key.as_bytes(), value.as_bytes()))
+                .is_ok()
+            {
+                request += 1;
+            }
+        }
+        h.now += 200_000;
+        h.settle(3);
+    }
+    let head = h.nodes[0].status().head_pos;
+    assert!(head > 0, "the log was pruned past the silent member");
+    // It comes back: the leader finds its log beyond repair and marks it.
+    h.down[2] = false;
+    let mut served = 0;
+    let mut recovered = None;
+    for _ in 0..4000 {
+        h.now += 50_000;
+        for i in 0..3 {
+            h.tick(i);
+            for e in h.events(i) {
+                match e {
+                    Event::SnapshotWanted { .. } => {
+                        assert_eq!(i, 1, "only the follower is asked, never the leader");
+                        assert!(h.nodes[i].write_snapshot().is_some());
+                        served += 1;
+                        if corrupt_first && served == 1 {
+                            // A byte of the state machine's part flips.
+                            let m = h.nodes[1].memory();
+                            let at = h.nodes[1]
+                                .layout()
+                                .snapshot_payload(h.nodes[1].layout().sessions_bytes + 9);
+                            let mut b = [0u8; 1];
+                            m.read(at, &mut b);
+                            b[0] ^= 0x20;
+                            m.write(at, &b);
+                        }
+                    }
+                    Event::Recovered { apply_index, .. } => {
+                        assert_eq!(i, 2);
+                        recovered = Some(apply_index);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if recovered.is_some()
+            && h.nodes[2].apply_index() == h.nodes[0].apply_index()
+            && h.nodes[0].status().peers[2].repl == ReplState::Replicating
+        {
+            break;
+        }
+    }
+    assert!(served >= 1);
+    let from = recovered.expect("member 2 restored a snapshot");
+    assert!(from > 1, "the snapshot held applied entries");
+    // Let the last entries appended meanwhile reach everyone.
+    h.settle(8);
+    assert_eq!(h.nodes[2].apply_index(), h.nodes[0].apply_index());
+    assert_eq!(
+        h.nodes[2].state_machine().backend(),
+        h.nodes[0].state_machine().backend()
+    );
+    assert_eq!(
+        h.nodes[0].published_row().recover_mask,
+        0,
+        "the mark is cleared"
+    );
+    // And it takes part again: a new write reaches it.
+    h.nodes[0]
+        .submit_write(h.now, 7, request, &set(b"after", b"recovery"))
+        .unwrap();
+    h.settle(6);
+    assert_eq!(
+        h.nodes[2]
+            .state_machine()
+            .backend()
+            .0
+            .get(&b"after"[..])
+            .map(|v| v.as_slice()),
+        Some(&b"recovery"[..])
+    );
+    assert_eq!(h.nodes[2].recovery_status().completed, 1);
+    if corrupt_first {
+        assert!(served >= 2, "asked again after the corrupt copy");
+        assert!(h.nodes[2].recovery_status().abandoned >= 1);
+    }
 }

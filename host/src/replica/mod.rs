@@ -5,6 +5,7 @@
 //! spins between steps.
 
 pub mod failover;
+pub mod snapshot;
 pub mod status_server;
 pub mod storage;
 
@@ -94,7 +95,10 @@ type Kv = KvAndStreams<KvStateMachine<HashBackend>, StreamStateMachine<StreamMap
 const QUEUE_REQUESTS_PER_STEP: usize = 1024;
 
 enum Route {
-    Slot { slot: u64, seq: u64 },
+    Slot {
+        slot: u64,
+        seq: u64,
+    },
     Channel {
         tx: std::sync::mpsc::Sender<(u64, ServiceReply)>,
         tag: u64,
@@ -210,6 +214,8 @@ struct Gateway {
     latency: Latency,
     host_counters: BTreeMap<&'static str, u64>,
     last_role: Role,
+    /// How a donor writes its state machine's snapshot.
+    snapshot_writer: snapshot::SnapshotWriter,
 }
 
 impl Gateway {
@@ -313,6 +319,28 @@ impl Gateway {
                     format!("committed entry at position {pos} failed validation"),
                 );
             }
+            Event::SnapshotWanted { generation } => {
+                let log = &engines.log;
+                match snapshot::run(self.snapshot_writer, || {
+                    let _ = log.write_snapshot();
+                }) {
+                    Ok(()) => self.event(
+                        "snapshot-served",
+                        format!("a snapshot for a recovering member (request {generation})"),
+                    ),
+                    Err(e) => {
+                        // The recovering member times out and asks again.
+                        tracing::warn!(error = %e, "could not start the snapshot writer");
+                    }
+                }
+            }
+            Event::Recovered { apply_index, bytes } => self.event(
+                "recovered",
+                format!(
+                    "member {} restored a snapshot up to index {apply_index} ({bytes} bytes) and rejoins",
+                    self.id.0
+                ),
+            ),
         }
     }
 
@@ -893,6 +921,10 @@ fn drive<F: HostFabric>(
             latency: Latency::new(),
             host_counters: BTreeMap::new(),
             last_role: Role::Follower,
+            snapshot_writer: match m.cluster.fabric {
+                verbatim_client::manifest::FabricKind::Shm => snapshot::SnapshotWriter::Fork,
+                verbatim_client::manifest::FabricKind::Verbs => snapshot::SnapshotWriter::Inline,
+            },
         },
         layout,
         id,

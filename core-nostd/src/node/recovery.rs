@@ -1,0 +1,673 @@
+//! Recovery by state transfer (DARE §3.4): a member whose log the leader
+//! cannot bring up to date (the entries it needs were pruned: it restarted
+//! with empty memory, or it was cut off for longer than the prune grace)
+//! fetches a snapshot of a follower's state machine entirely with
+//! one-sided operations, then rejoins through the ordinary log adjustment.
+//!
+//! 1. The leader marks the member in its row's recover mask when log
+//!    adjustment finds its committed prefix gone (`needs_recovery`).
+//! 2. The member (the *joiner*) picks a donor, never the leader, and asks
+//!    in its own row: `snapshot_request = (donor, generation)`.
+//! 3. The donor, at the end of a step (after applying), writes into its
+//!    `Snapshot` region a header marked *writing*, its session table as it
+//!    lies in its `Sessions` region, and asks its host for the state
+//!    machine's bytes ([`Event::SnapshotWanted`]): the host calls
+//!    [`Node::write_snapshot`] before the next step (the simulator) or in a
+//!    fork of the process (the replica: the kernel's copy-on-write keeps
+//!    the state as of that instant while the donor applies on), which
+//!    marks the header *complete* with the payload's checksum.
+//! 4. The joiner READs the donor's header until it is complete for its
+//!    generation, READs the payload in bounded chunks into its own
+//!    `Snapshot` region, READs the header again (unchanged: nothing was
+//!    rewritten under it), checks the payload's checksum, restores its
+//!    session table and state machine from its own copy, and sets its log
+//!    pointers to the snapshot's apply position, with an empty log after
+//!    it.
+//! 5. It prepares a fresh adjustment list and grants the leader log access
+//!    again (DARE: "sends a vote to the leader"), then withdraws its
+//!    request. The leader sees the request answered (a newer generation,
+//!    no donor) and adjusts and replicates as for any follower: the
+//!    committed entries after the snapshot come from the leader's ring.
+//!
+//! A donor that does not answer within `snapshot_wait_ns` is replaced by
+//! the next candidate; a torn, changed or corrupt snapshot is never
+//! restored (the READ is repeated with a new generation).
+
+use super::*;
+use crate::fabric::{Op, RegionId};
+use crate::snapshot::{MemorySink, MemorySource, SnapshotHeader, SnapshotState, StreamChecksum};
+use crate::sst::SnapshotRequest;
+
+/// Chunk READs in flight at most while a joiner copies a snapshot.
+const SNAPSHOT_READS_INFLIGHT_MAX: u64 = 4;
+
+/// Where a joiner is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum RecoveryPhase {
+    /// Not recovering.
+    Idle,
+    /// Asked a donor; READing its header until the snapshot is complete.
+    AwaitSnapshot,
+    /// Copying the payload.
+    Copying,
+    /// Payload copied: READing the header again to check it did not
+    /// change.
+    Confirming,
+    /// Restored: granting the leader access with a fresh adjustment list.
+    Regrant,
+}
+
+/// A joiner's recovery state, and a donor's job.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Recovery {
+    pub(super) phase: RecoveryPhase,
+    donor: MemberId,
+    generation: u64,
+    /// When the donor last showed progress (or was asked).
+    progress_ns: u64,
+    header: SnapshotHeader,
+    /// Payload bytes asked for and landed.
+    requested: u64,
+    landed: u64,
+    reads_inflight: u64,
+    /// A header READ is in flight.
+    header_inflight: bool,
+    /// Earliest time of the next header READ (a donor still writing is
+    /// asked again after a short pause, not in a tight loop).
+    header_read_at_ns: u64,
+    /// A restore failed half-way: our state machine is no longer the one
+    /// our apply pointer says. Nothing is applied or given away until a
+    /// snapshot restores it.
+    pub(super) state_lost: bool,
+    /// Recoveries completed, and attempts abandoned.
+    pub(super) completed: u64,
+    pub(super) abandoned: u64,
+    /// After a recovery, the leader's mark may still be set until it sees
+    /// our new row: no new recovery before it cleared it (or this time).
+    no_restart_before_ns: u64,
+    /// Donor: the generation last answered per member.
+    served: [u64; MAX_MEMBERS],
+    /// Donor: the snapshot being written (what `write_snapshot` writes).
+    job: Option<SnapshotJob>,
+}
+
+/// A donor's snapshot whose state-machine bytes the host writes.
+#[derive(Clone, Copy, Debug)]
+struct SnapshotJob {
+    header: SnapshotHeader,
+    /// When it was asked for (a host that never writes it does not block
+    /// the next one forever).
+    started_ns: u64,
+    /// The checksum over the session table image, continued by the
+    /// state machine's bytes.
+    checksum: StreamChecksum,
+}
+
+impl Recovery {
+    pub(super) const NEW: Recovery = Recovery {
+        phase: RecoveryPhase::Idle,
+        donor: MemberId(0),
+        generation: 0,
+        progress_ns: 0,
+        header: SnapshotHeader {
+            generation: 0,
+            state: SnapshotState::Empty,
+            apply_index: 0,
+            apply_pos: 0,
+            last_term: 0,
+            sessions_bytes: 0,
+            sm_bytes: 0,
+            payload_checksum: 0,
+        },
+        requested: 0,
+        landed: 0,
+        reads_inflight: 0,
+        header_inflight: false,
+        header_read_at_ns: 0,
+        state_lost: false,
+        completed: 0,
+        abandoned: 0,
+        no_restart_before_ns: 0,
+        served: [0; MAX_MEMBERS],
+        job: None,
+    };
+}
+
+impl Recovery {
+    /// A peer restarted: the snapshot it asked for before is not its new
+    /// process's (a donor answers the new one's first request).
+    pub(super) fn forget(&mut self, peer: MemberId) {
+        self.served[peer.index()] = 0;
+    }
+}
+
+/// A recovering member's progress, for status endpoints.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryStatus {
+    /// Recovering now.
+    pub active: bool,
+    /// The donor asked.
+    pub donor: Option<MemberId>,
+    /// Payload bytes copied so far and in all (0 until the donor's
+    /// snapshot is complete).
+    pub bytes_copied: u64,
+    /// Payload bytes of the snapshot being copied.
+    pub bytes_total: u64,
+    /// Recoveries completed by this member.
+    pub completed: u64,
+    /// Attempts given up (donor silent, snapshot changed or corrupt).
+    pub abandoned: u64,
+}
+
+impl<M: Memory, S: StateMachine> Node<M, S> {
+    /// Recovery progress.
+    pub fn recovery_status(&self) -> RecoveryStatus {
+        let r = &self.recovery;
+        let active = r.phase != RecoveryPhase::Idle;
+        RecoveryStatus {
+            active,
+            donor: active.then_some(r.donor),
+            bytes_copied: r.landed,
+            bytes_total: if matches!(r.phase, RecoveryPhase::Copying | RecoveryPhase::Confirming) {
+                r.header.payload_bytes()
+            } else {
+                0
+            },
+            completed: r.completed,
+            abandoned: r.abandoned,
+        }
+    }
+
+    /// True when the state machine may apply committed entries (not while
+    /// a failed restore left it cleared).
+    pub(super) fn state_intact(&self) -> bool {
+        !self.recovery.state_lost
+    }
+
+    /// The apply point our row publishes: while we copy a snapshot, the
+    /// snapshot's, so that the leader does not prune past what we are
+    /// about to restore (it holds the log for a recovering member as for
+    /// any other it heard from recently).
+    pub(super) fn published_apply_point(&self) -> (u64, u64) {
+        match self.recovery.phase {
+            RecoveryPhase::Copying | RecoveryPhase::Confirming => (
+                self.recovery.header.apply_pos,
+                self.recovery.header.apply_index,
+            ),
+            _ => (self.apply_pos, self.apply_index),
+        }
+    }
+
+    /// A snapshot must be ahead of what we applied (off only for the
+    /// mutation test that shows the swarm notices).
+    fn never_back(&self) -> bool {
+        #[cfg(feature = "mutation-testing")]
+        if self.cfg.mutation == crate::config::Mutation::RecoverFromAnyDonor {
+            return false;
+        }
+        true
+    }
+
+    fn snapshot_enabled(&self) -> bool {
+        self.layout.snapshot_bytes > 0
+    }
+
+    // ----- joiner ------------------------------------------------------
+
+    /// Follower, every step: start, time out or advance a recovery.
+    pub(super) fn recovery_tick(&mut self) {
+        if !self.snapshot_enabled() {
+            return;
+        }
+        let leader = match (self.role, self.leader) {
+            (Role::Follower, Some(l)) if l != self.me => l,
+            _ => {
+                if self.recovery.phase != RecoveryPhase::Idle {
+                    // Recovery is done for a leader; without one, wait.
+                    self.abandon_recovery();
+                }
+                return;
+            }
+        };
+        let marked = self.peers[leader.index()].row.recover_mask & (1u64 << self.me.0) != 0
+            || self.recovery.state_lost;
+        match self.recovery.phase {
+            RecoveryPhase::Idle => {
+                if !marked {
+                    self.recovery.no_restart_before_ns = 0;
+                    return;
+                }
+                if self.now < self.recovery.no_restart_before_ns {
+                    return;
+                }
+                self.start_recovery(leader);
+            }
+            RecoveryPhase::AwaitSnapshot | RecoveryPhase::Copying | RecoveryPhase::Confirming => {
+                if self.now.saturating_sub(self.recovery.progress_ns) > self.cfg.snapshot_wait_ns {
+                    // The donor is silent or gone: ask the next one.
+                    self.abandon_recovery();
+                    self.start_recovery(leader);
+                    return;
+                }
+                self.recovery_reads();
+            }
+            RecoveryPhase::Regrant => {}
+        }
+    }
+
+    /// Picks a donor and asks it in our row: never the leader, nobody
+    /// known down or itself marked for recovery, and only one that has
+    /// applied more than we have (a snapshot must never take us back: our
+    /// applied entries may be part of a committed majority). Among those,
+    /// the one furthest ahead; after an abandoned attempt, preferably
+    /// another one.
+    fn start_recovery(&mut self, leader: MemberId) {
+        let marked = self.peers[leader.index()].row.recover_mask;
+        let never_back = self.never_back();
+        let previous = (self.recovery.generation != 0).then_some(self.recovery.donor);
+        let mut best: Option<(MemberId, u64)> = None;
+        for d in self.others() {
+            let peer = &self.peers[d.index()];
+            if d == leader
+                || peer.down
+                || marked & (1u64 << d.0) != 0
+                || (never_back
+                    && (peer.row.apply_index < self.apply_index
+                        || (peer.row.apply_index == self.apply_index && !self.recovery.state_lost)))
+                || peer.row.snapshot_request.from.is_some()
+            {
+                continue;
+            }
+            // The one asked last time loses ties (and only ties). (The
+            // mutation takes the first candidate in id order instead.)
+            let score = if never_back {
+                peer.row.apply_index.saturating_mul(2) + u64::from(Some(d) != previous)
+            } else {
+                u64::from(u8::MAX - d.0)
+            };
+            if best.is_none_or(|(_, s)| score > s) {
+                best = Some((d, score));
+            }
+        }
+        let Some((donor, _)) = best else {
+            return; // nobody suitable: wait for one
+        };
+        // Our log will be rewritten: nobody may write it meanwhile.
+        if self.granted_to.is_some() {
+            self.revoke_all();
+        }
+        // A generation no earlier request of ours used (also across a
+        // restart: it follows the clock).
+        let generation = self.now.max(self.recovery.generation + 1);
+        let r = &mut self.recovery;
+        r.phase = RecoveryPhase::AwaitSnapshot;
+        r.donor = donor;
+        r.generation = generation;
+        r.progress_ns = self.now;
+        r.header = Recovery::NEW.header;
+        r.requested = 0;
+        r.landed = 0;
+        r.header_read_at_ns = self.now;
+        self.row.snapshot_request = SnapshotRequest {
+            from: Some(donor),
+            generation,
+        };
+        self.row_dirty = true;
+    }
+
+    fn abandon_recovery(&mut self) {
+        self.recovery.abandoned += 1;
+        self.recovery.phase = RecoveryPhase::Idle;
+        self.row.snapshot_request.from = None;
+        self.row_dirty = true;
+    }
+
+    /// Posts what the current phase needs: header READs, chunk READs.
+    fn recovery_reads(&mut self) {
+        let donor = self.recovery.donor;
+        if !self.channel_ok(donor, Channel::Control) {
+            return;
+        }
+        match self.recovery.phase {
+            RecoveryPhase::AwaitSnapshot | RecoveryPhase::Confirming => {
+                if !self.recovery.header_inflight
+                    && self.now >= self.recovery.header_read_at_ns
+                    && self.can_post(1)
+                {
+                    self.post(
+                        donor,
+                        Op::Read {
+                            remote: self.layout.snapshot_header(),
+                            local: self.layout.snapshot_header(),
+                            len: (8 * SnapshotHeader::WORDS) as u32,
+                        },
+                        Purpose::ReadSnapshotHeader {
+                            generation: self.recovery.generation,
+                        },
+                    );
+                    self.recovery.header_inflight = true;
+                }
+            }
+            RecoveryPhase::Copying => {
+                let total = self.recovery.header.payload_bytes();
+                let chunk = u64::from(self.cfg.snapshot_read_bytes);
+                while self.recovery.requested < total
+                    && self.recovery.reads_inflight < SNAPSHOT_READS_INFLIGHT_MAX
+                    && self.can_post(1)
+                {
+                    let offset = self.recovery.requested;
+                    let len = chunk.min(total - offset);
+                    self.post(
+                        donor,
+                        Op::Read {
+                            remote: self.layout.snapshot_payload(offset),
+                            local: self.layout.snapshot_payload(offset),
+                            len: len as u32,
+                        },
+                        Purpose::ReadSnapshotChunk {
+                            generation: self.recovery.generation,
+                            len: len as u32,
+                        },
+                    );
+                    self.recovery.requested += len;
+                    self.recovery.reads_inflight += 1;
+                }
+            }
+            RecoveryPhase::Idle | RecoveryPhase::Regrant => {}
+        }
+    }
+
+    /// A READ of the donor's header completed (it landed in our own
+    /// region's header words).
+    pub(super) fn on_snapshot_header(&mut self, generation: u64, ok: bool) {
+        if generation != self.recovery.generation {
+            return;
+        }
+        self.recovery.header_inflight = false;
+        // Asked again after a pause while the donor is still writing.
+        self.recovery.header_read_at_ns = self.now.saturating_add(self.cfg.heartbeat_period_ns);
+        if !ok {
+            return; // retried on the next step (the channel recovers)
+        }
+        let words: [u64; SnapshotHeader::WORDS] =
+            crate::mem::read_words(&self.mem, self.layout.snapshot_header());
+        let header = SnapshotHeader::decode(&words);
+        match (self.recovery.phase, header) {
+            (RecoveryPhase::AwaitSnapshot, Some(h)) if h.generation == generation => {
+                self.recovery.progress_ns = self.now;
+                match h.state {
+                    // Never back: a snapshot must be ahead of what we
+                    // applied (the donor may have fallen behind meanwhile).
+                    SnapshotState::Complete
+                        if self.never_back()
+                            && (h.apply_index < self.apply_index
+                                || (h.apply_index == self.apply_index
+                                    && !self.recovery.state_lost)) =>
+                    {
+                        self.abandon_recovery();
+                    }
+                    SnapshotState::Complete
+                        if h.payload_bytes()
+                            <= self.layout.snapshot_bytes - SnapshotHeader::PAYLOAD_OFFSET
+                            && h.sessions_bytes == self.layout.sessions_bytes =>
+                    {
+                        self.recovery.header = h;
+                        self.recovery.phase = RecoveryPhase::Copying;
+                        // Hold the leader's head at the snapshot.
+                        self.row.apply_pos = h.apply_pos;
+                        self.row.apply_index = h.apply_index;
+                        self.row_dirty = true;
+                        self.recovery_reads();
+                    }
+                    SnapshotState::Complete | SnapshotState::TooLarge => {
+                        // It cannot fit our region (or is of another
+                        // layout): no donor can help; try another later.
+                        self.abandon_recovery();
+                    }
+                    SnapshotState::Writing | SnapshotState::Empty => {}
+                }
+            }
+            (RecoveryPhase::Confirming, Some(h)) if h == self.recovery.header => {
+                self.finish_recovery();
+            }
+            (RecoveryPhase::Confirming, _) => {
+                // Rewritten while we copied: never restored.
+                self.abandon_recovery();
+            }
+            _ => {}
+        }
+    }
+
+    /// A chunk READ completed.
+    pub(super) fn on_snapshot_chunk(&mut self, generation: u64, len: u32, ok: bool) {
+        if generation != self.recovery.generation || self.recovery.phase != RecoveryPhase::Copying {
+            return;
+        }
+        self.recovery.reads_inflight -= 1;
+        if !ok {
+            self.abandon_recovery();
+            return;
+        }
+        self.recovery.progress_ns = self.now;
+        self.recovery.landed += u64::from(len);
+        if self.recovery.landed == self.recovery.header.payload_bytes()
+            && self.recovery.reads_inflight == 0
+        {
+            self.recovery.phase = RecoveryPhase::Confirming;
+            self.recovery_reads();
+        }
+    }
+
+    /// The copy is whole and unchanged: check it, restore it, and rejoin.
+    /// Work proportional to the snapshot, once per recovery, on a member
+    /// that serves nothing yet.
+    fn finish_recovery(&mut self) {
+        let h = self.recovery.header;
+        // The payload's checksum, over our own copy.
+        let mut sum = StreamChecksum::new();
+        let mut offset = 0;
+        let payload = h.payload_bytes();
+        while offset < payload {
+            let n = (payload - offset).min(self.payload.len() as u64) as usize;
+            self.mem
+                .read(self.layout.snapshot_payload(offset), &mut self.payload[..n]);
+            sum.bytes(&self.payload[..n]);
+            offset += n as u64;
+        }
+        if sum.finish() != h.payload_checksum {
+            self.counters.entries_rejected += 1;
+            self.abandon_recovery();
+            return;
+        }
+        assert!(
+            !self.never_back()
+                || h.apply_index > self.apply_index
+                || (h.apply_index == self.apply_index && self.recovery.state_lost),
+            "a snapshot never takes a member back"
+        );
+        // The state machine first. A snapshot that passed its checksum but
+        // does not restore (a donor's bug, or a hostile one) leaves our
+        // state machine cleared: we then apply nothing and give nothing
+        // away until another snapshot restores it.
+        let mut source = MemorySource::new(
+            &self.mem,
+            self.layout.snapshot_payload(h.sessions_bytes),
+            h.sm_bytes,
+        );
+        if self.sm.restore(&mut source, &mut self.payload).is_err() || source.remaining() != 0 {
+            self.recovery.state_lost = true;
+            self.abandon_recovery();
+            return;
+        }
+        self.recovery.state_lost = false;
+        // The session table, as the donor's region held it.
+        let mut offset = 0;
+        while offset < h.sessions_bytes {
+            let n = (h.sessions_bytes - offset).min(self.payload.len() as u64) as usize;
+            self.mem
+                .read(self.layout.snapshot_payload(offset), &mut self.payload[..n]);
+            self.mem.write(
+                crate::fabric::Addr::new(RegionId::Sessions, offset),
+                &self.payload[..n],
+            );
+            offset += n as u64;
+        }
+        // The log: everything up to the snapshot is applied, nothing after
+        // it is held (the leader's adjustment brings it).
+        self.head_pos = h.apply_pos;
+        self.apply_pos = h.apply_pos;
+        self.commit_pos = h.apply_pos;
+        self.apply_index = h.apply_index;
+        self.commit_index = h.apply_index;
+        self.tail_index = h.apply_index;
+        self.last_applied_term = h.last_term;
+        self.last_term = h.last_term;
+        self.corrupt = false;
+        self.bad_entry_since_ns = None;
+        self.mem.store_u64(self.layout.log_commit(), h.apply_pos);
+        self.mem.store_u64(self.layout.log_tail(), h.apply_pos);
+        self.row.apply_pos = h.apply_pos;
+        self.row.apply_index = h.apply_index;
+        self.row.commit_index = h.apply_index;
+        self.row.last_index = h.apply_index.saturating_sub(1);
+        self.published_apply_index = 0;
+        self.row_dirty = true;
+        self.recovery.phase = RecoveryPhase::Regrant;
+        self.recovery.completed += 1;
+        self.push_event(Event::Recovered {
+            apply_index: h.apply_index,
+            bytes: payload,
+        });
+        // A fresh adjustment list and grant for the leader we follow.
+        if let Some(l) = self.leader {
+            self.row.grant = crate::sst::Ballot::default();
+            self.duty = Duty::Grant {
+                leader: l,
+                term: self.term,
+            };
+        }
+    }
+
+    /// The grant after a recovery is done: withdraw the request, which
+    /// tells the leader to adjust our log again.
+    pub(super) fn recovery_granted(&mut self) {
+        if self.recovery.phase == RecoveryPhase::Regrant {
+            self.recovery.phase = RecoveryPhase::Idle;
+            self.recovery.no_restart_before_ns =
+                self.now.saturating_add(2 * self.cfg.snapshot_wait_ns);
+            self.row.snapshot_request.from = None;
+            self.row_dirty = true;
+        }
+    }
+
+    // ----- donor -------------------------------------------------------
+
+    /// Any member that is not the leader, at the end of a step (after it
+    /// applied): answers a new snapshot request addressed to it.
+    pub(super) fn donor_tick(&mut self) {
+        if !self.snapshot_enabled() || self.role == Role::Leader {
+            return;
+        }
+        if self.recovery.phase != RecoveryPhase::Idle || self.recovery.state_lost {
+            return; // nothing whole to give
+        }
+        if let Some(job) = self.recovery.job {
+            // One snapshot at a time: a new request waits until the host
+            // finished this one (its header is no longer "writing").
+            let words: [u64; SnapshotHeader::WORDS] =
+                crate::mem::read_words(&self.mem, self.layout.snapshot_header());
+            match SnapshotHeader::decode(&words) {
+                Some(h)
+                    if h.generation == job.header.generation
+                        && h.state == SnapshotState::Writing
+                        && self.now.saturating_sub(job.started_ns) <= self.cfg.snapshot_wait_ns =>
+                {
+                    return;
+                }
+                _ => self.recovery.job = None,
+            }
+        }
+        for p in self.others() {
+            let req = self.peers[p.index()].row.snapshot_request;
+            if req.from != Some(self.me) || req.generation == self.recovery.served[p.index()] {
+                continue;
+            }
+            self.recovery.served[p.index()] = req.generation;
+            self.start_snapshot(req.generation);
+            return;
+        }
+    }
+
+    /// Writes the header ("writing") and the session table image, and asks
+    /// the host for the state machine's bytes.
+    fn start_snapshot(&mut self, generation: u64) {
+        let sessions_bytes = self.layout.sessions_bytes;
+        let mut header = SnapshotHeader {
+            generation,
+            state: SnapshotState::Writing,
+            apply_index: self.apply_index,
+            apply_pos: self.apply_pos,
+            last_term: self.last_applied_term,
+            sessions_bytes,
+            sm_bytes: 0,
+            payload_checksum: 0,
+        };
+        crate::mem::write_words(&self.mem, self.layout.snapshot_header(), &header.encode());
+        if sessions_bytes > self.layout.snapshot_bytes - SnapshotHeader::PAYLOAD_OFFSET {
+            header.state = SnapshotState::TooLarge;
+            crate::mem::write_words(&self.mem, self.layout.snapshot_header(), &header.encode());
+            return;
+        }
+        let mut checksum = StreamChecksum::new();
+        let mut offset = 0;
+        while offset < sessions_bytes {
+            let n = (sessions_bytes - offset).min(self.payload.len() as u64) as usize;
+            self.mem.read(
+                crate::fabric::Addr::new(RegionId::Sessions, offset),
+                &mut self.payload[..n],
+            );
+            checksum.bytes(&self.payload[..n]);
+            self.mem
+                .write(self.layout.snapshot_payload(offset), &self.payload[..n]);
+            offset += n as u64;
+        }
+        self.recovery.job = Some(SnapshotJob {
+            header,
+            started_ns: self.now,
+            checksum,
+        });
+        self.counters.snapshots_served += 1;
+        self.push_event(Event::SnapshotWanted { generation });
+    }
+
+    /// Writes the state machine's bytes of the snapshot asked for by the
+    /// last [`Event::SnapshotWanted`], as of the step that emitted it, and
+    /// marks the snapshot complete (or too large). The host calls it before
+    /// the node's next step, or in a fork of its process (only the
+    /// snapshot region is written, through the memory handle). Returns the
+    /// bytes written, or `None` when there is nothing to write or it did
+    /// not fit.
+    pub fn write_snapshot(&self) -> Option<u64> {
+        let job = self.recovery.job?;
+        let mut header = job.header;
+        let start = SnapshotHeader::PAYLOAD_OFFSET + header.sessions_bytes;
+        let end = self.layout.snapshot_bytes;
+        let mut sink = MemorySink::new(
+            &self.mem,
+            crate::fabric::Addr::new(RegionId::Snapshot, start),
+            end,
+            job.checksum,
+        );
+        let fitted = self.sm.snapshot(&mut sink).is_ok();
+        let (written, checksum) = sink.finish();
+        if fitted {
+            header.state = SnapshotState::Complete;
+            header.sm_bytes = written;
+            header.payload_checksum = checksum;
+        } else {
+            header.state = SnapshotState::TooLarge;
+        }
+        crate::mem::write_words(&self.mem, self.layout.snapshot_header(), &header.encode());
+        fitted.then_some(written)
+    }
+}
