@@ -40,6 +40,10 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     }
 
     fn react_to_vote_requests(&mut self) {
+        // Not before we know what our previous incarnation voted.
+        if !self.votes_known() {
+            return;
+        }
         let mut best: Option<(MemberId, u64)> = None;
         for c in self.others() {
             let peer = &self.peers[c.index()];
@@ -323,8 +327,9 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             match self.role {
                 // A member whose state machine a failed restore cleared
                 // must not lead (it would serve from it): it votes, and
-                // waits for a snapshot.
-                _ if !self.state_intact() => {
+                // waits for a snapshot. Nor does one that has not read its
+                // votes back yet (restart.rs).
+                _ if !self.state_intact() || !self.votes_known() => {
                     let t = self.random_election_timeout();
                     self.set_timer(Timer::Election, Some(self.now + t));
                 }

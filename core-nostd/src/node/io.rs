@@ -160,6 +160,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 }
             }
             Purpose::ReadSnapshotHeader { generation } => self.on_snapshot_header(generation, ok),
+            Purpose::ReadOwnRow => self.on_own_row(slot.peer, ok),
             Purpose::ReadSnapshotChunk { generation, len } => {
                 self.on_snapshot_chunk(generation, len, ok)
             }
@@ -193,6 +194,11 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         // voter's is its private vote (§3.2.3); both go out on the call
         // after the revokes took effect. Nothing is pushed in between.
         if !self.row_dirty || matches!(self.duty, Duty::Campaign { .. } | Duty::VoteCheck { .. }) {
+            return;
+        }
+        // Our pushes would overwrite the copies of our previous row that we
+        // are reading back (restart.rs): nothing before that is done.
+        if !self.votes_known() {
             return;
         }
         let Some(slot) = self.staging_refs.iter().position(|&r| r == 0) else {

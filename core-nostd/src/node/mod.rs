@@ -11,6 +11,7 @@ mod election;
 mod io;
 mod leader;
 mod recovery;
+mod restart;
 #[cfg(test)]
 mod tests;
 
@@ -327,6 +328,7 @@ enum Purpose {
     WriteTail { term: u64, pos: u64 },
     WriteCommit { term: u64 },
     ReadSnapshotHeader { generation: u64 },
+    ReadOwnRow,
     ReadSnapshotChunk { generation: u64, len: u32 },
 }
 
@@ -494,6 +496,8 @@ pub struct Node<M: Memory, S: StateMachine> {
     max_peer_term: u64,
     /// Recovery by state transfer: ours as a joiner, a donor's job.
     recovery: recovery::Recovery,
+    /// Our own row read back from the peers at start (DARE §3.2.3).
+    vote_recovery: restart::VoteRecovery,
     /// The shared state table (DARE's schema): every member's last good
     /// row, ours as last pushed. Reducers over it drive step-down, vote
     /// counting and pruning.
@@ -616,6 +620,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             sst: Table::new(&DARE_ROW, member_count),
             max_peer_term: 0,
             recovery: recovery::Recovery::NEW,
+            vote_recovery: restart::VoteRecovery::NEW,
             row,
             row_version: 0,
             // Publish an initial row so peers see us (and our apply point).
@@ -1009,6 +1014,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         if unconfirmed && self.revoke_retry_at_ns <= self.now {
             self.retry_unconfirmed_revokes();
         }
+        self.vote_recovery_tick();
         self.observe_rows();
         self.react_to_rows();
         self.run_duty();
