@@ -352,6 +352,16 @@ fn render_replica_table(app: &App, model: &Model, area: Rect, buf: &mut Buffer) 
         let (role, role_st) = match (&r.link, r.snapshot.as_ref()) {
             (LinkState::Down { .. }, _) => ("unreachable".to_string(), BAD),
             (LinkState::Connecting { .. }, _) => ("connecting".to_string(), DIM),
+            // Recovering by state transfer (DARE §3.4): how much of the
+            // donor's snapshot is copied.
+            (LinkState::Up { .. }, Some(s)) if s.recovery.active => {
+                let r = &s.recovery;
+                let text = match r.bytes_total {
+                    0 => "recovering".to_string(),
+                    total => format!("recover {}%", r.bytes_copied.saturating_mul(100) / total),
+                };
+                (text, Style::new().fg(Color::Yellow))
+            }
             (LinkState::Up { .. }, Some(s)) => (s.role.clone(), role_style(&s.role)),
             (LinkState::Up { .. }, None) => (UNKNOWN.to_string(), DIM),
         };
@@ -504,7 +514,7 @@ fn event_style(kind: &str) -> Style {
         "unreachable" | "replica-lost" | "log-corrupt" | "needs-recovery" => {
             Style::new().fg(Color::Red)
         }
-        "replica-back" => Style::new().fg(Color::Cyan),
+        "replica-back" | "recovered" => Style::new().fg(Color::Cyan),
         "revoke" | "log-full" => Style::new().fg(Color::Yellow),
         _ => Style::new(),
     }
@@ -1122,6 +1132,29 @@ mod tests {
         );
         assert!(lines[23].ends_with("2/3 up"), "{all}");
         assert_boxes_intact(&lines, 2);
+    }
+
+    /// Issue 13: a replica copying a snapshot shows how far it is.
+    #[test]
+    fn a_recovering_replica_shows_its_progress() {
+        let mut app = after_failover();
+        let t = Now {
+            mono: Instant::now(),
+            unix_ms: T0_UNIX_MS + 5_000,
+        };
+        let mut s = snapshot(2, "follower", 4, Some(1));
+        s.recovery.active = true;
+        s.recovery.donor = Some(0);
+        s.recovery.bytes_copied = 3 << 20;
+        s.recovery.bytes_total = 8 << 20;
+        app.handle_message(report(2, s), t);
+        app.tick(t);
+        let lines = draw(&app, 80, 24);
+        assert!(
+            lines[6].starts_with("│ r2  recover 37% 4 "),
+            "{}",
+            lines.join("\n")
+        );
     }
 
     #[test]

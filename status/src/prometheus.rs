@@ -214,6 +214,36 @@ pub fn render(s: &Snapshot) -> String {
     }
 
     o.one(
+        "verbatim_recovering",
+        "gauge",
+        "1 while this replica copies a snapshot (DARE 3.4 recovery).",
+        if s.recovery.active { 1.0 } else { 0.0 },
+    );
+    o.one(
+        "verbatim_recovery_copied_bytes",
+        "gauge",
+        "Bytes of the snapshot copied so far.",
+        s.recovery.bytes_copied as f64,
+    );
+    o.one(
+        "verbatim_recovery_total_bytes",
+        "gauge",
+        "Bytes of the snapshot being copied (0 until the donor wrote it).",
+        s.recovery.bytes_total as f64,
+    );
+    o.one(
+        "verbatim_recoveries",
+        "counter",
+        "Recoveries this replica completed.",
+        s.recovery.completed as f64,
+    );
+    o.one(
+        "verbatim_snapshots_served",
+        "counter",
+        "Snapshots this replica gave to recovering ones.",
+        s.recovery.served as f64,
+    );
+    o.one(
         "verbatim_failovers_led",
         "counter",
         "Leader changes this replica led (kept in the status window).",

@@ -208,6 +208,29 @@ pub struct Snapshot {
     pub events: Vec<EventRecord>,
     /// Membership lease state, when leases exist (not yet: always null).
     pub lease: Option<String>,
+    /// Recovery by state transfer (DARE §3.4): this replica's own
+    /// progress while it copies a snapshot, and its totals.
+    #[serde(default)]
+    pub recovery: RecoveryProgress,
+}
+
+/// A replica's recovery by state transfer.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RecoveryProgress {
+    /// Copying a snapshot now.
+    pub active: bool,
+    /// The member it copies from.
+    pub donor: Option<u8>,
+    /// Bytes copied so far.
+    pub bytes_copied: u64,
+    /// Bytes of the snapshot (0 until the donor finished writing it).
+    pub bytes_total: u64,
+    /// Recoveries completed by this replica.
+    pub completed: u64,
+    /// Attempts given up (donor silent, snapshot changed or corrupt).
+    pub abandoned: u64,
+    /// Snapshots this replica gave to recovering ones.
+    pub served: u64,
 }
 
 /// A reply line that is not a snapshot.

@@ -643,6 +643,18 @@ impl<F: HostFabric> Replica<F> {
             latency: self.gw.latency.last.clone(),
             events: self.gw.events.iter().cloned().collect(),
             lease: None,
+            recovery: {
+                let r = log.recovery_status();
+                verbatim_status::RecoveryProgress {
+                    active: r.active,
+                    donor: r.donor.map(|d| d.0),
+                    bytes_copied: r.bytes_copied,
+                    bytes_total: r.bytes_total,
+                    completed: r.completed,
+                    abandoned: r.abandoned,
+                    served: st.counters.snapshots_served,
+                }
+            },
         }
     }
 
