@@ -371,9 +371,18 @@ fn refusal_between(
         Arc::default(),
     );
     let (mut a, _b) = (a.expect("member 0"), b.expect("member 1"));
-    let problems = a.connect_peers();
-    assert_eq!(problems.len(), 1, "{problems:?}");
-    problems.into_iter().next().unwrap().1
+    // The dialler works in the background: connect_peers reports
+    // "connecting" until it has the peer's answer.
+    let began = Instant::now();
+    loop {
+        let problems = a.connect_peers();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        let p = problems.into_iter().next().unwrap().1;
+        if !p.retry || began.elapsed() > Duration::from_secs(10) {
+            return p;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 #[test]

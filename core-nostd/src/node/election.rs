@@ -321,6 +321,13 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.duty = Duty::None;
     }
 
+    /// True when rows of enough other members were seen to form a
+    /// majority with us.
+    fn heard_from_quorum(&self) -> bool {
+        let heard = self.others().filter(|&p| self.sst.version(p) > 0).count();
+        heard + 1 >= self.quorum
+    }
+
     pub(super) fn fire_timers(&mut self) {
         if self.timer_due(Timer::Election) {
             self.set_timer(Timer::Election, None);
@@ -328,8 +335,11 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 // A member whose state machine a failed restore cleared
                 // must not lead (it would serve from it): it votes, and
                 // waits for a snapshot. Nor does one that has not read its
-                // votes back yet (restart.rs).
-                _ if !self.state_intact() || !self.votes_known() => {
+                // votes back yet (restart.rs), or that has not heard from
+                // enough members to win (a restarted process whose peers
+                // have not mapped it yet would only force needless
+                // elections with ever higher terms).
+                _ if !self.state_intact() || !self.votes_known() || !self.heard_from_quorum() => {
                     let t = self.random_election_timeout();
                     self.set_timer(Timer::Election, Some(self.now + t));
                 }

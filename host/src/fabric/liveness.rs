@@ -47,6 +47,11 @@ pub struct PeerLiveness {
     died_at: [AtomicU64; MAX_MEMBERS],
     /// `DeathSeen` of the detector that saw it first (0: none).
     seen_by: [AtomicU8; MAX_MEMBERS],
+    /// The process each peer runs as (0: not known yet). A death report
+    /// about another pid is about a previous incarnation (a pidfd fires
+    /// only after the whole teardown, possibly after the peer restarted)
+    /// and is ignored.
+    pid: [std::sync::atomic::AtomicI32; MAX_MEMBERS],
     /// The replica's clock, set by `spawn_watcher`.
     epoch: OnceLock<Instant>,
     watch: Mutex<Vec<(MemberId, i32)>>,
@@ -90,12 +95,14 @@ impl PeerLiveness {
         None
     }
 
-    /// A dead peer's place was taken by a new process (a restart): it is
-    /// alive again, and the poll loop is told once.
-    pub fn revive(&self, m: MemberId) {
+    /// A dead peer's place was taken by a new process `pid` (a restart):
+    /// it is alive again, and the poll loop is told once.
+    pub fn revive(&self, m: MemberId, pid: i32) {
         if m.index() >= MAX_MEMBERS {
             return;
         }
+        // First: from now on, reports about the old process are stale.
+        self.pid[m.index()].store(pid, Ordering::Release);
         self.died_at[m.index()].store(0, Ordering::Release);
         self.seen_by[m.index()].store(0, Ordering::Release);
         if self.dead[m.index()].swap(false, Ordering::AcqRel) {
@@ -106,6 +113,9 @@ impl PeerLiveness {
 
     /// Starts watching a peer's process.
     pub fn watch(&self, m: MemberId, pid: i32) {
+        if m.index() < MAX_MEMBERS {
+            self.pid[m.index()].store(pid, Ordering::Release);
+        }
         self.watch.lock().expect("watch list").push((m, pid));
     }
 
@@ -120,10 +130,21 @@ impl PeerLiveness {
         }
     }
 
-    /// Records a death seen by `how` now, unless another detector saw it
-    /// first, and reports it to the poll loop.
-    pub fn record_death(&self, m: MemberId, how: DeathSeen) {
+    /// Records the death of process `pid` of peer `m`, seen by `how` now,
+    /// unless another detector saw it first, and reports it to the poll
+    /// loop. Ignored when `m` runs as another process by now.
+    pub fn record_death(&self, m: MemberId, pid: i32, how: DeathSeen) {
         if m.index() >= MAX_MEMBERS {
+            return;
+        }
+        let current = self.pid[m.index()].load(Ordering::Acquire);
+        if current != 0 && pid != current {
+            tracing::debug!(
+                peer = m.0,
+                pid,
+                current,
+                "death of a previous incarnation ignored"
+            );
             return;
         }
         let now = self
@@ -181,20 +202,22 @@ pub fn spawn_watcher(
     std::thread::Builder::new()
         .name("verbatim-pidfd".into())
         .spawn(move || {
-            let mut watched: Vec<(MemberId, OwnedFd)> = Vec::new();
+            let mut watched: Vec<(MemberId, i32, OwnedFd)> = Vec::new();
             while !liveness.stop.load(Ordering::Acquire) {
                 for (m, pid) in liveness.watch.lock().expect("watch list").drain(..) {
+                    // A new watch of a member replaces its old one.
+                    watched.retain(|(w, _, _)| *w != m);
                     match pidfd_open(pid) {
-                        Some(fd) => watched.push((m, fd)),
+                        Some(fd) => watched.push((m, pid, fd)),
                         None => {
-                            liveness.record_death(m, DeathSeen::Pidfd);
+                            liveness.record_death(m, pid, DeathSeen::Pidfd);
                             wake();
                         }
                     }
                 }
                 let mut fds: Vec<libc::pollfd> = watched
                     .iter()
-                    .map(|(_, fd)| libc::pollfd {
+                    .map(|(_, _, fd)| libc::pollfd {
                         fd: fd.as_raw_fd(),
                         events: libc::POLLIN,
                         revents: 0,
@@ -208,9 +231,9 @@ pub fn spawn_watcher(
                     let mut i = 0;
                     while i < fds.len() {
                         if fds[i].revents != 0 {
-                            let (m, _) = watched.remove(i);
+                            let (m, pid, _) = watched.remove(i);
                             fds.remove(i);
-                            liveness.record_death(m, DeathSeen::Pidfd);
+                            liveness.record_death(m, pid, DeathSeen::Pidfd);
                             wake();
                         } else {
                             i += 1;
@@ -240,10 +263,11 @@ pub fn spawn_notice_waiter(
             // whole address space would then run at real-time priority,
             // starving the survivors and clients on its core.
             crate::topology::request_short_slice(100_000);
+            let owner_pid = watch.owner_pid();
             let stop = &liveness.stop;
             match watch.wait_owner_gone(me, stop, Duration::from_millis(50)) {
                 NoticeWait::OwnerGone => {
-                    liveness.record_death(peer, DeathSeen::Notice);
+                    liveness.record_death(peer, owner_pid, DeathSeen::Notice);
                     wake();
                 }
                 NoticeWait::Stopped => {}

@@ -547,7 +547,7 @@ impl ShmFabric {
                             pid = seg.pid(),
                             "peer restarted: mapped its new segment"
                         );
-                        self.liveness.revive(m);
+                        self.liveness.revive(m, seg.pid());
                     }
                     self.liveness.watch(m, seg.pid());
                     // The notice file is published before the segment, so

@@ -11,7 +11,7 @@
 
 use crate::replica::status_server::StatusSlot;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +31,7 @@ pub struct MetricsServer {
 impl MetricsServer {
     /// Listens on `addr` and serves `status`'s latest snapshot.
     pub fn start(addr: &str, status: Arc<StatusSlot>) -> std::io::Result<MetricsServer> {
-        let listener = TcpListener::bind(addr)?;
+        let listener = crate::gateway::bind_listener(addr)?;
         let local = listener.local_addr()?;
         listener.set_nonblocking(true)?;
         let stop = Arc::new(AtomicBool::new(false));

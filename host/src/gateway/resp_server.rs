@@ -25,7 +25,7 @@
 use crate::gateway::queue::{ServiceHandle, ServiceReply, ServiceRequest};
 use crate::replica::status_server::StatusSlot;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -64,7 +64,7 @@ impl RespServer {
         status: Arc<StatusSlot>,
         shutdown: Arc<AtomicBool>,
     ) -> std::io::Result<RespServer> {
-        let listener = TcpListener::bind(addr)?;
+        let listener = crate::gateway::bind_listener(addr)?;
         let local = listener.local_addr()?;
         listener.set_nonblocking(true)?;
         let stop = Arc::new(AtomicBool::new(false));

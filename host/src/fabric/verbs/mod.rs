@@ -56,6 +56,20 @@
 //! one replaces the old): threads are bounded, and a peer that connects
 //! and sends nothing is dropped.
 //!
+//! Our side of the exchange never runs on the poll loop: each peer has a
+//! *dialler* thread that owns our connection to it and performs the
+//! connects and grants the loop queues. [`Fabric::reconnect`] creates the
+//! new QP, hands the connect to the dialler and returns `PeerGone` while
+//! it is under way (the channel stays broken, the core retries after its
+//! backoff and then finds the channel connected); it waits for the answer
+//! (at most `RECONNECT_WAIT`, 1 s) only for a peer with no sign of being
+//! unreachable, such as one whose channel broke on a revoke. A grant waits
+//! the same way for the peer's acknowledgement of its new key. So a
+//! partitioned peer, whose dial or answer never comes, costs the poll loop
+//! nothing: before, each reconnect to it blocked the loop for up to 3.2 s
+//! (the answer's timeout, then a dial), long enough for a leader to miss
+//! its heartbeats and lose its followers.
+//!
 //! # Peer death
 //! A dead peer's QPs are gone: our requests time out (`timeout` and
 //! `retry_cnt` below: about 30 ms under rxe) and complete
@@ -70,7 +84,9 @@
 //! `take_peer_down`). If something answers, or nothing does in time, the
 //! peer stays suspected and the core's own detectors decide; a peer that
 //! connects again (new exchange connection, new QPs) is no longer
-//! suspected.
+//! suspected. A partition closes no connection (nothing answers, nothing
+//! resets): its members are left to the detectors, and their exchange
+//! connections carry on once it heals.
 
 mod device;
 pub mod wire;
@@ -131,6 +147,10 @@ const PROBE_GAP: Duration = Duration::from_millis(50);
 const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 /// Bound on draining a channel's requests before a reconnect.
 const DRAIN_WAIT: Duration = Duration::from_secs(2);
+/// How long a reconnect, or a grant, waits for a peer believed reachable
+/// to answer (it answers in well under a millisecond on hardware, a few
+/// under software emulation); a peer seen unreachable is not waited for.
+const RECONNECT_WAIT: Duration = Duration::from_secs(1);
 
 /// Why the fabric could not start.
 #[derive(Debug, thiserror::Error)]
@@ -250,6 +270,8 @@ struct Shared {
     exits_confirmed: AtomicU64,
     auth_failures: AtomicU64,
     handshake_timeouts: AtomicU64,
+    /// A dialler queued answers for the poll loop.
+    answers: AtomicBool,
     /// Keeps the registered memory mapped; dropped after every region.
     _segment: Arc<Segment>,
     /// Where a peer's process is reported gone once a closed exchange
@@ -732,20 +754,284 @@ struct Link {
     session: Session,
 }
 
-/// Our dialling side towards one peer.
-struct PeerOut {
+/// What the poll loop asks a peer's dialler.
+enum DialRequest {
+    /// Connect the peer's side of a channel to our QP.
+    Connect { channel: Channel, qp: WireQp },
+    /// Tell the peer the key of its (new) registration of our log.
+    Grant { log: WireRegion },
+}
+
+/// What a dialler answers.
+enum DialAnswer {
+    /// The peer's answer to a connect (or why there is none).
+    Connected {
+        channel: Channel,
+        result: Result<Msg, PeerProblem>,
+    },
+    /// The peer acknowledged the grant of this epoch.
+    Granted { epoch: u64 },
+    /// The peer said hello with a new incarnation: it restarted.
+    Restarted,
+    /// The peer could not be reached for a grant.
+    Unreachable,
+}
+
+#[derive(Default)]
+struct DialQueue {
+    requests: VecDeque<DialRequest>,
+    answers: VecDeque<DialAnswer>,
+}
+
+/// The dialling side towards one peer, run by a thread of its own: the
+/// exchange connection (dial, opening, hello), connects and grants. The
+/// poll loop queues requests and collects answers; it never waits for the
+/// network, so an unreachable peer (a partition: a dial or an answer that
+/// never comes) costs it nothing.
+struct Dialer {
+    queue: Mutex<DialQueue>,
+    wake: std::sync::Condvar,
+}
+
+impl Dialer {
+    fn lock(&self) -> MutexGuard<'_, DialQueue> {
+        lock(&self.queue)
+    }
+
+    fn request(&self, r: DialRequest) {
+        self.lock().requests.push_back(r);
+        self.wake.notify_one();
+    }
+}
+
+/// A dialler thread's own state.
+struct Outbound {
+    p: usize,
     addr: String,
     link: Option<Link>,
     /// The peer's incarnation at the last hello.
     incarnation: u64,
+    /// When to dial again after a dial that failed.
+    next_dial: Instant,
+    /// A configuration problem that waiting will not fix.
+    fatal: Option<String>,
+}
+
+/// A dialler: serves the poll loop's requests to peer `p` in order until
+/// the fabric stops.
+fn dial_loop(shared: Arc<Shared>, dialer: Arc<Dialer>, p: usize) {
+    let mut out = Outbound {
+        p,
+        addr: shared.addrs[p].clone(),
+        link: None,
+        incarnation: 0,
+        next_dial: Instant::now(),
+        fatal: None,
+    };
+    loop {
+        let req = {
+            let mut q = dialer.lock();
+            loop {
+                if shared.stop.load(Ordering::Acquire) {
+                    return;
+                }
+                if let Some(r) = q.requests.pop_front() {
+                    break r;
+                }
+                q = dialer
+                    .wake
+                    .wait_timeout(q, EXCHANGE_TICK)
+                    .map_or_else(|e| e.into_inner().0, |(g, _)| g);
+            }
+        };
+        let mut answers = Vec::with_capacity(2);
+        match req {
+            DialRequest::Connect { channel, qp } => {
+                let result = out.rpc(
+                    &shared,
+                    &Msg::Connect {
+                        channel: channel as u8,
+                        qp,
+                    },
+                    &mut answers,
+                );
+                answers.push(DialAnswer::Connected { channel, result });
+            }
+            DialRequest::Grant { log } => match out.rpc(&shared, &Msg::Grant { log }, &mut answers) {
+                Ok(Msg::Ack) => answers.push(DialAnswer::Granted { epoch: log.epoch }),
+                Ok(other) => tracing::debug!(peer = p, message = other.kind(), "grant: unexpected answer"),
+                // Its next connect carries the key.
+                Err(e) => {
+                    tracing::debug!(peer = p, message = %e.message, "grant: key not delivered");
+                    if e.retry {
+                        answers.push(DialAnswer::Unreachable);
+                    }
+                }
+            },
+        }
+        dialer.lock().answers.extend(answers);
+        shared.answers.store(true, Ordering::Release);
+    }
+}
+
+impl Outbound {
+    /// One request/answer on our exchange connection, dialling (and saying
+    /// hello) first if needed; one redial if the connection broke.
+    fn rpc(&mut self, shared: &Shared, req: &Msg, answers: &mut Vec<DialAnswer>) -> Result<Msg, PeerProblem> {
+        let mut attempt = 0;
+        loop {
+            self.ensure_hello(shared, answers)?;
+            let stop = &shared.stop;
+            let res = match self.link.as_mut() {
+                Some(Link { stream, session }) => session.send(stream, req).and_then(|()| {
+                    session.recv(stream, ReadLimits::within(EXCHANGE_TIMEOUT), stop)
+                }),
+                None => Err(WireError::Invalid("no exchange connection")),
+            };
+            match res {
+                Ok(m) => return Ok(m),
+                Err(e) => {
+                    tracing::debug!(peer = self.p, attempt, error = %e, "exchange request failed");
+                    self.link = None;
+                    attempt += 1;
+                    if attempt == 2 {
+                        return Err(PeerProblem {
+                            retry: true,
+                            message: format!("exchange with {}: {e}", self.addr),
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    fn fatal(&mut self, message: String) -> PeerProblem {
+        self.fatal = Some(message.clone());
+        PeerProblem {
+            retry: false,
+            message,
+        }
+    }
+
+    fn ensure_hello(&mut self, shared: &Shared, answers: &mut Vec<DialAnswer>) -> Result<(), PeerProblem> {
+        if self.link.is_some() {
+            return Ok(());
+        }
+        if let Some(f) = &self.fatal {
+            return Err(PeerProblem {
+                retry: false,
+                message: f.clone(),
+            });
+        }
+        let p = self.p;
+        let addr = parse_addr(&self.addr).map_err(|message| PeerProblem {
+            retry: false,
+            message,
+        })?;
+        let peer_addr = self.addr.clone();
+        // A peer that did not answer is not dialled again at once (the
+        // poll loop asks again after its own backoff).
+        let wait = self.next_dial.saturating_duration_since(Instant::now());
+        if !wait.is_zero() {
+            std::thread::sleep(wait.min(DIAL_BACKOFF));
+        }
+        let mut stream = TcpStream::connect_timeout(&addr, DIAL_TIMEOUT).map_err(|e| {
+            self.next_dial = Instant::now() + DIAL_BACKOFF;
+            PeerProblem {
+                retry: true,
+                message: format!(
+                    "exchange address {peer_addr} does not answer ({e}); not started yet?"
+                ),
+            }
+        })?;
+        wire::prepare(&stream, EXCHANGE_TIMEOUT).map_err(|e| PeerProblem {
+            retry: true,
+            message: format!("exchange with {peer_addr}: {e}"),
+        })?;
+        let stop = &shared.stop;
+        let secret = shared.secret.as_ref();
+        let limits = ReadLimits::within(EXCHANGE_TIMEOUT);
+        let mut session = match wire::dial(&mut stream, secret, limits, stop) {
+            Ok(s) => s,
+            Err(WireError::BadMac) => {
+                return Err(self.fatal(format!(
+                    "member {p} at {peer_addr} failed authentication: cluster.exchange_secret must be the same on every member (or another program listens there)"
+                )))
+            }
+            Err(WireError::Refused) => {
+                return Err(self.fatal(format!(
+                    "refused by member {p} at {peer_addr} without a reason (another exchange protocol version? its log says why)"
+                )))
+            }
+            Err(e) => {
+                return Err(PeerProblem {
+                    retry: true,
+                    message: format!("opening the exchange with {peer_addr}: {e}"),
+                })
+            }
+        };
+        let hello = Msg::Hello {
+            from: shared.me.0,
+            to: p as u8,
+            members: shared.members,
+            layout_hash: shared.layout_hash,
+            incarnation: shared.incarnation,
+        };
+        let answer = session
+            .send(&mut stream, &hello)
+            .and_then(|()| session.recv(&mut stream, limits, stop));
+        match answer {
+            Ok(Msg::HelloOk { incarnation }) => {
+                if self.incarnation != 0 && self.incarnation != incarnation {
+                    answers.push(DialAnswer::Restarted);
+                }
+                self.incarnation = incarnation;
+                self.link = Some(Link { stream, session });
+                Ok(())
+            }
+            Ok(Msg::Refuse { code }) => {
+                Err(self.fatal(format!("refused by member {p}: {}", code.explain())))
+            }
+            Err(WireError::Refused) => Err(self.fatal(format!(
+                "refused by member {p}: our hello failed its authentication (cluster.exchange_secret must be the same on every member)"
+            ))),
+            Ok(other) => Err(self.fatal(format!(
+                "member {p} answered hello with a {} message",
+                other.kind()
+            ))),
+            Err(e) => Err(PeerProblem {
+                retry: true,
+                message: format!("hello to {peer_addr}: {e}"),
+            }),
+        }
+    }
+}
+
+/// Our new QP for a channel while the peer connects its side.
+struct PendingQp {
+    qp: Qp,
+    psn: u32,
+}
+
+/// Our side towards one peer.
+struct PeerOut {
     channels: [Option<OutChannel>; 2],
+    /// Connects handed to the dialler, by channel.
+    pending: [Option<PendingQp>; 2],
     /// The peer's control region (from the last connect).
     control: Option<WireRegion>,
     /// The peer's heartbeat region (from the last connect).
     heartbeat: Option<WireRegion>,
-    next_dial: Instant,
-    /// A configuration problem that waiting will not fix.
-    fatal: Option<String>,
+    /// What went wrong last connecting to it (cleared by a connect).
+    problem: Option<PeerProblem>,
+    /// The highest grant epoch it acknowledged.
+    granted_epoch: u64,
+    /// A request to it completed retry-exceeded, or its dialler could not
+    /// reach it, since the last connect: its reconnects and grants are not
+    /// waited for.
+    unreachable: bool,
+    /// Its dialler (none for ourselves).
+    dialer: Option<Arc<Dialer>>,
 }
 
 /// What one posted device request was.
@@ -766,6 +1052,8 @@ pub struct VerbsFabric {
     local: Vec<Option<LocalRegion>>,
     out_cq: Arc<Cq>,
     listener: Option<std::thread::JoinHandle<()>>,
+    /// The diallers' threads (one per peer).
+    diallers: Vec<std::thread::JoinHandle<()>>,
     shared: Arc<Shared>,
     ctx: Arc<Context>,
     slots: Vec<Option<Slot>>,
@@ -952,6 +1240,7 @@ impl VerbsFabric {
             exits_confirmed: AtomicU64::new(0),
             auth_failures: AtomicU64::new(0),
             handshake_timeouts: AtomicU64::new(0),
+            answers: AtomicBool::new(false),
             _segment: segment,
             liveness: liveness.clone(),
         });
@@ -972,25 +1261,49 @@ impl VerbsFabric {
                     source,
                 })?
         };
-        let now = Instant::now();
-        let peers = addrs
-            .into_iter()
-            .map(|addr| PeerOut {
-                addr,
-                link: None,
-                incarnation: 0,
+        let mut diallers = Vec::new();
+        let mut peers = Vec::with_capacity(n);
+        for p in 0..n {
+            let dialer = if p == id.index() {
+                None
+            } else {
+                let d = Arc::new(Dialer {
+                    queue: Mutex::new(DialQueue::default()),
+                    wake: std::sync::Condvar::new(),
+                });
+                let (s, d2) = (shared.clone(), d.clone());
+                let spawned = std::thread::Builder::new()
+                    .name(format!("verbatim-xdial-{p}"))
+                    .spawn(move || dial_loop(s, d2, p));
+                match spawned {
+                    Ok(t) => diallers.push(t),
+                    Err(source) => {
+                        shared.stop.store(true, Ordering::Release);
+                        return Err(StartError::Listen {
+                            addr: me.exchange_addr.clone(),
+                            source,
+                        });
+                    }
+                }
+                Some(d)
+            };
+            peers.push(PeerOut {
                 channels: [None, None],
+                pending: [None, None],
                 control: None,
                 heartbeat: None,
-                next_dial: now,
-                fatal: None,
-            })
-            .collect();
+                problem: None,
+                granted_epoch: 0,
+                unreachable: false,
+                dialer,
+            });
+        }
         Ok(VerbsFabric {
             peers,
             local,
             out_cq,
             listener: Some(listener),
+            diallers,
             shared,
             ctx,
             slots: vec![None; CQ_ENTRIES],
@@ -1034,140 +1347,58 @@ impl VerbsFabric {
         }
     }
 
-    /// One request/answer on our exchange connection to `p`, dialling (and
-    /// saying hello) first if needed; one redial if the connection broke.
-    fn rpc(&mut self, p: usize, req: &Msg) -> Result<Msg, PeerProblem> {
-        let mut attempt = 0;
-        loop {
-            self.ensure_hello(p)?;
-            let stop = &self.shared.stop;
-            let res = match self.peers[p].link.as_mut() {
-                Some(Link { stream, session }) => session.send(stream, req).and_then(|()| {
-                    session.recv(stream, ReadLimits::within(EXCHANGE_TIMEOUT), stop)
-                }),
-                None => Err(WireError::Invalid("no exchange connection")),
+    /// Collects what the diallers answered: connected channels are
+    /// installed, failures remembered (and their old channel broken), a
+    /// restarted peer's channels broken. Cheap when nothing is new.
+    fn take_answers(&mut self) {
+        if !self.shared.answers.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        for p in 0..self.peers.len() {
+            let answers: Vec<DialAnswer> = match &self.peers[p].dialer {
+                Some(d) => d.lock().answers.drain(..).collect(),
+                None => continue,
             };
-            match res {
-                Ok(m) => return Ok(m),
-                Err(e) => {
-                    tracing::debug!(peer = p, attempt, error = %e, "exchange request failed");
-                    self.peers[p].link = None;
-                    attempt += 1;
-                    if attempt == 2 {
-                        return Err(PeerProblem {
-                            retry: true,
-                            message: format!("exchange with {}: {e}", self.peers[p].addr),
-                        });
+            for a in answers {
+                match a {
+                    DialAnswer::Connected { channel, result } => {
+                        self.finish_connect(p, channel, result)
+                    }
+                    DialAnswer::Granted { epoch } => {
+                        let g = &mut self.peers[p].granted_epoch;
+                        *g = (*g).max(epoch);
+                    }
+                    DialAnswer::Unreachable => self.peers[p].unreachable = true,
+                    DialAnswer::Restarted => {
+                        // Its QPs are new, ours point at the old ones:
+                        // requests on them fail (Flushed) and the core
+                        // reconnects.
+                        tracing::info!(peer = p, "peer restarted (new incarnation)");
+                        for ch in self.peers[p].channels.iter_mut().flatten() {
+                            ch.broken = true;
+                        }
                     }
                 }
             }
         }
     }
 
-    fn ensure_hello(&mut self, p: usize) -> Result<(), PeerProblem> {
-        if self.peers[p].link.is_some() {
-            return Ok(());
-        }
-        if let Some(f) = &self.peers[p].fatal {
-            return Err(PeerProblem {
-                retry: false,
-                message: f.clone(),
-            });
-        }
-        let addr = parse_addr(&self.peers[p].addr).map_err(|message| PeerProblem {
-            retry: false,
-            message,
-        })?;
-        let peer_addr = self.peers[p].addr.clone();
-        let mut stream =
-            TcpStream::connect_timeout(&addr, DIAL_TIMEOUT).map_err(|e| PeerProblem {
-                retry: true,
-                message: format!(
-                    "exchange address {peer_addr} does not answer ({e}); not started yet?"
-                ),
-            })?;
-        wire::prepare(&stream, EXCHANGE_TIMEOUT).map_err(|e| PeerProblem {
-            retry: true,
-            message: format!("exchange with {peer_addr}: {e}"),
-        })?;
-        let stop = &self.shared.stop;
-        let secret = self.shared.secret.as_ref();
-        let limits = ReadLimits::within(EXCHANGE_TIMEOUT);
-        let fatal = |this: &mut VerbsFabric, message: String| {
-            this.peers[p].fatal = Some(message.clone());
-            PeerProblem {
-                retry: false,
-                message,
-            }
-        };
-        let mut session = match wire::dial(&mut stream, secret, limits, stop) {
-            Ok(s) => s,
-            Err(WireError::BadMac) => {
-                return Err(fatal(self, format!(
-                    "member {p} at {peer_addr} failed authentication: cluster.exchange_secret must be the same on every member (or another program listens there)"
-                )))
-            }
-            Err(WireError::Refused) => {
-                return Err(fatal(self, format!(
-                    "refused by member {p} at {peer_addr} without a reason (another exchange protocol version? its log says why)"
-                )))
-            }
-            Err(e) => {
-                return Err(PeerProblem {
-                    retry: true,
-                    message: format!("opening the exchange with {peer_addr}: {e}"),
-                })
-            }
-        };
-        let hello = Msg::Hello {
-            from: self.shared.me.0,
-            to: p as u8,
-            members: self.shared.members,
-            layout_hash: self.shared.layout_hash,
-            incarnation: self.shared.incarnation,
-        };
-        let answer = session
-            .send(&mut stream, &hello)
-            .and_then(|()| session.recv(&mut stream, limits, stop));
-        match answer {
-            Ok(Msg::HelloOk { incarnation }) => {
-                let old = self.peers[p].incarnation;
-                if old != 0 && old != incarnation {
-                    // The peer restarted: its QPs are new, ours point at
-                    // the old ones. Requests on them fail (Flushed) and the
-                    // core reconnects.
-                    tracing::info!(peer = p, "peer restarted (new incarnation)");
-                    for ch in self.peers[p].channels.iter_mut().flatten() {
-                        ch.broken = true;
-                    }
-                }
-                self.peers[p].incarnation = incarnation;
-                self.peers[p].link = Some(Link { stream, session });
-                Ok(())
-            }
-            Ok(Msg::Refuse { code }) => {
-                Err(fatal(self, format!("refused by member {p}: {}", code.explain())))
-            }
-            Err(WireError::Refused) => Err(fatal(self, format!(
-                "refused by member {p}: our hello failed its authentication (cluster.exchange_secret must be the same on every member)"
-            ))),
-            Ok(other) => Err(fatal(self, format!(
-                "member {p} answered hello with a {} message",
-                other.kind()
-            ))),
-            Err(e) => Err(PeerProblem {
-                retry: true,
-                message: format!("hello to {peer_addr}: {e}"),
-            }),
-        }
-    }
-
-    /// Creates our outbound QP for `(p, channel)` and connects it through
-    /// the exchange (the peer builds its responder QP).
-    fn connect_channel(&mut self, p: usize, channel: Channel) -> Result<(), PeerProblem> {
+    /// Creates our outbound QP for `(p, channel)` and hands the connect to
+    /// the peer's dialler; [`VerbsFabric::finish_connect`] completes it
+    /// once the peer answered. Never waits for the network.
+    fn start_connect(&mut self, p: usize, channel: Channel) -> Result<(), PeerProblem> {
         let device = |e: VerbsError| PeerProblem {
             retry: false,
             message: e.to_string(),
+        };
+        if self.peers[p].pending[channel.index()].is_some() {
+            return Ok(());
+        }
+        let Some(dialer) = self.peers[p].dialer.clone() else {
+            return Err(PeerProblem {
+                retry: false,
+                message: "no dialler for this member".into(),
+            });
         };
         let qp = Qp::new(
             &self.shared.pd,
@@ -1181,52 +1412,119 @@ impl VerbsFabric {
         // Outbound QPs accept no incoming operation at all.
         qp.to_init(self.shared.rc.port, AccessFlags::QP_NONE)
             .map_err(device)?;
-        let req = Msg::Connect {
-            channel: channel as u8,
+        dialer.request(DialRequest::Connect {
+            channel,
             qp: self.shared.wire_qp(&qp, psn),
+        });
+        self.peers[p].pending[channel.index()] = Some(PendingQp { qp, psn });
+        Ok(())
+    }
+
+    /// The peer answered a connect: our pending QP goes to RTS and replaces
+    /// the channel (its old QP drained first), or the problem is kept.
+    fn finish_connect(&mut self, p: usize, channel: Channel, answer: Result<Msg, PeerProblem>) {
+        let Some(PendingQp { qp, psn }) = self.peers[p].pending[channel.index()].take() else {
+            return;
         };
-        match self.rpc(p, &req)? {
-            Msg::Connected {
+        let problem = match answer {
+            Ok(Msg::Connected {
                 qp: remote,
                 control,
                 log,
                 heartbeat,
-            } => {
+            }) => {
                 let rc = self.shared.rc_towards(&remote);
-                qp.to_rtr(
-                    &rc,
-                    &QpEndpoint {
-                        qpn: remote.qpn,
-                        psn: remote.psn,
-                        lid: remote.lid,
-                        gid: remote.gid,
+                let ready = qp
+                    .to_rtr(
+                        &rc,
+                        &QpEndpoint {
+                            qpn: remote.qpn,
+                            psn: remote.psn,
+                            lid: remote.lid,
+                            gid: remote.gid,
+                        },
+                    )
+                    .and_then(|()| qp.to_rts(&rc, psn));
+                match ready {
+                    Ok(()) => {
+                        if !self.drain_channel(p, channel) {
+                            // Still in flight after the bound: keep the old
+                            // QP (its requests must complete); retried.
+                            self.peers[p].problem = Some(PeerProblem {
+                                retry: true,
+                                message: "requests still in flight on the old channel".into(),
+                            });
+                            return;
+                        }
+                        self.peers[p].control = Some(control);
+                        self.peers[p].heartbeat = Some(heartbeat);
+                        self.shared.note_remote_log(MemberId(p as u8), log);
+                        self.peers[p].channels[channel.index()] = Some(OutChannel {
+                            qp,
+                            inflight: 0,
+                            broken: false,
+                            deferred: VecDeque::new(),
+                        });
+                        self.peers[p].problem = None;
+                        self.peers[p].unreachable = false;
+                        tracing::debug!(peer = p, ?channel, "channel connected");
+                        return;
+                    }
+                    Err(e) => PeerProblem {
+                        retry: false,
+                        message: e.to_string(),
                     },
-                )
-                .map_err(device)?;
-                qp.to_rts(&rc, psn).map_err(device)?;
-                self.peers[p].control = Some(control);
-                self.peers[p].heartbeat = Some(heartbeat);
-                self.shared.note_remote_log(MemberId(p as u8), log);
-                self.peers[p].channels[channel.index()] = Some(OutChannel {
-                    qp,
-                    inflight: 0,
-                    broken: false,
-                    deferred: VecDeque::new(),
-                });
-                Ok(())
+                }
             }
-            Msg::Refuse { code } => Err(PeerProblem {
+            Ok(Msg::Refuse { code }) => PeerProblem {
                 retry: true,
                 message: format!("member {p} could not connect its side: {}", code.explain()),
-            }),
-            other => Err(PeerProblem {
+            },
+            Ok(other) => PeerProblem {
                 retry: false,
                 message: format!(
                     "member {p} answered connect with a {} message",
                     other.kind()
                 ),
-            }),
+            },
+            Err(problem) => problem,
+        };
+        tracing::debug!(peer = p, ?channel, message = %problem.message, "connect failed");
+        // Keep the old (broken) channel: requests complete Flushed until a
+        // later connect succeeds.
+        if let Some(ch) = self.peers[p].channels[channel.index()].as_mut() {
+            ch.broken = true;
         }
+        self.peers[p].unreachable |= problem.retry;
+        self.peers[p].problem = Some(problem);
+    }
+
+    /// Makes sure no request of ours is in flight on `(p, channel)` before
+    /// its QP is replaced: the core reconnects only drained channels; if
+    /// requests are in flight anyway they are flushed (ERROR) and reaped,
+    /// so none is lost. False if they did not complete within the bound.
+    fn drain_channel(&mut self, p: usize, channel: Channel) -> bool {
+        let Some(ch) = self.peers[p].channels[channel.index()].as_ref() else {
+            return true;
+        };
+        if ch.inflight == 0 {
+            return true;
+        }
+        if let Err(e) = ch.qp.to_error() {
+            tracing::warn!(peer = p, error = %e, "reconnect: cannot flush the channel");
+        }
+        let began = Instant::now();
+        while self.peers[p].channels[channel.index()]
+            .as_ref()
+            .is_some_and(|c| c.inflight > 0)
+        {
+            if began.elapsed() > DRAIN_WAIT {
+                tracing::error!(peer = p, "reconnect: requests still in flight");
+                return false;
+            }
+            self.reap();
+        }
+        true
     }
 
     /// Queues a completion the fabric decided itself, behind the requests
@@ -1368,6 +1666,9 @@ impl VerbsFabric {
             };
             self.free_slots.push(idx as u32);
             let status = map_status(wc.status);
+            if status == WcStatus::Unreachable {
+                self.peers[slot.peer.index()].unreachable = true;
+            }
             if !status.is_ok() {
                 tracing::debug!(
                     peer = slot.peer.0,
@@ -1447,15 +1748,20 @@ impl Drop for VerbsFabric {
         if let Some(t) = self.listener.take() {
             let _ = t.join();
         }
+        for p in &self.peers {
+            if let Some(d) = &p.dialer {
+                d.wake.notify_all();
+            }
+        }
+        for t in self.diallers.drain(..) {
+            let _ = t.join();
+        }
         let served = std::mem::take(&mut *lock(&self.shared.served));
         for (stream, _) in &served {
             let _ = stream.shutdown(std::net::Shutdown::Both);
         }
         for (_, t) in served {
             let _ = t.join();
-        }
-        for p in &mut self.peers {
-            p.link = None;
         }
     }
 }
@@ -1526,6 +1832,7 @@ impl Fabric for VerbsFabric {
     }
 
     fn poll_completion(&mut self) -> Option<Completion> {
+        self.take_answers();
         if self.ready.is_empty() {
             self.reap();
         }
@@ -1596,13 +1903,22 @@ impl Fabric for VerbsFabric {
                     self.shared.log_for(&inbound)
                 };
                 // Tell the peer its key before the core goes on (it learns
-                // of the grant only through our later writes). If the peer
-                // is unreachable, its next reconnect carries the key.
-                match self.rpc(p, &Msg::Grant { log }) {
-                    Ok(Msg::Ack) => {}
-                    Ok(other) => tracing::debug!(peer = peer.0, ?other, "grant: unexpected answer"),
-                    Err(e) => {
-                        tracing::debug!(peer = peer.0, message = %e.message, "grant: key not delivered")
+                // of the grant only through our later writes), but never
+                // wait long: if the peer is unreachable, its next connect
+                // carries the key.
+                if let Some(d) = self.peers[p].dialer.clone() {
+                    d.request(DialRequest::Grant { log });
+                    let began = Instant::now();
+                    loop {
+                        self.take_answers();
+                        if self.peers[p].granted_epoch >= log.epoch {
+                            break;
+                        }
+                        if self.peers[p].unreachable || began.elapsed() > RECONNECT_WAIT {
+                            tracing::debug!(peer = peer.0, "grant: not acknowledged yet; the key goes with the next connect");
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_micros(100));
                     }
                 }
                 Ok(())
@@ -1626,36 +1942,42 @@ impl Fabric for VerbsFabric {
         if p >= self.peers.len() || peer == self.shared.me {
             return Err(FabricError::UnknownPeer);
         }
-        // The core reconnects only drained channels; if requests are still
-        // in flight anyway, flush them (ERROR) and reap them first, so none
-        // is lost.
-        if let Some(ch) = self.peers[p].channels[channel.index()].as_ref() {
-            if ch.inflight > 0 {
-                if let Err(e) = ch.qp.to_error() {
-                    tracing::warn!(peer = peer.0, error = %e, "reconnect: cannot flush the channel");
-                }
+        // Never waits for the network: the connect runs in the peer's
+        // dialler, and a later reconnect (after the core's backoff) finds
+        // it done. Until then the channel stays broken (requests complete
+        // Flushed).
+        self.take_answers();
+        if self.peers[p].pending[channel.index()].is_some() {
+            return Err(FabricError::PeerGone);
+        }
+        if self.peers[p].channels[channel.index()]
+            .as_ref()
+            .is_some_and(|c| !c.broken)
+        {
+            // A connect completed since the channel broke: it is new.
+            return Ok(());
+        }
+        match self.start_connect(p, channel) {
+            // A peer with no sign of being unreachable (a revoke broke the
+            // channel, say) answers at once: wait for it, bounded. One that
+            // stopped answering is not waited for: the poll loop goes on
+            // and a later reconnect finds the connect done.
+            Ok(()) if !self.peers[p].unreachable => {
                 let began = Instant::now();
-                while self.peers[p].channels[channel.index()]
-                    .as_ref()
-                    .is_some_and(|c| c.inflight > 0)
+                while self.peers[p].pending[channel.index()].is_some()
+                    && began.elapsed() < RECONNECT_WAIT
                 {
-                    if began.elapsed() > DRAIN_WAIT {
-                        tracing::error!(peer = peer.0, "reconnect: requests still in flight");
-                        return Err(FabricError::Device);
-                    }
-                    self.reap();
+                    std::thread::sleep(Duration::from_micros(50));
+                    self.take_answers();
+                }
+                match &self.peers[p].channels[channel.index()] {
+                    Some(c) if !c.broken => Ok(()),
+                    _ => Err(FabricError::PeerGone),
                 }
             }
-        }
-        match self.connect_channel(p, channel) {
-            Ok(()) => Ok(()),
+            Ok(()) => Err(FabricError::PeerGone),
             Err(problem) => {
                 tracing::debug!(peer = peer.0, ?channel, message = %problem.message, "reconnect failed");
-                // Keep the old (broken) channel: requests complete Flushed
-                // until a later reconnect succeeds.
-                if let Some(ch) = self.peers[p].channels[channel.index()].as_mut() {
-                    ch.broken = true;
-                }
                 Err(if problem.retry {
                     FabricError::PeerGone
                 } else {
@@ -1668,48 +1990,38 @@ impl Fabric for VerbsFabric {
 
 impl HostFabric for VerbsFabric {
     fn connect_peers(&mut self) -> Vec<(MemberId, PeerProblem)> {
+        self.take_answers();
         let mut missing = Vec::new();
-        let now = Instant::now();
         for p in 0..self.peers.len() {
             let m = MemberId(p as u8);
             if m == self.shared.me {
                 continue;
             }
             if !self.channels_ready(p) {
-                if let Some(f) = &self.peers[p].fatal {
-                    missing.push((
-                        m,
-                        PeerProblem {
-                            retry: false,
-                            message: f.clone(),
-                        },
-                    ));
+                // A configuration problem is final; anything else is
+                // retried (the diallers dial in the background).
+                if let Some(problem) = self.peers[p].problem.as_ref().filter(|x| !x.retry) {
+                    missing.push((m, problem.clone()));
                     continue;
                 }
-                if now < self.peers[p].next_dial {
-                    missing.push((
-                        m,
-                        PeerProblem {
-                            retry: true,
-                            message: "waiting to dial again".into(),
-                        },
-                    ));
-                    continue;
-                }
-                let mut result = Ok(());
+                let mut started = Ok(());
                 for ch in Channel::ALL {
                     if self.peers[p].channels[ch.index()].is_none() {
-                        result = self.connect_channel(p, ch);
-                        if result.is_err() {
+                        started = self.start_connect(p, ch);
+                        if started.is_err() {
                             break;
                         }
                     }
                 }
-                if let Err(problem) = result {
-                    self.peers[p].next_dial = now + DIAL_BACKOFF;
-                    missing.push((m, problem));
-                    continue;
-                }
+                let problem = match started {
+                    Err(problem) => problem,
+                    Ok(()) => self.peers[p].problem.clone().unwrap_or_else(|| PeerProblem {
+                        retry: true,
+                        message: format!("connecting to member {p}"),
+                    }),
+                };
+                missing.push((m, problem));
+                continue;
             }
             // Readiness barrier: the peer must also have connected its
             // channels to us, so that both directions work when we start.
