@@ -9,7 +9,7 @@ use crate::check::completeness::{
 };
 use crate::check::counters::CounterAccuracy;
 use crate::check::election::ElectionSafety;
-use crate::check::linearizability::{check_history, Verdict};
+use crate::check::linearizability::{check_history_measured, Verdict, DEFAULT_STEPS_PER_KEY};
 use crate::check::log_matching::check_log_matching;
 use crate::check::state_machine::StateMachineSafety;
 use crate::check::streams::{check_streams, StreamInput, StreamOperation, StreamOutput};
@@ -270,8 +270,11 @@ pub struct RunReport {
     pub snapshots_served: u64,
     /// Recoveries completed.
     pub recoveries: u64,
-    /// True when the linearizability search gave up (budget).
+    /// True when the linearizability search gave up (budget): the seed
+    /// is undecided, which is not a pass.
     pub linearizability_unknown: bool,
+    /// Most search steps the linearizability checker took on one key.
+    pub linearizability_steps: u64,
     /// When the run ended (virtual ns).
     pub end_ns: u64,
     /// When, after healing, the first write was acknowledged.
@@ -720,9 +723,30 @@ impl Cluster {
         self.queue.push(self.opts.snapshot_every_ns, Ev::Snapshot);
         self.queue.push(self.opts.safety_ns, Ev::Heal);
 
+        // A run that stops advancing in time (events scheduled at the same
+        // instant over and over: a member that asks to be called again at
+        // once forever) would hang the swarm; it is a violation instead.
+        let (mut same_instant, mut last_time) = (0u64, u64::MAX);
         while let Some(item) = self.queue.heap.pop() {
             if item.time > self.end_ns {
                 break;
+            }
+            if item.time == last_time {
+                same_instant += 1;
+                if same_instant > 1_000_000 {
+                    let ev = format!("{:?}", item.ev);
+                    self.violation(Violation {
+                        invariant: "simulation progress",
+                        time_ns: item.time,
+                        detail: format!(
+                            "a million events at one instant, the last {}",
+                            &ev[..ev.len().min(200)]
+                        ),
+                    });
+                    break;
+                }
+            } else {
+                (same_instant, last_time) = (0, item.time);
             }
             self.now = item.time;
             self.digest.word(item.time);
@@ -1722,7 +1746,9 @@ impl Cluster {
             });
         }
         let mut unknown = false;
-        match check_history(&self.history) {
+        let (verdict, linearizability_steps) =
+            check_history_measured(&self.history, DEFAULT_STEPS_PER_KEY);
+        match verdict {
             Verdict::Linearizable => {}
             Verdict::Violation { key, operations } => {
                 let ops: Vec<String> = operations
@@ -1789,6 +1815,7 @@ impl Cluster {
             snapshots_served: self.snapshots_served,
             recoveries: self.recoveries,
             linearizability_unknown: unknown,
+            linearizability_steps,
             end_ns: self.now,
             first_ack_after_heal_ns: self.first_ack_after_heal,
             digest: self.digest.finish(),

@@ -1,11 +1,14 @@
 //! `verbatim-sim`: swarm runs, single traced seeds, and the LogGP model.
 //!
 //! ```text
-//! verbatim-sim --seeds N [--start S] [--threads T] [--mutation NAME]
-//! verbatim-sim --seed S [--trace] [--mutation NAME]
+//! verbatim-sim --seeds N [--start S] [--threads T] [--mutation NAME] [--allow-undecided]
+//! verbatim-sim --seed S [--trace] [--mutation NAME] [--allow-undecided]
 //! verbatim-sim --model
 //! ```
-//! A swarm run ends with `seeds: N, violations: V` and exits 1 when V > 0.
+//! A swarm run ends with `seeds: N, violations: V, undecided: U` and exits
+//! 1 when V > 0 or U > 0: a seed whose linearizability search ran out of
+//! budget proved nothing, so it is not a pass (`--allow-undecided` says
+//! otherwise, for exploring).
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,8 +19,8 @@ use verbatim_sim::swarm::{describe, run_seed};
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage:\n  verbatim-sim --seeds N [--start S] [--threads T] [--mutation NAME]\n  \
-         verbatim-sim --seed S [--trace] [--mutation NAME]\n  verbatim-sim --model\n\
+        "usage:\n  verbatim-sim --seeds N [--start S] [--threads T] [--mutation NAME] [--allow-undecided]\n  \
+         verbatim-sim --seed S [--trace] [--mutation NAME] [--allow-undecided]\n  verbatim-sim --model\n\
          mutations: none, commit-on-minority, vote-without-log-check, read-without-term-check, counter-read-without-gap, ignore-revoke-failure, commit-pointer-beyond-ack,\n  \
          skip-revoke, skip-vote-replication, commit-before-own-noop, drop-overwrite-guard, skip-session-check,\n  \
          recover-from-any-donor\n\
@@ -70,6 +73,7 @@ fn main() -> ExitCode {
     let mut trace = false;
     let mut model = false;
     let mut mutation = Mutation::None;
+    let mut allow_undecided = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut num = |name: &str| -> Option<u64> {
@@ -97,6 +101,7 @@ fn main() -> ExitCode {
                 None => return usage(),
             },
             "--trace" => trace = true,
+            "--allow-undecided" => allow_undecided = true,
             "--list-mutations" => {
                 for m in MUTATIONS {
                     println!("{m}");
@@ -142,8 +147,16 @@ fn main() -> ExitCode {
         for v in &r.report.violations {
             println!("{v}");
         }
-        println!("seeds: 1, violations: {}", r.report.violations.len());
-        return if r.report.violations.is_empty() {
+        let undecided = u64::from(r.report.linearizability_unknown);
+        println!(
+            "linearizability search: at most {} steps on one key",
+            r.report.linearizability_steps
+        );
+        println!(
+            "seeds: 1, violations: {}, undecided: {undecided}",
+            r.report.violations.len()
+        );
+        return if r.report.violations.is_empty() && (undecided == 0 || allow_undecided) {
             ExitCode::SUCCESS
         } else {
             ExitCode::FAILURE
@@ -153,20 +166,31 @@ fn main() -> ExitCode {
     let began = Instant::now();
     let next = Arc::new(AtomicU64::new(start));
     let failed = Arc::new(Mutex::new(Vec::new()));
-    let unknown = Arc::new(AtomicU64::new(0));
+    let undecided = Arc::new(Mutex::new(Vec::new()));
+    let most_steps = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicU64::new(0));
     let workers: Vec<_> = (0..threads)
         .map(|_| {
-            let (next, failed, unknown, done) =
-                (next.clone(), failed.clone(), unknown.clone(), done.clone());
+            let (next, failed, undecided, most_steps, done) = (
+                next.clone(),
+                failed.clone(),
+                undecided.clone(),
+                most_steps.clone(),
+                done.clone(),
+            );
             std::thread::spawn(move || loop {
                 let s = next.fetch_add(1, Ordering::Relaxed);
                 if s >= start + n {
                     break;
                 }
                 let r = run_seed(s, mutation, false);
+                most_steps.fetch_max(r.report.linearizability_steps, Ordering::Relaxed);
                 if r.report.linearizability_unknown {
-                    unknown.fetch_add(1, Ordering::Relaxed);
+                    eprintln!(
+                        "seed {s} UNDECIDED: the linearizability search ran out of budget ({})",
+                        describe(&r.options)
+                    );
+                    undecided.lock().unwrap().push(s);
                 }
                 if !r.report.violations.is_empty() {
                     eprintln!("seed {s} FAILED ({}):", describe(&r.options));
@@ -189,19 +213,29 @@ fn main() -> ExitCode {
         w.join().expect("worker thread");
     }
     let failed = failed.lock().unwrap();
+    let mut undecided = undecided.lock().unwrap();
+    undecided.sort_unstable();
     let violations: usize = failed.iter().map(|(_, v)| v).sum();
     println!(
-        "wall time {:.1} s, {} threads, linearizability undecided (budget) on {} seeds",
+        "wall time {:.1} s, {} threads; linearizability search: at most {} steps on one key (budget {})",
         began.elapsed().as_secs_f64(),
         threads,
-        unknown.load(Ordering::Relaxed)
+        most_steps.load(Ordering::Relaxed),
+        verbatim_sim::check::linearizability::DEFAULT_STEPS_PER_KEY
     );
     if !failed.is_empty() {
         let list: Vec<String> = failed.iter().map(|(s, _)| s.to_string()).collect();
         println!("failing seeds: {}", list.join(" "));
     }
-    println!("seeds: {n}, violations: {violations}");
-    if violations > 0 {
+    if !undecided.is_empty() {
+        let list: Vec<String> = undecided.iter().map(|s| s.to_string()).collect();
+        println!("undecided seeds: {}", list.join(" "));
+    }
+    println!(
+        "seeds: {n}, violations: {violations}, undecided: {}",
+        undecided.len()
+    );
+    if violations > 0 || (!undecided.is_empty() && !allow_undecided) {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS

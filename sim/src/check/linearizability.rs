@@ -156,19 +156,31 @@ pub fn check_history(history: &[Operation]) -> Verdict {
 /// (in byte order) is reported, so the verdict does not depend on the order
 /// of the history beyond the times it records.
 pub fn check_history_with_budget(history: &[Operation], steps_per_key: u64) -> Verdict {
+    check_history_measured(history, steps_per_key).0
+}
+
+/// [`check_history_with_budget`], also returning the most search steps
+/// any one key took (what the budget must cover; the swarm reports it).
+pub fn check_history_measured(history: &[Operation], steps_per_key: u64) -> (Verdict, u64) {
     let mut by_key: BTreeMap<&[u8], Vec<usize>> = BTreeMap::new();
     for (i, op) in history.iter().enumerate() {
         by_key.entry(op.input.key()).or_default().push(i);
     }
     let mut unknown: Option<Vec<u8>> = None;
+    let mut most_steps = 0;
     for (key, indices) in by_key {
-        match check_key(history, &indices, steps_per_key).0 {
+        let (outcome, steps) = check_key(history, &indices, steps_per_key);
+        most_steps = most_steps.max(steps);
+        match outcome {
             KeyOutcome::Linearizable => {}
             KeyOutcome::Violation => {
-                return Verdict::Violation {
-                    key: key.to_vec(),
-                    operations: indices,
-                }
+                return (
+                    Verdict::Violation {
+                        key: key.to_vec(),
+                        operations: indices,
+                    },
+                    most_steps,
+                )
             }
             KeyOutcome::Unknown => {
                 if unknown.is_none() {
@@ -177,10 +189,11 @@ pub fn check_history_with_budget(history: &[Operation], steps_per_key: u64) -> V
             }
         }
     }
-    match unknown {
+    let verdict = match unknown {
         Some(key) => Verdict::Unknown { key },
         None => Verdict::Linearizable,
-    }
+    };
+    (verdict, most_steps)
 }
 
 /// The outcome for one key.
