@@ -58,6 +58,13 @@ pub enum Mutation {
     /// behind what it has applied itself (DARE §3.4; its applied entries
     /// may be part of a committed majority).
     RecoverFromAnyDonor,
+    /// A member that starts with empty memory takes its row version back
+    /// from its peers but neither its term nor its private vote (DARE
+    /// §3.2.3), and votes at once, whatever its log lost.
+    RestartWithoutVoteRecovery,
+    /// Count a suspicion as false as soon as the suspected leader's
+    /// heartbeat is seen again, moved or not (a dead leader's last one).
+    FalseSuspicionWithoutProof,
 }
 
 /// Configuration of one member. Construct with [`Config::new`], adjust

@@ -26,7 +26,7 @@ use crate::config::{Config, ConfigError};
 use crate::fabric::{Addr, MemberId, RegionId, REGIONS_MAX};
 
 /// Bumped whenever the meaning of any byte of the layout changes.
-pub const LAYOUT_VERSION: u64 = 5;
+pub const LAYOUT_VERSION: u64 = 6;
 
 /// Who may access a region remotely.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -184,6 +184,8 @@ impl Layout {
             ADJUST_HEADER_BYTES + adjust_capacity * ADJUST_ITEM_BYTES,
             64,
         );
+        // The read-back landing (one row) shares an adjustment landing zone.
+        assert!(adjust_landing_stride >= ROW_BYTES);
         let atomic_offset = adjust_landing_offset + members * adjust_landing_stride;
         let scratch = ScratchLayout {
             staging_offset,
@@ -388,6 +390,15 @@ impl Layout {
             RegionId::Scratch,
             self.scratch.row_landing_offset + u64::from(member.0) * ROW_BYTES,
         )
+    }
+
+    /// Landing zone for the startup READ of our own row's copy at
+    /// `member` (DARE §3.2.3, read back after a restart). It shares the
+    /// first row of `member`'s adjustment landing zone: that one is used
+    /// only by a leader, and a member reads its row back before it may
+    /// stand for election.
+    pub fn read_back_landing(&self, member: MemberId) -> Addr {
+        self.adjust_landing(member)
     }
 
     /// Landing zone for a READ of `member`'s adjustment header and list.

@@ -316,10 +316,16 @@ pub struct AdjustHeader {
     pub count: u64,
     /// Checksum over the header fields and all items.
     pub checksum: u64,
+    /// Distinguishes this grant from every earlier one of the member, also
+    /// across restarts (it grows with the member's row version, which a
+    /// restarted member continues above what its peers hold): a leader
+    /// whose log channel broke resumes where it was only if the list is
+    /// still the one it adjusted from, and adjusts afresh otherwise.
+    pub nonce: u64,
 }
 
 impl AdjustHeader {
-    fn words(&self) -> [u64; 6] {
+    fn words(&self) -> [u64; 7] {
         [
             self.grant_term,
             u64::from(self.grant_leader.0),
@@ -327,6 +333,7 @@ impl AdjustHeader {
             self.commit_index,
             self.tail_pos,
             self.count,
+            self.nonce,
         ]
     }
 
@@ -340,13 +347,14 @@ impl AdjustHeader {
         c
     }
 
-    /// Writes the header (8 words) at `at`.
+    /// Writes the header (8 words) at `at`: six fields, the checksum,
+    /// the nonce.
     pub fn store<M: Memory + ?Sized>(&self, mem: &M, at: Addr) {
-        for (i, w) in self.words().iter().enumerate() {
+        for (i, w) in self.words().iter().take(6).enumerate() {
             mem.store_u64(at.add(8 * i as u64), *w);
         }
         mem.store_u64(at.add(48), self.checksum);
-        mem.store_u64(at.add(56), 0);
+        mem.store_u64(at.add(56), self.nonce);
     }
 
     /// Reads a header at `at` (not yet validated: the checksum also covers
@@ -364,6 +372,7 @@ impl AdjustHeader {
             tail_pos: mem.load_u64(at.add(32)),
             count: mem.load_u64(at.add(40)),
             checksum: mem.load_u64(at.add(48)),
+            nonce: mem.load_u64(at.add(56)),
         })
     }
 }
@@ -491,6 +500,7 @@ mod tests {
             tail_pos: 256,
             count: 2,
             checksum: 0,
+            nonce: 77,
         };
         let mut c = h.checksum_start();
         for (k, (i, t)) in [(3u64, 2u64), (4, 3)].into_iter().enumerate() {
@@ -506,5 +516,13 @@ mod tests {
         assert!(verify_adjust_list(&mem, &loaded, items));
         mem.store_u64(items.add(24), 9);
         assert!(!verify_adjust_list(&mem, &loaded, items));
+        // The nonce is covered too: a list of another grant never passes.
+        mem.store_u64(items.add(24), 3);
+        assert!(verify_adjust_list(&mem, &loaded, items));
+        let other = AdjustHeader {
+            nonce: 78,
+            ..loaded
+        };
+        assert!(!verify_adjust_list(&mem, &other, items));
     }
 }

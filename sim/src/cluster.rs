@@ -13,6 +13,7 @@ use crate::check::linearizability::{check_history_measured, Verdict, DEFAULT_STE
 use crate::check::log_matching::check_log_matching;
 use crate::check::state_machine::StateMachineSafety;
 use crate::check::streams::{check_streams, StreamInput, StreamOperation, StreamOutput};
+use crate::check::suspicions::FalseSuspicionAccuracy;
 use crate::check::votes::{OneVotePerTerm, VoteReliability};
 use crate::check::{EntryId, Violation};
 use crate::history::{KvInput, KvOutput, Operation};
@@ -47,6 +48,23 @@ pub enum Fault {
         node: u8,
         /// When.
         at_ns: u64,
+    },
+    /// The member crashes (as [`Fault::Crash`]) and comes back `down_ns`
+    /// later as a new process with empty memory and its own id; its peers
+    /// keep their copies of its row. With `after_vote`, the crash waits,
+    /// from `at_ns`, for the end of the first step in which the member
+    /// published a vote or private vote (DARE §3.2.3: "the server may fail
+    /// after voting for a candidate, and then, recover during the same
+    /// term").
+    Restart {
+        /// Member.
+        node: u8,
+        /// When (or from when, with `after_vote`).
+        at_ns: u64,
+        /// Down for this long.
+        down_ns: u64,
+        /// Crash right after a vote.
+        after_vote: bool,
     },
     /// DARE §5 "zombie": the CPU stops for good, memory and NIC still
     /// answer (the leader may keep using its log).
@@ -137,6 +155,24 @@ impl Fault {
     /// True for faults that last forever (count against f).
     pub fn permanent(&self) -> bool {
         matches!(self, Fault::Crash { .. } | Fault::Zombie { .. })
+    }
+
+    /// True for faults that lose a member's state: the permanent ones and
+    /// restarts with empty memory (a member that lost its log is a failure
+    /// until it has caught up). The swarm keeps them within f.
+    pub fn loses_state(&self) -> bool {
+        self.permanent() || matches!(self, Fault::Restart { .. })
+    }
+
+    /// The member a fault is about, if one.
+    pub fn node(&self) -> Option<u8> {
+        match self {
+            Fault::Crash { node, .. }
+            | Fault::Restart { node, .. }
+            | Fault::Zombie { node, .. }
+            | Fault::Pause { node, .. } => Some(*node),
+            _ => None,
+        }
     }
 }
 
@@ -337,6 +373,15 @@ enum Ev {
         node: usize,
         peer: MemberId,
     },
+    /// A crashed member comes back with empty memory.
+    Restart {
+        node: usize,
+    },
+    /// A member learns that a peer it saw die runs again.
+    PeerUp {
+        node: usize,
+        peer: MemberId,
+    },
 }
 
 impl Ev {
@@ -356,6 +401,8 @@ impl Ev {
             Ev::Snapshot => 700,
             Ev::Heal => 701,
             Ev::PeerDown { node, .. } => 800 + *node as u64,
+            Ev::Restart { node } => 900 + *node as u64,
+            Ev::PeerUp { node, .. } => 1000 + *node as u64,
         }
     }
 }
@@ -444,6 +491,13 @@ struct SimNode {
     wake_generation: u64,
     inbox: VecDeque<ClientRequest>,
     peer_down: Vec<MemberId>,
+    peer_up: Vec<MemberId>,
+    /// False suspicions its log engine counted so far.
+    false_suspicions: u64,
+    /// Armed by a `Restart { after_vote }` fault: crash after the step
+    /// that publishes a vote newer than this (term), then come back after
+    /// this long.
+    crash_after_vote: Option<(u64, u64)>,
     /// Armed by a `PauseMidCopy` fault: stop in the middle of the next log
     /// WRITE posted before this time.
     stop_mid_copy_until: Option<u64>,
@@ -493,6 +547,7 @@ pub struct Cluster {
     election: ElectionSafety,
     votes: OneVotePerTerm,
     vote_reliability: VoteReliability,
+    suspicions: FalseSuspicionAccuracy,
     counters: CounterAccuracy,
     committed: CommittedLog,
     sm_safety: StateMachineSafety,
@@ -539,6 +594,9 @@ impl Cluster {
                 wake_generation: 0,
                 inbox: VecDeque::new(),
                 peer_down: Vec::new(),
+                peer_up: Vec::new(),
+                false_suspicions: 0,
+                crash_after_vote: None,
                 stop_mid_copy_until: None,
                 paused_mid_copy: false,
                 deferred_posts: Vec::new(),
@@ -633,6 +691,7 @@ impl Cluster {
             election: ElectionSafety::default(),
             votes: OneVotePerTerm::default(),
             vote_reliability: VoteReliability::default(),
+            suspicions: FalseSuspicionAccuracy::default(),
             counters: CounterAccuracy::default(),
             committed: CommittedLog::default(),
             sm_safety: StateMachineSafety::default(),
@@ -707,7 +766,9 @@ impl Cluster {
         }
         for (k, f) in self.opts.faults.clone().iter().enumerate() {
             let (start, end) = match f {
-                Fault::Crash { at_ns, .. } | Fault::Zombie { at_ns, .. } => (*at_ns, None),
+                Fault::Crash { at_ns, .. }
+                | Fault::Zombie { at_ns, .. }
+                | Fault::Restart { at_ns, .. } => (*at_ns, None),
                 Fault::Depose { from_ns, .. } => (*from_ns, None),
                 Fault::IsolateLeader { from_ns, .. } => (*from_ns, None),
                 Fault::Pause { from_ns, to_ns, .. }
@@ -811,6 +872,13 @@ impl Cluster {
                     self.wake(node, self.now);
                 }
             }
+            Ev::PeerUp { node, peer } => {
+                if self.nodes[node].state != NodeState::Crashed {
+                    self.nodes[node].peer_up.push(peer);
+                    self.wake(node, self.now);
+                }
+            }
+            Ev::Restart { node } => self.restart_node(node),
             Ev::Heal => {
                 self.healed = true;
                 self.log(|| "heal: temporary faults are over; liveness phase".to_string());
@@ -822,27 +890,30 @@ impl Cluster {
         let f = self.opts.faults[k].clone();
         self.log(|| format!("fault: {f:?}"));
         match f {
-            Fault::Crash { node, .. } => {
-                self.counters.stopped(usize::from(node), self.now);
-                self.nodes[usize::from(node)].state = NodeState::Crashed;
-                self.net.crash(usize::from(node));
-                if self.opts.crash_notify {
-                    for other in 0..self.nodes.len() {
-                        if other != usize::from(node) {
-                            let delay = 1_000 + 10_000 * (other as u64 % 5);
-                            self.queue.push(
-                                self.now + delay,
-                                Ev::PeerDown {
-                                    node: other,
-                                    peer: MemberId(node),
-                                },
-                            );
-                        }
-                    }
+            Fault::Crash { node, .. } => self.crash_node(usize::from(node)),
+            Fault::Restart {
+                node,
+                down_ns,
+                after_vote,
+                ..
+            } => {
+                let i = usize::from(node);
+                if self.nodes[i].state != NodeState::Running {
+                    // (Stopped or gone already: the swarm keeps state
+                    // losses within f, this one does not happen.)
+                } else if after_vote {
+                    let voted = self.nodes[i].driver.log().published_row();
+                    let term = voted.vote.term.max(voted.private_vote.term);
+                    self.nodes[i].crash_after_vote = Some((term, down_ns));
+                } else {
+                    self.crash_node(i);
+                    self.queue.push(self.now + down_ns, Ev::Restart { node: i });
                 }
             }
             Fault::Zombie { node, .. } => {
                 self.counters.stopped(usize::from(node), self.now);
+                self.suspicions
+                    .stopped_for_good(usize::from(node), self.now);
                 self.nodes[usize::from(node)].state = NodeState::Zombie
             }
             Fault::Pause { node, .. } => {
@@ -902,6 +973,91 @@ impl Cluster {
                 }
             }
         }
+    }
+
+    /// The member's process and memory are gone (told to the others
+    /// shortly after when crashes are announced).
+    fn crash_node(&mut self, node: usize) {
+        self.counters.stopped(node, self.now);
+        self.suspicions.stopped_for_good(node, self.now);
+        self.nodes[node].state = NodeState::Crashed;
+        self.net.crash(node);
+        if self.opts.crash_notify {
+            for other in 0..self.nodes.len() {
+                if other != node {
+                    let delay = 1_000 + 10_000 * (other as u64 % 5);
+                    self.queue.push(
+                        self.now + delay,
+                        Ev::PeerDown {
+                            node: other,
+                            peer: MemberId(node as u8),
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    /// A crashed member comes back as a new process: zeroed memory, its
+    /// id, its configuration; it reads its row back from its peers before
+    /// it publishes anything (the core's startup), and applies from the
+    /// start again as the leader refills its log.
+    fn restart_node(&mut self, i: usize) {
+        if self.nodes[i].state != NodeState::Crashed {
+            return;
+        }
+        let layout = Layout::new(&self.opts.config).expect("simulator configuration is valid");
+        let mem = SimMemory::new(&layout);
+        let incarnation = self.net.nic(i).incarnation + 1;
+        let mut cfg = self.opts.config.clone();
+        cfg.self_id = MemberId(i as u8);
+        // A new process draws new timeouts.
+        cfg.seed ^= incarnation << 40;
+        let read_bytes_max = (self.limits.value_bytes_max as usize + 1).max(1 << 20);
+        let local = self.local(i, self.now);
+        let driver = Driver::new(
+            cfg,
+            mem.clone(),
+            RecordingKv::new(self.limits),
+            local,
+            read_bytes_max,
+        )
+        .expect("valid config");
+        self.net.restart(i, mem, &layout);
+        let n = &mut self.nodes[i];
+        n.driver = driver;
+        n.state = NodeState::Running;
+        n.busy_until = self.now;
+        n.next_wake = u64::MAX;
+        n.wake_generation += 1;
+        n.inbox.clear();
+        n.peer_down.clear();
+        n.peer_up.clear();
+        n.false_suspicions = 0;
+        n.crash_after_vote = None;
+        n.stop_mid_copy_until = None;
+        n.paused_mid_copy = false;
+        n.deferred_posts.clear();
+        n.deferred_answers.clear();
+        n.commit_cursor = None;
+        // It applies and learns commits from the start again.
+        self.sm_safety.restart(i);
+        self.committed.restart(i);
+        self.counters.resumed(i, self.now);
+        self.suspicions.restarted(i);
+        self.log(|| format!("restart: node {i} is back with empty memory"));
+        if self.opts.crash_notify {
+            for other in (0..self.nodes.len()).filter(|&o| o != i) {
+                self.queue.push(
+                    self.now + 1_000,
+                    Ev::PeerUp {
+                        node: other,
+                        peer: MemberId(i as u8),
+                    },
+                );
+            }
+        }
+        self.wake(i, self.now);
     }
 
     /// A member won an election: an armed `Depose` fault cuts it off.
@@ -973,6 +1129,7 @@ impl Cluster {
                 driver,
                 inbox,
                 peer_down,
+                peer_up,
                 ..
             } = &mut self.nodes[i];
             let mut fabric = SimEndpoint {
@@ -983,6 +1140,7 @@ impl Cluster {
             let mut host = SimHost {
                 inbox,
                 peer_down,
+                peer_up,
                 answers: &mut answers,
                 events: &mut events,
             };
@@ -1037,6 +1195,17 @@ impl Cluster {
             );
         }
         self.observe(i);
+        if let Some((term, down_ns)) = self.nodes[i].crash_after_vote {
+            let row = self.nodes[i].driver.log().published_row();
+            if row.vote.term.max(row.private_vote.term) > term {
+                // Its posts of this step are on the wire; it dies now.
+                self.log(|| format!("fault: node {i} crashes right after voting"));
+                self.nodes[i].crash_after_vote = None;
+                self.crash_node(i);
+                self.queue.push(self.now + down_ns, Ev::Restart { node: i });
+                return;
+            }
+        }
         let deadline = self.nodes[i].driver.next_deadline();
         let g = self.global(i, deadline);
         self.wake(i, g.max(depart));
@@ -1264,7 +1433,10 @@ impl Cluster {
         let mut counted = Vec::new();
         for b in (0..n).filter(|&b| b != i) {
             let row = log.peer_row(MemberId(b as u8));
-            if row.vote.term > 0 && row.vote.member == Some(MemberId(i as u8)) {
+            if row.vote.term > 0
+                && row.vote.member == Some(MemberId(i as u8))
+                && !self.vote_reliability.judged(b, row.vote.term)
+            {
                 counted.push((b, row.vote.term));
             }
         }
@@ -1281,7 +1453,12 @@ impl Cluster {
             // the doubt.
             let mut holders = 0;
             for m in 0..n {
-                let holds = if m == b {
+                let holds = if self.nodes[m].state == NodeState::Crashed {
+                    // Its memory is gone; it may have held a copy when
+                    // the vote was answered (an acknowledged WRITE whose
+                    // data it had not made visible yet dies with it).
+                    true
+                } else if m == b {
                     self.nodes[b].driver.log().published_row().private_vote.term >= t
                 } else {
                     let mem = self.nodes[m].driver.log().memory();
@@ -1304,6 +1481,17 @@ impl Cluster {
 
     fn observe(&mut self, i: usize) {
         self.check_votes(i);
+        let counted = self.nodes[i].driver.log().counters().false_suspicions;
+        if counted > self.nodes[i].false_suspicions {
+            self.nodes[i].false_suspicions = counted;
+            if let Some((l, term, at)) = self.nodes[i].driver.log().last_false_suspicion() {
+                let at = self.global(i, at);
+                self.log(|| format!("node {i}: false suspicion of leader {} (term {term})", l.0));
+                if let Some(v) = self.suspicions.observe(self.now, i, l.index(), term, at) {
+                    self.violation(v);
+                }
+            }
+        }
         let applied = self.nodes[i].driver.log().state_machine().drain_applied();
         for e in applied {
             if let Some(v) = self.sm_safety.observe_apply(self.now, i, e) {
@@ -1364,16 +1552,32 @@ impl Cluster {
 
     /// Every member a majority would vote for holds every committed entry.
     fn check_electable(&mut self) {
-        let mut members = Vec::new();
+        let mut logs = Vec::new();
         for i in 0..self.nodes.len() {
-            let st = self.nodes[i].driver.log().status();
-            let log = self.read_log(i, st.apply_pos, st.apply_index, st.tail_pos);
+            if self.nodes[i].state != NodeState::Crashed {
+                let st = self.nodes[i].driver.log().status();
+                let log = self.read_log(i, st.apply_pos, st.apply_index, st.tail_pos);
+                logs.push((i, log));
+            }
+        }
+        self.check_electable_logs(logs);
+    }
+
+    /// [`Cluster::check_electable`] with the members' logs (from their
+    /// apply pointers to their tails) already read.
+    fn check_electable_logs(&mut self, logs: Vec<(usize, Vec<EntryId>)>) {
+        let mut members = Vec::new();
+        for (i, log) in logs {
+            let node = self.nodes[i].driver.log();
             members.push(MemberLog {
                 node: i,
-                apply_index: st.apply_index,
-                applied_term: self.nodes[i].driver.log().last_applied_term(),
+                apply_index: node.apply_index(),
+                applied_term: node.last_applied_term(),
                 log,
-                voter: matches!(self.nodes[i].state, NodeState::Running | NodeState::Paused),
+                // Crashed and zombie members never vote again; one that
+                // restarted votes once it says it may (caught up).
+                voter: matches!(self.nodes[i].state, NodeState::Running | NodeState::Paused)
+                    && node.can_vote(),
             });
         }
         let quorum = usize::from(self.opts.members) / 2 + 1;
@@ -1402,7 +1606,7 @@ impl Cluster {
         for v in check_log_matching(self.now, &logs) {
             self.violation(v);
         }
-        self.check_electable();
+        self.check_electable_logs(logs);
     }
 
     // ----- clients ---------------------------------------------------------
@@ -1902,6 +2106,7 @@ impl Fabric for SimEndpoint<'_> {
 struct SimHost<'a> {
     inbox: &'a mut VecDeque<ClientRequest>,
     peer_down: &'a mut Vec<MemberId>,
+    peer_up: &'a mut Vec<MemberId>,
     answers: &'a mut Vec<(SimRoute, SentAnswer)>,
     events: &'a mut Vec<DriverEvent>,
 }
@@ -1914,6 +2119,14 @@ impl Host<SimMemory, RecordingKv> for SimHost<'_> {
             None
         } else {
             Some(self.peer_down.remove(0))
+        }
+    }
+
+    fn take_peer_up(&mut self) -> Option<MemberId> {
+        if self.peer_up.is_empty() {
+            None
+        } else {
+            Some(self.peer_up.remove(0))
         }
     }
 

@@ -23,14 +23,14 @@ fn usage() -> ExitCode {
          verbatim-sim --seed S [--trace] [--mutation NAME] [--allow-undecided]\n  verbatim-sim --model\n\
          mutations: none, commit-on-minority, vote-without-log-check, read-without-term-check, counter-read-without-gap, ignore-revoke-failure, commit-pointer-beyond-ack,\n  \
          skip-revoke, skip-vote-replication, commit-before-own-noop, drop-overwrite-guard, skip-session-check,\n  \
-         recover-from-any-donor\n\
+         recover-from-any-donor, restart-without-vote-recovery, false-suspicion-without-proof\n\
          verbatim-sim --list-mutations prints them one per line"
     );
     ExitCode::from(2)
 }
 
 /// Every mutation's name (the soak script runs each).
-const MUTATIONS: [&str; 12] = [
+const MUTATIONS: [&str; 14] = [
     "commit-on-minority",
     "vote-without-log-check",
     "read-without-term-check",
@@ -43,6 +43,8 @@ const MUTATIONS: [&str; 12] = [
     "drop-overwrite-guard",
     "skip-session-check",
     "recover-from-any-donor",
+    "restart-without-vote-recovery",
+    "false-suspicion-without-proof",
 ];
 
 fn parse_mutation(s: &str) -> Option<Mutation> {
@@ -60,6 +62,8 @@ fn parse_mutation(s: &str) -> Option<Mutation> {
         "drop-overwrite-guard" => Mutation::DropOverwriteGuard,
         "skip-session-check" => Mutation::SkipSessionCheck,
         "recover-from-any-donor" => Mutation::RecoverFromAnyDonor,
+        "restart-without-vote-recovery" => Mutation::RestartWithoutVoteRecovery,
+        "false-suspicion-without-proof" => Mutation::FalseSuspicionWithoutProof,
         _ => return None,
     })
 }
@@ -101,13 +105,13 @@ fn main() -> ExitCode {
                 None => return usage(),
             },
             "--trace" => trace = true,
-            "--allow-undecided" => allow_undecided = true,
             "--list-mutations" => {
                 for m in MUTATIONS {
                     println!("{m}");
                 }
                 return ExitCode::SUCCESS;
             }
+            "--allow-undecided" => allow_undecided = true,
             "--model" => model = true,
             "--mutation" => match it.next().and_then(|m| parse_mutation(m)) {
                 Some(m) => mutation = m,

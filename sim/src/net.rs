@@ -189,6 +189,9 @@ pub enum NetEvent {
         denied: Option<Rc<Cell<bool>>>,
         /// The channel it travelled on.
         channel: Channel,
+        /// The initiator's incarnation when the request was posted: a
+        /// member that restarted never sees its former self's completions.
+        incarnation: u64,
     },
 }
 
@@ -213,6 +216,8 @@ pub struct Nic {
     grant_epoch: [[u64; REGIONS_MAX]; MAX_MEMBERS],
     /// Reaped by the node.
     pub cq: VecDeque<Completion>,
+    /// Bumped by every restart (a new process with new registrations).
+    pub incarnation: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -279,6 +284,7 @@ impl Net {
                 access: [[Access::Revoked; REGIONS_MAX]; MAX_MEMBERS],
                 grant_epoch: [[0; REGIONS_MAX]; MAX_MEMBERS],
                 cq: VecDeque::new(),
+                incarnation: 0,
             })
             .collect();
         // Regions every member may access from the start (the SST's rows,
@@ -350,6 +356,39 @@ impl Net {
     pub fn crash(&mut self, m: usize) {
         self.nics[m].alive = false;
         self.nics[m].cq.clear();
+    }
+
+    /// A crashed member comes back as a new process: `mem` (zeroed, the
+    /// same layout) is registered anew, so requests posted to its former
+    /// self are refused (new grant epochs for every peer and region), its
+    /// peers' connections to it are broken until they reconnect, copies
+    /// into its former memory never land, and its former self's own
+    /// requests never complete at it.
+    pub fn restart(&mut self, m: usize, mem: SimMemory, layout: &Layout) {
+        let nic = &mut self.nics[m];
+        nic.mem = mem;
+        nic.alive = true;
+        nic.cq.clear();
+        nic.incarnation += 1;
+        for (peer, access) in nic.access.iter_mut().enumerate() {
+            *access = [Access::Revoked; REGIONS_MAX];
+            for r in layout.regions() {
+                if r.remote == RemoteAccess::Members {
+                    access[r.id.index()] = Access::Granted;
+                }
+            }
+            for e in nic.grant_epoch[peer].iter_mut() {
+                *e += 1;
+            }
+        }
+        for p in 0..self.nics.len() {
+            for ch in Channel::ALL {
+                self.conn(p, m, ch).failed = p != m;
+                self.conn(m, p, ch).failed = false;
+            }
+        }
+        self.stuck_copies.retain(|c| c.src != m && c.dst != m);
+        self.pending_places.retain(|p| p.dst != m);
     }
 
     /// Changes a peer's access to one of `owner`'s regions, effective now.
@@ -435,6 +474,7 @@ impl Net {
         landing: Option<(Addr, Vec<u8>)>,
         denied: Option<Rc<Cell<bool>>>,
     ) {
+        let incarnation = self.nics[src].incarnation;
         let conn = self.conn(src, dst, ch);
         let t = at.max(conn.last_complete + 1);
         conn.last_complete = t;
@@ -446,6 +486,7 @@ impl Net {
                 landing,
                 denied,
                 channel: ch,
+                incarnation,
             },
         );
     }
@@ -520,6 +561,7 @@ impl Net {
                     landing: None,
                     denied: None,
                     channel: ch,
+                    incarnation: self.nics[src].incarnation,
                 },
             );
             return;
@@ -689,8 +731,9 @@ impl Net {
                 landing,
                 denied,
                 channel,
+                incarnation,
             } => {
-                if !self.nics[src].alive {
+                if !self.nics[src].alive || self.nics[src].incarnation != incarnation {
                     return None;
                 }
                 if denied.is_some_and(|d| d.get()) && completion.status.is_ok() {

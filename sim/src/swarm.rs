@@ -162,6 +162,31 @@ fn hard_cases(seed: u64, o: &mut ClusterOptions) {
             for_ns: to_ns - from_ns + h.range_inclusive(MS, 3 * MS),
         });
     }
+    // A restart with empty memory (DARE §3.2.3), half of them right after
+    // the member votes: it must read its term and private vote back before
+    // it votes again, and rejoin as a follower the leader refills (or be
+    // reported needs-recovery). A member that lost its memory is a failure
+    // until it caught up: restarts stay within f with the crashes and
+    // zombies above.
+    let f = usize::from((o.members - 1) / 2);
+    let lost: Vec<u8> = o
+        .faults
+        .iter()
+        .filter(|x| x.loses_state())
+        .filter_map(|x| x.node())
+        .collect();
+    if lost.len() < f && h.chance(1, 3) {
+        let mut node = h.range_inclusive(0, u64::from(o.members) - 1) as u8;
+        while lost.contains(&node) {
+            node = (node + 1) % o.members;
+        }
+        o.faults.push(Fault::Restart {
+            node,
+            at_ns: h.range_inclusive(MS, o.safety_ns - 3 * MS),
+            down_ns: h.range_inclusive(50 * US, 3 * MS),
+            after_vote: h.chance(1, 2),
+        });
+    }
     // A follower stopped for longer than a short prune grace: the leader
     // prunes past it and goes on writing to its NIC, and must not write
     // over entries it has not applied (DARE §3.3.2).

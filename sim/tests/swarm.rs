@@ -195,7 +195,7 @@ fn a_commit_pointer_beyond_the_acknowledged_tail_is_caught() {
 fn skipping_the_revoke_is_caught() {
     caught(
         Mutation::SkipRevoke,
-        0..50,
+        50..110,
         &[
             "committed entries never change",
             "state machine safety",
@@ -218,6 +218,38 @@ fn skipping_the_vote_replication_is_caught() {
         Mutation::SkipVoteReplication,
         0..8,
         &["vote reliability", "one vote per term", "election safety"],
+    );
+}
+
+/// DARE §3.2.3 across a restart (the swarm's `Restart` fault, half of
+/// them right after a vote): a member that comes back with empty memory
+/// and does not read its term and private vote back (nor wait until its
+/// log holds what it acknowledged) votes again in a term it voted in, or
+/// with a log that lacks committed entries.
+#[test]
+fn restarting_without_reading_the_vote_back_is_caught() {
+    caught(
+        Mutation::RestartWithoutVoteRecovery,
+        0..25,
+        &[
+            "one vote per term",
+            "election safety",
+            "electable completeness",
+            "leader completeness",
+            "committed entries never change",
+        ],
+    );
+}
+
+/// Issue 12 item 8: a suspicion counts as false only once the suspected
+/// leader's heartbeat moves on; counting one on a heartbeat that was
+/// already there counts dead leaders (crashed, zombies) as live.
+#[test]
+fn counting_false_suspicions_without_proof_is_caught() {
+    caught(
+        Mutation::FalseSuspicionWithoutProof,
+        0..40,
+        &["false suspicion accuracy"],
     );
 }
 

@@ -233,6 +233,9 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     /// Writes the adjustment header for `leader` in `term` (the items were
     /// written by the walk).
     pub(super) fn write_adjust_list(&mut self, w: &Walk, term: u64, leader: MemberId) {
+        // A nonce no earlier grant of ours used, also before a restart
+        // (row versions continue above what our peers held).
+        self.grant_nonce = self.grant_nonce.max(self.row_version) + 1;
         let mut header = AdjustHeader {
             grant_term: term,
             grant_leader: leader,
@@ -241,6 +244,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             tail_pos: w.tail_pos,
             count: w.items,
             checksum: 0,
+            nonce: self.grant_nonce,
         };
         let items_at = self
             .layout

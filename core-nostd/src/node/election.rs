@@ -3,6 +3,15 @@
 
 use super::*;
 use crate::sst::dare::col;
+
+/// Timely failure-detector checks in a row after which Δ's excess over
+/// its configured value halves (see `shrink_fd_period`). With Δ between
+/// 0.2 and 5 ms, 32 checks are 6 to 160 ms of timely heartbeats: long
+/// enough that one quiet moment inside a burst does not undo what the
+/// burst taught, short enough that Δ is back near its configured value
+/// within about half a second after the burst (five halvings from the
+/// maximum).
+pub const FD_TIMELY_CHECKS_TO_SHRINK: u32 = 32;
 use crate::sst::{Ballot, RoleCode, VoteRequest};
 
 impl<M: Memory, S: StateMachine> Node<M, S> {
@@ -11,6 +20,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     pub(super) fn observe_rows(&mut self) {
         let mut changed = false;
         for p in self.others() {
+            let first = self.sst.version(p) == 0;
             let seen = self.sst.observe(&self.mem, p, self.layout.row(p));
             if seen.error.is_some() {
                 self.counters.rows_rejected += 1;
@@ -20,6 +30,11 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 let peer = &mut self.peers[p.index()];
                 peer.row = Row::from_checked(self.sst.words(p));
                 peer.row_changed_ns = self.now;
+                if first {
+                    // The heartbeat in a row we see for the first time is
+                    // not news of a live leader: only one that moves is.
+                    peer.hb_counter_seen = peer.row.heartbeat.counter;
+                }
             }
         }
         if changed {
@@ -40,8 +55,10 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     }
 
     fn react_to_vote_requests(&mut self) {
-        // Not before we know what our previous incarnation voted.
-        if !self.votes_known() {
+        // Not before we know what our previous incarnation voted, nor,
+        // after a restart, before our log holds what we may have
+        // acknowledged (restart.rs, CatchUp).
+        if !self.votes_known() || self.catch_up.is_some() {
             return;
         }
         let mut best: Option<(MemberId, u64)> = None;
@@ -105,6 +122,29 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             {
                 continue;
             }
+            let mut grown = false;
+            if let Some(s) = self
+                .suspicion
+                .filter(|s| s.leader == l && hb.term == s.term)
+            {
+                // Its heartbeat moved on in the term we suspected it in: it
+                // was alive, only slow (DARE §4.2.2). (A leader the host
+                // reported dead is never suspected this way.)
+                #[allow(unused_mut)]
+                let mut proof = hb.counter > s.counter;
+                #[cfg(feature = "mutation-testing")]
+                if self.cfg.mutation == crate::config::Mutation::FalseSuspicionWithoutProof {
+                    proof = hb.counter >= s.counter;
+                }
+                if proof {
+                    self.suspicion = None;
+                    self.counters.false_suspicions += 1;
+                    self.last_false_suspicion = Some((l, s.term, s.at_ns));
+                    self.grow_fd_period();
+                    grown = true;
+                }
+            }
+            let peer = &self.peers[l.index()];
             if hb.term > self.term {
                 self.advance_term(hb.term);
                 self.adopt_leader(l);
@@ -117,15 +157,45 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 // A leader we suspected is only trusted again once its
                 // heartbeat moves: its last heartbeat is still in our table.
                 self.adopt_leader(l);
-            } else if hb.term < self.term && peer.stale_hb_version != version {
-                // An outdated leader: grow Δ so that a slow but correct
-                // leader is eventually not suspected (eventual strong
-                // accuracy, DARE §4.2.2). It learns it is outdated from our
-                // row's term.
-                self.peers[l.index()].stale_hb_version = version;
-                self.fd_period_ns = (self.fd_period_ns + self.cfg.fd_check_period_step_ns)
-                    .min(self.cfg.fd_check_period_max_ns);
+            } else if hb.term < self.term && hb.counter != peer.hb_counter_seen {
+                // An outdated leader that is alive (its heartbeat moves):
+                // grow Δ so that a slow but correct leader is eventually not
+                // suspected (eventual strong accuracy, DARE §4.2.2). It
+                // learns it is outdated from our row's term. (The last
+                // heartbeat of a dead leader never moves: no growth.)
+                self.peers[l.index()].hb_counter_seen = hb.counter;
+                if !grown {
+                    self.grow_fd_period();
+                }
             }
+        }
+    }
+
+    /// Δ grows by a step on evidence that a live leader was suspected
+    /// (DARE §4.2.2), up to its maximum.
+    fn grow_fd_period(&mut self) {
+        self.fd_period_ns = (self.fd_period_ns + self.cfg.fd_check_period_step_ns)
+            .min(self.cfg.fd_check_period_max_ns);
+        self.timely_checks = 0;
+    }
+
+    /// Δ comes back down once heartbeats are timely again: after
+    /// [`FD_TIMELY_CHECKS_TO_SHRINK`] checks in a row that found the
+    /// heartbeat moving, the part of Δ above its configured value halves.
+    /// Growth is additive and shrinking multiplicative and slow, so a
+    /// leader that is slow for a while is not suspected again at once,
+    /// and a real failure is detected within the configured Δ again soon
+    /// after a burst of load is over (issue 12 item 8).
+    fn shrink_fd_period(&mut self) {
+        self.timely_checks += 1;
+        if self.timely_checks < FD_TIMELY_CHECKS_TO_SHRINK {
+            return;
+        }
+        self.timely_checks = 0;
+        let base = self.cfg.fd_check_period_ns;
+        if self.fd_period_ns > base {
+            self.fd_period_ns = base + (self.fd_period_ns - base) / 2;
+            self.counters.fd_period_shrinks += 1;
         }
     }
 
@@ -173,8 +243,17 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         // Only a heartbeat newer than the last one we saw may restore our
         // trust in this leader (its last one is still in our table).
         if let Some(l) = old {
-            self.peers[l.index()].hb_counter_seen = self.peers[l.index()].row.heartbeat.counter;
+            let counter = self.peers[l.index()].row.heartbeat.counter;
+            self.peers[l.index()].hb_counter_seen = counter;
+            // Silence may be slowness: remember, to learn if it was.
+            self.suspicion = (!notified).then_some(Suspicion {
+                leader: l,
+                term: self.term,
+                counter,
+                at_ns: self.now,
+            });
         }
+        self.timely_checks = 0;
         self.set_role(Role::Follower, None);
         self.set_timer(Timer::FdCheck, None);
         let slot = self.cfg.election_timeout_min_ns / 4;
@@ -200,6 +279,12 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     }
 
     fn start_election(&mut self) {
+        if self.catch_up.is_some() {
+            // Not before we are caught up after a restart: wait again.
+            let t = self.random_election_timeout();
+            self.set_timer(Timer::Election, Some(self.now + t));
+            return;
+        }
         if self.role == Role::Leader {
             self.leader_cleanup();
         }
@@ -287,6 +372,14 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 if term != self.term || self.leader != Some(leader) {
                     return;
                 }
+                if !self.term_reliable() {
+                    // Not before our term is stored at a majority (a
+                    // restart must find every term we acknowledged entries
+                    // in): push it, wait for the acknowledgements.
+                    self.row_dirty |= self.row.term != self.last_pushed_row.term;
+                    self.duty = Duty::Grant { leader, term };
+                    return;
+                }
                 if self.granted_to.is_some_and(|g| g != leader) {
                     // Granting replaces: revoke the previous holder first,
                     // then come back once the revoke is in effect.
@@ -321,13 +414,6 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.duty = Duty::None;
     }
 
-    /// True when rows of enough other members were seen to form a
-    /// majority with us.
-    fn heard_from_quorum(&self) -> bool {
-        let heard = self.others().filter(|&p| self.sst.version(p) > 0).count();
-        heard + 1 >= self.quorum
-    }
-
     pub(super) fn fire_timers(&mut self) {
         if self.timer_due(Timer::Election) {
             self.set_timer(Timer::Election, None);
@@ -335,11 +421,8 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 // A member whose state machine a failed restore cleared
                 // must not lead (it would serve from it): it votes, and
                 // waits for a snapshot. Nor does one that has not read its
-                // votes back yet (restart.rs), or that has not heard from
-                // enough members to win (a restarted process whose peers
-                // have not mapped it yet would only force needless
-                // elections with ever higher terms).
-                _ if !self.state_intact() || !self.votes_known() || !self.heard_from_quorum() => {
+                // votes back yet (restart.rs).
+                _ if !self.state_intact() || !self.votes_known() => {
                     let t = self.random_election_timeout();
                     self.set_timer(Timer::Election, Some(self.now + t));
                 }
@@ -356,6 +439,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                     self.suspect_leader(false);
                 } else {
                     self.peers[l.index()].hb_counter_seen = counter;
+                    self.shrink_fd_period();
                     self.set_timer(Timer::FdCheck, Some(self.now + self.fd_period_ns));
                 }
             }

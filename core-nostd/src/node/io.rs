@@ -142,7 +142,8 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 }
             }
             Purpose::ReadRow { round } => self.on_read_row(slot.peer, round, ok),
-            Purpose::ReadAdjustHeader { term } => self.on_adjust_header(slot.peer, term, ok),
+            Purpose::ReadBackRow => self.on_read_back(slot.peer, ok),
+            Purpose::ReadAdjustHeader { term } => self.on_adjust_header(slot.peer, term, c.status),
             Purpose::ReadAdjustList { term } => self.on_adjust_list(slot.peer, term, ok),
             Purpose::WriteAdjustTail { term, pos } => self.on_adjust_tail(slot.peer, term, pos, ok),
             Purpose::WriteEntries { term } => {
@@ -160,7 +161,6 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 }
             }
             Purpose::ReadSnapshotHeader { generation } => self.on_snapshot_header(generation, ok),
-            Purpose::ReadOwnRow => self.on_own_row(slot.peer, ok),
             Purpose::ReadSnapshotChunk { generation, len } => {
                 self.on_snapshot_chunk(generation, len, ok)
             }
@@ -193,12 +193,12 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         // A candidate's first push is its vote request (DARE §3.2.2), and a
         // voter's is its private vote (§3.2.3); both go out on the call
         // after the revokes took effect. Nothing is pushed in between.
-        if !self.row_dirty || matches!(self.duty, Duty::Campaign { .. } | Duty::VoteCheck { .. }) {
-            return;
-        }
-        // Our pushes would overwrite the copies of our previous row that we
-        // are reading back (restart.rs): nothing before that is done.
-        if !self.votes_known() {
+        if !self.row_dirty
+            || self.read_back.is_some()
+            || matches!(self.duty, Duty::Campaign { .. } | Duty::VoteCheck { .. })
+        {
+            // (Nothing is published before our row is read back: a push
+            // would replace, at our peers, the private vote we must find.)
             return;
         }
         let Some(slot) = self.staging_refs.iter().position(|&r| r == 0) else {
@@ -216,6 +216,9 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         // Wake idle peers only for what elections wait on; heartbeats and
         // apply progress are read at the peers' own pace.
         let last = self.last_pushed_row;
+        if self.row.term != last.term {
+            self.term_push = self.row_version;
+        }
         let notify = self.row.term != last.term
             || self.row.vote_request != last.vote_request
             || self.row.private_vote != last.private_vote
@@ -266,6 +269,26 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.last_push_ns = self.now;
         self.row_dirty = false;
         self.counters.row_pushes += 1;
+    }
+
+    /// True once our current term is stored at a majority (us included),
+    /// in the copies of our row that our peers hold. A member grants log
+    /// access (and so acknowledges entries) only in a term made reliable
+    /// this way, so that after a restart with empty memory it finds, in
+    /// any P - q + 1 of those copies, every term it acknowledged entries
+    /// in (restart.rs: it does not vote before its log holds them again).
+    pub(super) fn term_reliable(&self) -> bool {
+        if self.row_dirty && self.row.term != self.last_pushed_row.term {
+            return false;
+        }
+        if self.term_push == 0 {
+            return self.term == 0;
+        }
+        let acks = self
+            .others()
+            .filter(|p| self.peers[p.index()].acked_push >= self.term_push)
+            .count();
+        acks + 1 >= self.quorum
     }
 
     /// True once our current private vote is stored at a majority (us

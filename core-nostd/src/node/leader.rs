@@ -260,6 +260,20 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                         self.peers[p.index()].repl.state = ReplState::ReadHeader;
                     }
                 }
+                ReplState::Replicating if self.peers[p.index()].row.grant != me => {
+                    // Its row no longer grants us its log: it revoked us,
+                    // or it restarted with empty memory (a new process
+                    // publishes no grant until it grants anew). Nothing we
+                    // wrote there may be counted on any more; adjust afresh
+                    // once it grants again (a new list, a new nonce). Its
+                    // write channel may never have failed: an idle leader
+                    // posts nothing that would.
+                    let r = &mut self.peers[p.index()].repl;
+                    r.state = ReplState::AwaitGrant;
+                    r.verify = false;
+                    r.was_replicating = false;
+                    r.batches_inflight = 0;
+                }
                 ReplState::Replicating => self.send_entries(p),
                 ReplState::NeedsRecovery => self.check_recovered(p),
                 _ => {}
@@ -274,12 +288,14 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.role == Role::Leader && term == self.term && self.peers[p.index()].repl.state == state
     }
 
-    pub(super) fn on_adjust_header(&mut self, p: MemberId, term: u64, ok: bool) {
+    pub(super) fn on_adjust_header(&mut self, p: MemberId, term: u64, status: WcStatus) {
         if !self.repl_current(p, term, ReplState::ReadHeader) {
             return;
         }
-        if !ok {
-            self.on_log_error(p, term, WcStatus::Flushed);
+        if !status.is_ok() {
+            // (A failed verifying read keeps what it was verifying: resume
+            // or adjust afresh is decided by the list, once it can be read.)
+            self.on_log_error(p, term, status);
             return;
         }
         let landing = self.layout.adjust_landing(p);
@@ -298,6 +314,24 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 return;
             }
         };
+        let r = &mut self.peers[p.index()].repl;
+        if core::mem::take(&mut r.verify) {
+            if r.adjusted_nonce == Some(header.nonce) {
+                // The list we adjusted from: the log is the one we wrote
+                // to. Resume from what we know landed, never re-adjust
+                // (its list is stale, and re-adjusting could remove
+                // entries counted as committed).
+                r.state = ReplState::Replicating;
+                r.sent_pos = r.acked_pos;
+                r.batches_inflight = 0;
+                r.commit_sent_pos = 0;
+                r.commit_inflight = false;
+                return;
+            }
+            // A new grant (the follower restarted with empty memory, or
+            // revoked and granted again): its list describes its log now.
+            r.was_replicating = false;
+        }
         let first = self.layout.log.adjust_capacity.min(ADJUST_ITEMS_FIRST_READ);
         if header.count > first {
             if !self.can_post(1) {
@@ -425,6 +459,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         let r = &mut self.peers[p.index()].repl;
         r.state = ReplState::Adjusting;
         r.adjusted_pos = pos;
+        r.adjusted_nonce = Some(h.nonce);
         self.counters.adjustments += 1;
     }
 
@@ -467,9 +502,11 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         if r.state != ReplState::Broken && r.state != ReplState::NeedsRecovery {
             // After an error we resume from what we know landed, never
             // re-adjust a log we already wrote to: its list is stale and
-            // re-adjusting could remove entries counted as committed.
+            // re-adjusting could remove entries counted as committed. (A
+            // verifying read that fails keeps it that way.)
             r.was_replicating =
-                r.state == ReplState::Replicating && status != WcStatus::AccessDenied;
+                (r.state == ReplState::Replicating || r.verify) && status != WcStatus::AccessDenied;
+            r.verify = false;
             r.state = ReplState::Broken;
         }
     }
@@ -483,15 +520,13 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         if r.state != ReplState::Broken {
             return;
         }
-        if r.was_replicating && granted {
-            r.state = ReplState::Replicating;
-            r.sent_pos = r.acked_pos;
-            r.batches_inflight = 0;
-            r.commit_sent_pos = 0;
-            r.commit_inflight = false;
-        } else {
-            r.state = ReplState::AwaitGrant;
-        }
+        // Read its list header first: resume only if it is still the one
+        // we adjusted from (on_adjust_header). A follower that restarted
+        // with empty memory, or granted anew, has a new one, and its log
+        // is adjusted afresh instead of written at positions it lacks.
+        r.verify = r.was_replicating && granted;
+        r.batches_inflight = 0;
+        r.state = ReplState::AwaitGrant;
     }
 
     /// Direct log update (DARE §3.3.1, (c) and (d) of Figure 6): write
@@ -604,6 +639,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             let r = &self.peers[p.index()].repl;
             if r.state == ReplState::Replicating
                 || (r.state == ReplState::Broken && r.was_replicating)
+                || r.verify
             {
                 acked
                     .push(r.acked_pos)

@@ -15,6 +15,7 @@ mod restart;
 #[cfg(test)]
 mod tests;
 
+pub use election::FD_TIMELY_CHECKS_TO_SHRINK;
 pub use recovery::RecoveryStatus;
 
 use crate::config::{Config, ConfigError, ENTRY_PAYLOAD_BYTES_CAP, REPLY_BYTES_CAP};
@@ -220,6 +221,16 @@ pub struct Counters {
     pub revokes_unconfirmed: u64,
     /// Snapshots this member gave to recovering members (DARE §3.4).
     pub snapshots_served: u64,
+    /// Starts that found, in the copies of our row at our peers, that we
+    /// had run before (a restart with empty memory, DARE §3.2.3).
+    pub restarts_read_back: u64,
+    /// Suspicions of a leader that was alive after all: after we
+    /// suspected it (its heartbeat stood still for Δ), its heartbeat moved
+    /// on in the term we suspected it in. Each one grows Δ (DARE §4.2.2).
+    pub false_suspicions: u64,
+    /// Times Δ came back down (halfway to its configured value) after
+    /// enough timely heartbeats.
+    pub fd_period_shrinks: u64,
 }
 
 /// Replication state of a follower, seen from the leader.
@@ -319,17 +330,42 @@ const TIMER_COUNT: usize = 5;
 /// Why a work request is in flight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Purpose {
-    RowPush { staging: u8, version: u64 },
-    ReadRow { round: u64 },
-    ReadAdjustHeader { term: u64 },
-    ReadAdjustList { term: u64 },
-    WriteAdjustTail { term: u64, pos: u64 },
-    WriteEntries { term: u64 },
-    WriteTail { term: u64, pos: u64 },
-    WriteCommit { term: u64 },
-    ReadSnapshotHeader { generation: u64 },
-    ReadOwnRow,
-    ReadSnapshotChunk { generation: u64, len: u32 },
+    RowPush {
+        staging: u8,
+        version: u64,
+    },
+    ReadRow {
+        round: u64,
+    },
+    ReadAdjustHeader {
+        term: u64,
+    },
+    ReadAdjustList {
+        term: u64,
+    },
+    WriteAdjustTail {
+        term: u64,
+        pos: u64,
+    },
+    WriteEntries {
+        term: u64,
+    },
+    WriteTail {
+        term: u64,
+        pos: u64,
+    },
+    WriteCommit {
+        term: u64,
+    },
+    ReadSnapshotHeader {
+        generation: u64,
+    },
+    /// Startup: a peer's copy of our row.
+    ReadBackRow,
+    ReadSnapshotChunk {
+        generation: u64,
+        len: u32,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -366,6 +402,12 @@ struct Repl {
     /// The generation of the member's snapshot request when it was found
     /// to need recovery: a newer one, answered, means it recovered.
     recover_gen: u64,
+    /// Nonce of the adjustment list we adjusted from (DARE §3.3.1).
+    adjusted_nonce: Option<u64>,
+    /// Reading its header again after a broken channel: resume only if it
+    /// is still the list we adjusted from (the follower did not restart or
+    /// grant anew), adjust afresh otherwise.
+    verify: bool,
 }
 
 impl Repl {
@@ -380,6 +422,8 @@ impl Repl {
         adjusted_pos: 0,
         was_replicating: false,
         recover_gen: 0,
+        adjusted_nonce: None,
+        verify: false,
     };
 }
 
@@ -393,7 +437,6 @@ struct Peer {
     channels: [ChannelState; 2],
     reachable: bool,
     hb_counter_seen: u64,
-    stale_hb_version: u64,
     last_ok_ns: u64,
     repl: Repl,
     /// The host reported the peer's process gone (it cannot come back
@@ -414,7 +457,6 @@ impl Peer {
         }; 2],
         reachable: true,
         hb_counter_seen: 0,
-        stale_hb_version: 0,
         last_ok_ns: 0,
         repl: Repl::IDLE,
         down: false,
@@ -445,6 +487,60 @@ enum Duty {
         leader: MemberId,
         term: u64,
     },
+}
+
+/// Row versions after a restart continue this far above the highest copy
+/// read back: a peer outside the members read may hold a newer copy (pushes
+/// the others missed), and readers take only newer versions. Passing it
+/// would take four billion more pushes than any of them got; a peer that
+/// still holds a newer copy only ignores our rows until ours pass it
+/// (liveness, never safety: everything in that copy we did publish).
+pub const RESTART_VERSION_GAP: u64 = 1 << 32;
+
+/// Startup (DARE §3.2.3): what we published before a restart (term,
+/// private vote, row version) is read back from the copies of our row at
+/// our peers before we publish anything.
+#[derive(Clone, Copy, Debug)]
+struct ReadBack {
+    /// Peers whose two rows were read.
+    answered: MemberMask,
+    /// Peers with a READ in flight.
+    asked: MemberMask,
+    /// Peers are asked from here on (seeded), so that restarts spread
+    /// their reads.
+    offset: usize,
+    term: u64,
+    private_vote: crate::sst::Ballot,
+    vote: crate::sst::Ballot,
+    heartbeat: crate::sst::Heartbeat,
+    version: u64,
+}
+
+/// After a restart that found a term: our log may lack entries we
+/// acknowledged before, so we neither vote nor stand until it holds them
+/// again (a vote compares logs, DARE §3.2.3). Every such entry is in the
+/// log of any leader of a term after `term` (leader completeness), and
+/// in the log of `term`'s own leader as it was after our restart (our
+/// acknowledgements in `term` went to it; in later terms we granted
+/// nobody: a grant waits until its term is stored at a majority, so
+/// `term` is at least every term we granted in). So we are caught up once
+/// we applied an entry of a later term, or past the last index `term`'s
+/// leader published after our restart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct CatchUp {
+    term: u64,
+    index: Option<u64>,
+}
+
+/// A leader we suspected because its heartbeat stood still (not one the
+/// host reported dead): if its heartbeat moves on in that term, the
+/// suspicion was false.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Suspicion {
+    leader: MemberId,
+    term: u64,
+    counter: u64,
+    at_ns: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -496,8 +592,6 @@ pub struct Node<M: Memory, S: StateMachine> {
     max_peer_term: u64,
     /// Recovery by state transfer: ours as a joiner, a donor's job.
     recovery: recovery::Recovery,
-    /// Our own row read back from the peers at start (DARE §3.2.3).
-    vote_recovery: restart::VoteRecovery,
     /// The shared state table (DARE's schema): every member's last good
     /// row, ours as last pushed. Reducers over it drive step-down, vote
     /// counting and pruning.
@@ -507,12 +601,20 @@ pub struct Node<M: Memory, S: StateMachine> {
     row_dirty: bool,
     /// Version of the first push that carried `row.private_vote`.
     private_push: u64,
+    /// Version of the first push that carried our current term.
+    term_push: u64,
     last_pushed_private: crate::sst::Ballot,
     /// The row as last pushed (to decide whether a push must wake peers).
     last_pushed_row: Row,
     published_apply_index: u64,
     /// When our row was last pushed (keep-alive for pruning).
     last_push_ns: u64,
+    /// Reading our row back at startup: nothing is published until done.
+    read_back: Option<ReadBack>,
+    /// After a restart: no vote and no candidacy until caught up.
+    catch_up: Option<CatchUp>,
+    /// Nonce of our last adjustment list (see [`crate::log::AdjustHeader`]).
+    grant_nonce: u64,
 
     head_pos: u64,
     apply_pos: u64,
@@ -541,6 +643,13 @@ pub struct Node<M: Memory, S: StateMachine> {
 
     timers: [Option<u64>; TIMER_COUNT],
     fd_period_ns: u64,
+    /// Failure-detector checks in a row that found the heartbeat moving.
+    timely_checks: u32,
+    /// The last leader we suspected for its silence.
+    suspicion: Option<Suspicion>,
+    /// The last false suspicion counted: (leader, term, when we had
+    /// suspected it, our clock).
+    last_false_suspicion: Option<(MemberId, u64, u64)>,
 
     reads: Deque<PendingRead, READ_QUEUE_CAP>,
     next_read_round: u64,
@@ -597,10 +706,16 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             ..Row::default()
         };
         row.role = crate::sst::RoleCode::Follower;
+        // Where the startup read-back starts asking (spread by seed and
+        // id; the PRNG's sequence is left to the timeouts).
+        let offset = (config.seed as usize).wrapping_add(me.index()) % member_count;
         let node = Node {
             ring: Ring::new(&layout.log),
             sessions: Sessions::new(&layout),
             fd_period_ns: config.fd_check_period_ns,
+            timely_checks: 0,
+            suspicion: None,
+            last_false_suspicion: None,
             quorum: config.quorum(),
             me,
             member_count,
@@ -620,16 +735,38 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             sst: Table::new(&DARE_ROW, member_count),
             max_peer_term: 0,
             recovery: recovery::Recovery::NEW,
-            vote_recovery: restart::VoteRecovery::NEW,
             row,
             row_version: 0,
-            // Publish an initial row so peers see us (and our apply point).
+            // Publish an initial row so peers see us (and our apply point),
+            // once our row is read back (ReadBack).
             row_dirty: true,
             private_push: 0,
+            term_push: 0,
             last_pushed_private: crate::sst::Ballot::default(),
             last_pushed_row: Row::default(),
             published_apply_index: 0,
             last_push_ns: now_ns,
+            read_back: Some(ReadBack {
+                answered: MemberMask::NONE,
+                asked: MemberMask::NONE,
+                offset,
+                term: 0,
+                private_vote: crate::sst::Ballot {
+                    term: 0,
+                    member: None,
+                },
+                vote: crate::sst::Ballot {
+                    term: 0,
+                    member: None,
+                },
+                heartbeat: crate::sst::Heartbeat {
+                    term: 0,
+                    counter: 0,
+                },
+                version: 0,
+            }),
+            catch_up: None,
+            grant_nonce: 0,
             head_pos: 0,
             apply_pos: 0,
             apply_index: 1,
@@ -720,6 +857,26 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     /// First log index not applied yet.
     pub fn apply_index(&self) -> u64 {
         self.apply_index
+    }
+
+    /// False while this member reads its row back after starting (it
+    /// publishes nothing, votes for nobody and does not stand): what its
+    /// previous incarnation voted is not known yet (restart.rs).
+    pub fn votes_known(&self) -> bool {
+        self.read_back.is_none()
+    }
+
+    /// True when this member may vote and stand for election: its row is
+    /// read back, its log holds what it may have acknowledged before a
+    /// restart, and it is not corrupt.
+    pub fn can_vote(&self) -> bool {
+        self.read_back.is_none() && self.catch_up.is_none() && !self.corrupt
+    }
+
+    /// The last false suspicion this member counted: the leader, the term,
+    /// and when (our clock) it had suspected it.
+    pub fn last_false_suspicion(&self) -> Option<(MemberId, u64, u64)> {
+        self.last_false_suspicion
     }
 
     /// Our row as last pushed to the peers (what they may act on).
@@ -871,6 +1028,13 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             .unwrap_or(u64::MAX);
         if self.revoke_unconfirmed.iter().any(|&u| u) {
             at = at.min(self.revoke_retry_at_ns);
+        } else if self.read_back.is_some() {
+            // READs go to peers whose control channel works; the others
+            // are asked after they reconnect (channel deadlines below), and
+            // completions wake the host anyway.
+            if self.read_back_can_ask() {
+                at = at.min(self.now);
+            }
         } else if self.revoke_pending || self.row_dirty || self.duty != Duty::None {
             at = at.min(self.now);
         }
@@ -916,6 +1080,8 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     /// again: its rows are read afresh (a new process numbers them anew),
     /// its channels are re-established, and a leader adjusts its log (or
     /// finds it needs recovery, DARE §3.4).
+    /// It reads its row back before it publishes, and a leader adjusts its
+    /// log afresh (its adjustment list has a new nonce).
     pub fn handle_peer_up(&mut self, now: u64, peer: MemberId) {
         self.tick_clock(now);
         if peer == self.me || peer.index() >= self.member_count {
@@ -934,7 +1100,6 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         p.row_changed_ns = self.now;
         p.last_ok_ns = self.now;
         p.hb_counter_seen = 0;
-        p.stale_hb_version = 0;
         for ch in &mut p.channels {
             // Whatever was in flight went to the old process.
             ch.broken = true;
@@ -1014,8 +1179,15 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         if unconfirmed && self.revoke_retry_at_ns <= self.now {
             self.retry_unconfirmed_revokes();
         }
-        self.vote_recovery_tick();
         self.observe_rows();
+        if self.read_back.is_some() {
+            self.read_back_step();
+            if self.read_back.is_some() {
+                self.maintain_channels();
+                self.invariants();
+                return;
+            }
+        }
         self.react_to_rows();
         self.run_duty();
         self.fire_timers();
@@ -1032,6 +1204,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         if self.state_intact() {
             self.apply_committed();
         }
+        self.track_catch_up();
         if self.role == Role::Leader {
             self.serve_reads();
         }
@@ -1191,6 +1364,19 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             Role::Follower => assert_ne!(self.leader, Some(self.me)),
         }
         assert!(self.row.term == self.term);
+        assert!(
+            self.fd_period_ns >= self.cfg.fd_check_period_ns
+                && self.fd_period_ns <= self.cfg.fd_check_period_max_ns,
+            "Δ outside its configured range"
+        );
+        assert!(
+            self.read_back.is_none() || (self.role == Role::Follower && self.term == 0),
+            "a member reading its row back neither leads nor stands"
+        );
+        assert!(
+            self.catch_up.is_none() || self.role == Role::Follower,
+            "a member catching up after a restart neither leads nor stands"
+        );
         assert!(self.free_slots.len() <= INFLIGHT_CAP);
     }
 }

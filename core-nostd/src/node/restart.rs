@@ -1,145 +1,175 @@
-//! A member that starts knows nothing of what its previous incarnation
-//! voted (DARE keeps no stable storage): a process that restarted could
-//! vote a second time in a term it already voted in, and two leaders could
-//! win that term. DARE §3.2.3 is why this cannot happen: a vote is made
-//! reliable before it is answered, replicated to a majority in the
-//! member's own row ("private data"). So every member, when it starts,
-//! READs its own row back from the other members' control regions (where
-//! its pushes landed) and, once a majority (counting itself) has answered,
-//! adopts the highest term and private vote found, and numbers its next
-//! row above every copy. Until then it neither votes nor stands.
+//! Starting with empty memory (DARE §3.2.3, "private data"): a member
+//! reads back what it published before a restart from the copies of its
+//! row that its peers hold, adopts the highest term and private vote found,
+//! continues its row versions above theirs, and only then publishes; after
+//! a restart it neither votes nor stands until its log holds what it may
+//! have acknowledged before (see [`CatchUp`]).
 //!
-//! A majority suffices: the vote's private copy reached a majority before
-//! the vote was answered, and any two majorities share a member. At the
-//! group's very first start the copies are empty and the member goes on at
-//! once; the cost is one READ per peer at start.
+//! Why this many peers: a private vote is stored at a majority (q members,
+//! itself included, so q - 1 peers) before it is answered, and so is the
+//! term in which a member grants log access to a leader (before it can
+//! acknowledge any entry of that leader). Reading P - q + 1 peers meets
+//! those q - 1 in at least one member, so the term and vote found are at
+//! least every term we voted or acknowledged entries in. (A member none of
+//! whose copies is found never voted nor acknowledged anything: it is new,
+//! or was cut off all its previous life, and starts as new.)
 
 use super::*;
 use crate::fabric::Op;
-use crate::sst::{Ballot, RowError};
-
-/// Progress of reading our own row back.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct VoteRecovery {
-    pub(super) done: bool,
-    /// Members that answered (bit per member).
-    answered: u64,
-    /// READs in flight (bit per member).
-    inflight: u64,
-    /// Highest term, private vote and answered vote found, and the highest
-    /// version of our row any peer holds.
-    term: u64,
-    private_vote: Ballot,
-    vote: Ballot,
-    version: u64,
-}
-
-impl VoteRecovery {
-    pub(super) const NEW: VoteRecovery = VoteRecovery {
-        done: false,
-        answered: 0,
-        inflight: 0,
-        term: 0,
-        private_vote: Ballot {
-            term: 0,
-            member: None,
-        },
-        vote: Ballot {
-            term: 0,
-            member: None,
-        },
-        version: 0,
-    };
-}
+use crate::layout::ROW_BYTES;
+use crate::sst::{Row, RowError};
 
 impl<M: Memory, S: StateMachine> Node<M, S> {
-    /// True once this member knows the votes of its previous incarnations
-    /// (it may vote and stand).
-    pub fn votes_known(&self) -> bool {
-        self.vote_recovery.done
+    /// Peers whose rows must be read: P - q + 1 (at most every peer).
+    fn read_back_needed(&self) -> usize {
+        (self.member_count - self.quorum + 1).min(self.member_count - 1)
     }
 
-    /// Every step until done: READ our row from each peer that has not
-    /// answered (into the landing zone for that peer's rows: a member that
-    /// has not recovered its votes cannot lead, so the leader's read round
-    /// does not use it meanwhile).
-    pub(super) fn vote_recovery_tick(&mut self) {
-        if self.vote_recovery.done {
+    /// True when the next call would ask another peer.
+    pub(super) fn read_back_can_ask(&self) -> bool {
+        let Some(r) = self.read_back else {
+            return false;
+        };
+        r.answered.count() + r.asked.count() < self.read_back_needed()
+            && self.others().any(|p| {
+                !r.answered.contains(p)
+                    && !r.asked.contains(p)
+                    && self.channel_ok(p, Channel::Control)
+            })
+            || r.answered.count() >= self.read_back_needed()
+    }
+
+    /// Asks peers for their two rows until enough answered, then adopts
+    /// what they hold.
+    pub(super) fn read_back_step(&mut self) {
+        let Some(mut r) = self.read_back else { return };
+        let needed = self.read_back_needed();
+        if r.answered.count() >= needed {
+            self.finish_read_back(r);
             return;
         }
-        if self.member_count == 1 {
-            self.adopt_recovered_votes();
-            return;
-        }
-        for p in self.others() {
-            let bit = 1u64 << p.0;
-            if self.vote_recovery.answered & bit != 0
-                || self.vote_recovery.inflight & bit != 0
-                || self.peers[p.index()].down
+        let n = self.member_count;
+        for k in 0..n {
+            if r.answered.count() + r.asked.count() >= needed || !self.can_post(2) {
+                break;
+            }
+            let p = MemberId(((r.offset + k) % n) as u8);
+            if p == self.me
+                || r.answered.contains(p)
+                || r.asked.contains(p)
                 || !self.channel_ok(p, Channel::Control)
-                || !self.can_post(1)
             {
                 continue;
             }
+            // Its copy of our row.
             self.post(
                 p,
                 Op::Read {
                     remote: self.layout.row(self.me),
-                    local: self.layout.row_landing(p),
-                    len: crate::layout::ROW_BYTES as u32,
+                    local: self.layout.read_back_landing(p),
+                    len: ROW_BYTES as u32,
                 },
-                Purpose::ReadOwnRow,
+                Purpose::ReadBackRow,
             );
-            self.vote_recovery.inflight |= bit;
+            r.asked = r.asked.with(p);
         }
+        self.read_back = Some(r);
     }
 
-    /// A READ of our row from `peer` completed.
-    pub(super) fn on_own_row(&mut self, peer: MemberId, ok: bool) {
-        let bit = 1u64 << peer.0;
-        self.vote_recovery.inflight &= !bit;
-        if self.vote_recovery.done || !ok {
-            return; // a failed READ is posted again once the channel is back
+    /// A startup READ completed.
+    pub(super) fn on_read_back(&mut self, p: MemberId, ok: bool) {
+        let Some(mut r) = self.read_back else {
+            return; // done meanwhile: a late answer changes nothing
+        };
+        if !r.asked.contains(p) {
+            return;
         }
-        match Row::read(&self.mem, self.layout.row_landing(peer)) {
-            Ok((row, version)) => {
-                let r = &mut self.vote_recovery;
-                r.term = r.term.max(row.term);
-                if row.private_vote.term > r.private_vote.term {
-                    r.private_vote = row.private_vote;
+        r.asked = r.asked.without(p);
+        if ok {
+            match Row::read(&self.mem, self.layout.read_back_landing(p)) {
+                Ok((row, version)) => {
+                    r.version = r.version.max(version);
+                    r.term = r.term.max(row.term).max(row.private_vote.term);
+                    if row.private_vote.term > r.private_vote.term {
+                        r.private_vote = row.private_vote;
+                    }
+                    if row.vote.term > r.vote.term {
+                        r.vote = row.vote;
+                    }
+                    if row.heartbeat.counter > r.heartbeat.counter {
+                        r.heartbeat = row.heartbeat;
+                    }
+                    r.answered = r.answered.with(p);
                 }
-                if row.vote.term > r.vote.term {
-                    r.vote = row.vote;
+                // It never received a row of ours.
+                Err(RowError::Empty) => r.answered = r.answered.with(p),
+                Err(_) => {
+                    // Torn or corrupt: ask again, from another peer first.
+                    self.counters.rows_rejected += 1;
+                    r.offset += 1;
                 }
-                r.version = r.version.max(version);
-                r.answered |= bit;
             }
-            // Nothing of ours there: an answer too (first start).
-            Err(RowError::Empty) => self.vote_recovery.answered |= bit,
-            // A copy caught mid-push or damaged: ask again.
-            Err(_) => {}
         }
-        if self.vote_recovery.answered.count_ones() as usize + 1 >= self.quorum {
-            self.adopt_recovered_votes();
-        }
+        self.read_back = Some(r);
     }
 
-    fn adopt_recovered_votes(&mut self) {
-        let r = self.vote_recovery;
-        self.vote_recovery.done = true;
-        if r.term > self.term {
-            self.advance_term(r.term);
+    fn finish_read_back(&mut self, r: ReadBack) {
+        self.read_back = None;
+        #[allow(unused_mut)]
+        let mut adopt = true;
+        #[cfg(feature = "mutation-testing")]
+        if self.cfg.mutation == crate::config::Mutation::RestartWithoutVoteRecovery {
+            adopt = false;
         }
-        if r.private_vote.term > self.row.private_vote.term {
-            // Already reliable (a majority held it): it only stops us from
-            // voting again in its term.
+        if adopt {
+            self.term = r.term;
+            self.row.term = r.term;
+            // Never take back what a candidate may have counted, nor vote
+            // again in a term we voted in (react_to_vote_requests).
             self.row.private_vote = r.private_vote;
-        }
-        if r.vote.term > self.row.vote.term {
             self.row.vote = r.vote;
+            self.row.heartbeat = r.heartbeat;
+            if r.version > 0 && r.term > 0 {
+                self.catch_up = Some(CatchUp {
+                    term: r.term,
+                    index: None,
+                });
+            }
         }
-        // Our next push must be newer than any copy a peer holds.
-        self.row_version = self.row_version.max(r.version);
+        if r.version > 0 || r.term > 0 {
+            self.counters.restarts_read_back += 1;
+            self.row_version = r.version + RESTART_VERSION_GAP;
+            self.grant_nonce = self.row_version;
+        }
         self.row_dirty = true;
+        if self.timers[Timer::Election as usize].is_none_or(|at| at <= self.now) {
+            let t = self.random_election_timeout();
+            self.set_timer(Timer::Election, Some(self.now + t));
+        }
+        self.track_catch_up();
+    }
+
+    /// Ends the wait after a restart once our log holds what we may have
+    /// acknowledged before it ([`CatchUp`]).
+    pub(super) fn track_catch_up(&mut self) {
+        let Some(mut c) = self.catch_up else { return };
+        if c.index.is_none() {
+            // The last index `c.term`'s leader published since our restart
+            // (every copy in our table arrived after it).
+            for l in self.others() {
+                let row = self.peers[l.index()].row;
+                if self.sst.version(l) != 0
+                    && row.role == crate::sst::RoleCode::Leader
+                    && row.term == c.term
+                    && row.heartbeat.term == c.term
+                {
+                    c.index = Some(row.last_index);
+                    break;
+                }
+            }
+        }
+        let caught_up =
+            self.last_applied_term > c.term || c.index.is_some_and(|last| self.apply_index > last);
+        self.catch_up = if caught_up { None } else { Some(c) };
     }
 }

@@ -81,16 +81,23 @@ impl Harness {
             fail_revokes: std::vec![false; n as usize],
             now: 0,
         };
-        // Every member reads its own row back before it votes or stands
-        // (restart.rs); at a first start the copies are empty. Done here so
-        // that the scenarios start from members that may vote.
-        for _ in 0..3 {
-            for i in 0..h.nodes.len() {
-                h.tick(i);
+        // Startup (DARE §3.2.3): every member reads its row back from its
+        // peers (nothing there in a new group), then publishes it.
+        h.start_all();
+        h
+    }
+
+    /// Runs the startup read-back of every live member to its end: READs
+    /// on the first call, their completions on the second.
+    fn start_all(&mut self) {
+        for _ in 0..2 {
+            for i in 0..self.nodes.len() {
+                if !self.down[i] && !self.nodes[i].votes_known() {
+                    self.tick(i);
+                }
             }
         }
-        assert!(h.nodes.iter().all(|n| n.votes_known()));
-        h
+        assert!(self.nodes.iter().all(|n| n.votes_known()));
     }
 
     fn exec(&mut self, i: usize, wr: WorkRequest) -> WcStatus {
@@ -197,6 +204,29 @@ impl Harness {
                 }
             }
         }
+    }
+
+    /// Node `i` comes back as a new process: zeroed memory, its id, new
+    /// registrations (control data open to members, the log to nobody).
+    /// Its peers keep their copies of its row.
+    fn restart(&mut self, i: usize) {
+        let n = self.nodes.len() as u8;
+        let cfg = config(n, i as u8);
+        let layout = Layout::new(&cfg).unwrap();
+        self.nodes[i] = Node::new(
+            cfg,
+            TestMemory::new(&layout),
+            KvStateMachine::new(MapKv::default(), LIMITS),
+            self.now,
+        )
+        .unwrap();
+        let mut a = [[Access::Revoked; REGIONS_MAX]; MAX_MEMBERS];
+        for p in a.iter_mut() {
+            p[RegionId::Control.index()] = Access::Granted;
+        }
+        self.access[i] = a;
+        self.cq[i].clear();
+        self.down[i] = false;
     }
 
     /// Elects node 0: fire its election timer first, then settle.
@@ -859,8 +889,88 @@ fn followers_suspect_a_silent_leader_and_grow_delta_on_stale_heartbeats() {
     }
     let leader = h.nodes[1].leader().expect("a new leader");
     assert_ne!(leader, MemberId(0));
-    // The old leader's heartbeat (older term) grows Δ at the followers.
+    // The old leader's last heartbeat, still in the followers' tables, is
+    // not evidence of anything: Δ stays.
+    assert_eq!(
+        (h.nodes[1].fd_period_ns, h.nodes[2].fd_period_ns),
+        (delta, delta)
+    );
+    assert_eq!(h.nodes[1].counters().false_suspicions, 0);
+    // It was only stopped: it runs again and its heartbeat (of the older
+    // term) moves. The suspicion was false, and Δ grows at the followers
+    // (eventual strong accuracy).
+    h.down[0] = false;
+    h.now += h.nodes[0].cfg.heartbeat_period_ns;
+    h.tick(0);
+    h.tick(1);
+    h.tick(2);
     assert!(h.nodes[1].fd_period_ns > delta || h.nodes[2].fd_period_ns > delta);
+    let counted: u64 = (1..3).map(|i| h.nodes[i].counters().false_suspicions).sum();
+    assert!(counted >= 1, "a live leader was suspected");
+    let (who, term, _) = h.nodes[1]
+        .last_false_suspicion()
+        .or(h.nodes[2].last_false_suspicion())
+        .unwrap();
+    assert_eq!((who, term), (MemberId(0), 1));
+}
+
+/// DARE §4.2.2 and issue 12 item 8: Δ grows on each false suspicion and
+/// comes back down once heartbeats are timely again, halfway to its
+/// configured value after every 32 timely checks, so that a burst of
+/// load does not leave the group slow to notice a real failure.
+#[test]
+fn delta_grows_on_false_suspicions_and_comes_back_down() {
+    let mut h = Harness::new(3);
+    h.elect_zero();
+    h.settle(2);
+    let base = h.nodes[1].cfg.fd_check_period_ns;
+    let hb = h.nodes[0].cfg.heartbeat_period_ns;
+    // The leader is slow (not stopped for good): each time its heartbeat
+    // stands still for Δ the followers suspect it, then see it move on in
+    // the same term and follow it again.
+    for _ in 0..6 {
+        h.now += h.nodes[1].fd_period_ns;
+        h.tick(1);
+        assert_eq!(h.nodes[1].leader(), None, "suspected");
+        // Its overdue heartbeat goes out now, before any election.
+        h.tick(0);
+        h.tick(1);
+        assert_eq!(h.nodes[1].leader(), Some(MemberId(0)), "trusted again");
+    }
+    let grown = h.nodes[1].fd_period_ns;
+    assert_eq!(h.nodes[1].counters().false_suspicions, 6);
+    assert_eq!(grown, base + 6 * h.nodes[1].cfg.fd_check_period_step_ns);
+    // Timely heartbeats from now on: Δ comes back down step by step.
+    let mut seen = std::vec![grown];
+    for _ in 0..20_000 {
+        h.now += hb;
+        h.tick(0);
+        h.tick(1);
+        h.tick(2);
+        if *seen.last().unwrap() != h.nodes[1].fd_period_ns {
+            seen.push(h.nodes[1].fd_period_ns);
+        }
+        if h.nodes[1].fd_period_ns == base {
+            break;
+        }
+    }
+    assert_eq!(h.nodes[1].leader(), Some(MemberId(0)));
+    assert_eq!(
+        *seen.last().unwrap(),
+        base,
+        "back to the configured Δ: {seen:?}"
+    );
+    assert!(seen.windows(2).all(|w| w[1] < w[0]), "{seen:?}");
+    assert_eq!(
+        seen[1],
+        base + (grown - base) / 2,
+        "halfway after {} timely checks",
+        crate::node::FD_TIMELY_CHECKS_TO_SHRINK
+    );
+    assert_eq!(
+        h.nodes[1].counters().fd_period_shrinks,
+        seen.len() as u64 - 1
+    );
 }
 
 /// A leader reported dead (its process exited) is not followed again when
@@ -1247,4 +1357,131 @@ fn a_restarted_member_reads_its_vote_back_and_never_votes_twice_in_a_term() {
     // Its pushes are accepted again: numbered above the copies.
     let (_, new_version) = crate::sst::Row::read(h.nodes[0].memory(), l.row(MemberId(1))).unwrap();
     assert!(new_version > old_version, "{new_version} > {old_version}");
+}
+
+/// §3.2.3 "private data": a member that comes back with empty memory reads
+/// its row back from its peers' copies before it publishes anything,
+/// takes its term and private vote from them, continues its row versions
+/// above theirs, and neither votes nor stands until its log holds what it
+/// may have acknowledged before; the leader, whose list nonce no longer
+/// matches, adjusts its log afresh and refills it.
+#[test]
+fn a_restarted_member_reads_its_vote_back_and_is_refilled_before_it_votes() {
+    let mut h = Harness::new(3);
+    let l = *h.nodes[0].layout();
+    h.elect_zero();
+    h.settle(3);
+    for k in 0..3u64 {
+        h.nodes[0]
+            .submit_write(h.now, 9, k + 1, &set(b"k", b"v"))
+            .unwrap();
+        h.settle(3);
+    }
+    assert_eq!(
+        h.nodes[2].state_machine().backend().get(b"k"),
+        Some(&b"v"[..])
+    );
+    let voted = h.nodes[2].published_row();
+    assert_eq!(voted.private_vote, crate::sst::Ballot::new(1, MemberId(0)));
+    let old_version = h.nodes[2].row_version;
+    let adjustments = h.nodes[0].counters().adjustments;
+
+    // Node 2 dies: the leader's next log WRITE to it fails (its channel
+    // breaks while it was replicating).
+    h.down[2] = true;
+    h.nodes[0]
+        .submit_write(h.now, 9, 4, &set(b"k", b"w"))
+        .unwrap();
+    h.settle(2);
+    // It comes back with empty memory.
+    h.restart(2);
+    let first = h.tick(2);
+    assert!(!h.nodes[2].votes_known());
+    let reads: Vec<(MemberId, Op)> = posts(&first);
+    assert_eq!(reads.len(), 2, "its row's copy at P - q + 1 = 2 peers");
+    for (_, op) in &reads {
+        let Op::Read { remote, .. } = *op else {
+            panic!("only READs before the row is read back: {first:?}");
+        };
+        assert_eq!(remote, l.row(MemberId(2)));
+    }
+    h.tick(2);
+    assert!(h.nodes[2].votes_known());
+    assert_eq!(h.nodes[2].term(), 1);
+    let back = h.nodes[2].published_row();
+    assert_eq!(back.private_vote, voted.private_vote, "its vote read back");
+    assert_eq!(back.vote, voted.vote);
+    assert!(h.nodes[2].row_version > old_version + crate::node::RESTART_VERSION_GAP - 1);
+    assert!(
+        !h.nodes[2].can_vote(),
+        "its log may lack what it acknowledged"
+    );
+    assert_eq!(h.nodes[2].counters().restarts_read_back, 1);
+    // Its peers take its new rows (versions continue above theirs).
+    h.settle(1);
+    assert_eq!(h.nodes[0].sst.version(MemberId(2)), h.nodes[2].row_version);
+    // It follows the leader's heartbeat and grants it its log again: the
+    // same grant as before the restart, in the same term.
+    // (A heartbeat seen for the first time is not news of a live leader:
+    // it follows once the next one moves.)
+    for _ in 0..3 {
+        h.now += h.nodes[0].config().heartbeat_period_ns;
+        h.settle(2);
+    }
+    assert_eq!(h.nodes[2].log_granted_to(), Some(MemberId(0)));
+    assert_eq!(
+        h.nodes[0].peer_row(MemberId(2)).grant,
+        crate::sst::Ballot::new(1, MemberId(0))
+    );
+
+    // The leader reconnects, reads the list header, finds a new nonce and
+    // adjusts afresh (resuming at the position it had would write entries
+    // into a log that lacks everything below): the member's log is refilled
+    // from the start and it applies everything again, then it may vote.
+    h.now += 4 * h.nodes[0].config().reconnect_backoff_ns;
+    h.settle(12);
+    assert!(h.nodes[0].counters().adjustments > adjustments);
+    h.nodes[0]
+        .submit_write(h.now, 9, 5, &set(b"k", b"x"))
+        .unwrap();
+    h.settle(6);
+    assert_eq!(
+        h.nodes[2].state_machine().backend().get(b"k"),
+        Some(&b"x"[..])
+    );
+    assert_eq!(h.nodes[2].apply_index(), h.nodes[0].apply_index());
+    assert!(
+        h.nodes[2].can_vote(),
+        "caught up past the leader's last index"
+    );
+}
+
+/// §3.3.1: a leader whose log channel to a follower broke (a lost
+/// acknowledgement) resumes where it knows the entries landed when the
+/// follower's list header is still the one it adjusted from: the log it
+/// wrote to is still there, and re-adjusting from a stale list could
+/// remove entries counted as committed.
+#[test]
+fn a_broken_log_channel_resumes_without_readjusting_when_the_list_is_unchanged() {
+    let mut h = Harness::new(3);
+    h.elect_zero();
+    h.settle(3);
+    let adjustments = h.nodes[0].counters().adjustments;
+    h.down[2] = true;
+    h.nodes[0]
+        .submit_write(h.now, 9, 1, &set(b"k", b"v"))
+        .unwrap();
+    h.settle(2);
+    h.down[2] = false;
+    h.now += 4 * h.nodes[0].config().reconnect_backoff_ns;
+    h.settle(6);
+    assert_eq!(h.nodes[0].counters().adjustments, adjustments, "resumed");
+    h.nodes[0]
+        .submit_write(h.now, 9, 2, &set(b"k", b"w"))
+        .unwrap();
+    h.settle(6);
+    assert_eq!(
+        h.nodes[2].state_machine().backend().get(b"k"),
+        Some(&b"w"[..])
+    );
 }

@@ -578,6 +578,9 @@ impl<F: HostFabric> Replica<F> {
             ("adjustments", c.adjustments),
             ("prunes", c.prunes),
             ("log_batches", c.log_batches),
+            ("false_suspicions", c.false_suspicions),
+            ("fd_period_shrinks", c.fd_period_shrinks),
+            ("restarts_read_back", c.restarts_read_back),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))

@@ -60,6 +60,11 @@ impl CommittedLog {
         None
     }
 
+    /// `node` restarted with empty memory: its commit index starts over.
+    pub fn restart(&mut self, node: usize) {
+        self.commit_index.remove(&node);
+    }
+
     /// Every committed index present in `log` must hold the committed
     /// entry.
     pub fn check_log(&self, time_ns: u64, node: usize, log: &[EntryId]) -> Vec<Violation> {

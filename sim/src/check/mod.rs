@@ -10,6 +10,7 @@ pub mod linearizability;
 pub mod log_matching;
 pub mod state_machine;
 pub mod streams;
+pub mod suspicions;
 pub mod votes;
 
 use verbatim_core::checksum::Checksum;

@@ -41,6 +41,12 @@ impl StateMachineSafety {
         }
     }
 
+    /// `node` restarted with empty memory: it applies from index 1 again
+    /// (each entry must still be the one applied there before).
+    pub fn restart(&mut self, node: usize) {
+        self.last_index.remove(&node);
+    }
+
     /// Members with the same apply index must hold the same state:
     /// `(node, apply_index, state_digest)`.
     pub fn check_final(&self, time_ns: u64, states: &[(usize, u64, u64)]) -> Vec<Violation> {

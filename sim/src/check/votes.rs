@@ -11,6 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 pub struct OneVotePerTerm {
     /// (member, term) → the candidate it voted for, and when it was seen.
     votes: BTreeMap<(usize, u64), (usize, u64)>,
+    /// Second votes reported already (once each).
+    reported: BTreeSet<(usize, u64, usize)>,
 }
 
 impl OneVotePerTerm {
@@ -24,6 +26,7 @@ impl OneVotePerTerm {
         candidate: usize,
     ) -> Option<Violation> {
         match self.votes.get(&(member, term)) {
+            Some(&(other, _)) if other != candidate && !self.reported.insert((member, term, candidate)) => None,
             Some(&(other, at)) if other != candidate => Some(Violation {
                 invariant: "one vote per term",
                 time_ns,
@@ -58,6 +61,11 @@ pub struct VoteReliability {
 }
 
 impl VoteReliability {
+    /// True when `voter`'s vote in `term` was judged already.
+    pub fn judged(&self, voter: usize, term: u64) -> bool {
+        self.checked.contains(&(voter, term))
+    }
+
     /// A candidate sees `voter`'s vote for it in `term` while `holders`
     /// members (the voter included) store a private vote of `term` or
     /// later for the voter. Each (voter, term) is judged once, when a
@@ -100,6 +108,7 @@ mod tests {
         let bad = v.observe_vote(4, 0, 3, 2).expect("violation");
         assert_eq!(bad.invariant, "one vote per term");
         assert!(bad.detail.contains("member 0 voted for 2 in term 3"));
+        assert!(v.observe_vote(5, 0, 3, 2).is_none(), "reported once");
     }
 
     #[test]
