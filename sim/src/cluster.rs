@@ -39,6 +39,10 @@ use verbatim_core::stream::{
 use verbatim_core::{Config, Layout, MemberId};
 use verbatim_driver::{Answer, Driver, DriverEvent, Engines, Host, Incoming, Refusal};
 
+/// With interleaving, one read by a member's CPU in this many lets a piece
+/// of a WRITE in flight into its memory land first (while there is one).
+const INTERLEAVE_ONE_IN: u64 = 8;
+
 /// A scheduled fault.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Fault {
@@ -210,6 +214,11 @@ pub struct ClusterOptions {
     pub net: NetParams,
     /// Torn placement of large writes.
     pub tearing: bool,
+    /// A member's step is not an instant: the pieces of a torn WRITE in
+    /// flight into its memory may land in the middle of what its CPU reads
+    /// (a row, a log walk, an entry being applied), and READs of it by
+    /// peers are not instant snapshots either (needs `tearing`).
+    pub interleaving: bool,
     /// Data of a request may be placed before that of an earlier request
     /// on the same connection (completions stay in order).
     pub reordering: bool,
@@ -267,6 +276,7 @@ impl ClusterOptions {
             client_timeout_ns: 1_000_000,
             net: NetParams::DARE,
             tearing: false,
+            interleaving: false,
             reordering: false,
             crash_notify: false,
             drift_ppm: vec![0; usize::from(members)],
@@ -311,6 +321,15 @@ pub struct RunReport {
     pub linearizability_unknown: bool,
     /// Most search steps the linearizability checker took on one key.
     pub linearizability_steps: u64,
+    /// Row copies the members refused as torn or corrupt, and log entries
+    /// refused by validation (not arrived yet, or torn), over all members:
+    /// how often the guarded paths ran.
+    pub rows_refused: u64,
+    /// See `rows_refused`.
+    pub entries_refused: u64,
+    /// Pieces of torn WRITEs that landed in the middle of a read (a
+    /// member's, or a peer's READ) instead of at their own time.
+    pub landed_mid_read: u64,
     /// When the run ended (virtual ns).
     pub end_ns: u64,
     /// When, after healing, the first write was acknowledged.
@@ -580,6 +599,12 @@ impl Cluster {
         for i in 0..n {
             let mem = SimMemory::new(&layout);
             memories.push(mem.clone());
+            // The member's CPU reads through its own view (interleaving).
+            let mem = if opts.interleaving {
+                mem.node_view(opts.seed ^ (0x1D7E << 8) ^ i as u64, INTERLEAVE_ONE_IN)
+            } else {
+                mem
+            };
             let mut cfg = opts.config.clone();
             cfg.self_id = MemberId(i as u8);
             // A GET's value or a whole stream (XRANGE - +).
@@ -606,6 +631,7 @@ impl Cluster {
             });
         }
         let mut net = Net::new(opts.net, &layout, memories, opts.seed);
+        net.interleave_reads = opts.interleaving;
         if opts.tearing {
             net.faults.push(Box::new(Tearing));
         }
@@ -1015,9 +1041,17 @@ impl Cluster {
         cfg.seed ^= incarnation << 40;
         let read_bytes_max = (self.limits.value_bytes_max as usize + 1).max(1 << 20);
         let local = self.local(i, self.now);
+        let view = if self.opts.interleaving {
+            mem.node_view(
+                self.opts.seed ^ (0x1D7E << 8) ^ i as u64 ^ (incarnation << 32),
+                INTERLEAVE_ONE_IN,
+            )
+        } else {
+            mem.clone()
+        };
         let driver = Driver::new(
             cfg,
-            mem.clone(),
+            view,
             RecordingKv::new(self.limits),
             local,
             read_bytes_max,
@@ -2020,6 +2054,19 @@ impl Cluster {
             recoveries: self.recoveries,
             linearizability_unknown: unknown,
             linearizability_steps,
+            rows_refused: self
+                .nodes
+                .iter()
+                .map(|n| n.driver.log().counters().rows_rejected)
+                .sum(),
+            entries_refused: self
+                .nodes
+                .iter()
+                .map(|n| n.driver.log().counters().entries_rejected)
+                .sum(),
+            landed_mid_read: (0..self.nodes.len())
+                .map(|i| self.net.nic(i).mem.landed_mid_read())
+                .sum(),
             end_ns: self.now,
             first_ack_after_heal_ns: self.first_ack_after_heal,
             digest: self.digest.finish(),

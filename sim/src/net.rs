@@ -16,7 +16,7 @@
 //!   access at its own landing time.
 
 use crate::loggp::NetParams;
-use crate::memory::SimMemory;
+use crate::memory::{InFlight, SimMemory};
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -176,6 +176,9 @@ pub enum NetEvent {
         denied: Rc<Cell<bool>>,
         /// The grant epoch the write was posted under.
         epoch: u64,
+        /// Set once placed: it may land earlier, in the middle of a read
+        /// of the target's memory (interleaving).
+        landed: Rc<Cell<bool>>,
     },
     /// A completion reaches the initiator.
     Complete {
@@ -213,7 +216,7 @@ pub struct Nic {
     /// one never lands, even if access was granted again meanwhile (RDMA:
     /// the revoked QP's packets are flushed, a re-grant is a new QP or
     /// rkey), so a stale WRITE cannot overwrite what a new leader wrote.
-    grant_epoch: [[u64; REGIONS_MAX]; MAX_MEMBERS],
+    grant_epoch: [[Rc<Cell<u64>>; REGIONS_MAX]; MAX_MEMBERS],
     /// Reaped by the node.
     pub cq: VecDeque<Completion>,
     /// Bumped by every restart (a new process with new registrations).
@@ -235,6 +238,9 @@ pub struct Net {
     conns: Vec<Conn>,
     /// Fault layers, consulted in order for every request.
     pub faults: Vec<Box<dyn NetFault>>,
+    /// READs are not instant snapshots: WRITEs in flight into the target
+    /// (torn placement) may land between the words a READ copies.
+    pub interleave_reads: bool,
     /// Partitions decided while the run goes on (faults triggered by what
     /// the members do, e.g. cutting off a leader right after it wins).
     pub late_cuts: Cuts,
@@ -282,7 +288,9 @@ impl Net {
                 mem,
                 alive: true,
                 access: [[Access::Revoked; REGIONS_MAX]; MAX_MEMBERS],
-                grant_epoch: [[0; REGIONS_MAX]; MAX_MEMBERS],
+                grant_epoch: core::array::from_fn(|_| {
+                    core::array::from_fn(|_| Rc::new(Cell::new(0)))
+                }),
                 cq: VecDeque::new(),
                 incarnation: 0,
             })
@@ -304,6 +312,7 @@ impl Net {
             nics,
             conns: vec![Conn::default(); n * n * 2],
             faults: Vec::new(),
+            interleave_reads: false,
             late_cuts: Cuts::default(),
             rng: SplitMix64::new(seed ^ 0x4E45_5457),
             stuck_copies: Vec::new(),
@@ -377,8 +386,8 @@ impl Net {
                     access[r.id.index()] = Access::Granted;
                 }
             }
-            for e in nic.grant_epoch[peer].iter_mut() {
-                *e += 1;
+            for e in nic.grant_epoch[peer].iter() {
+                e.set(e.get() + 1);
             }
         }
         for p in 0..self.nics.len() {
@@ -397,7 +406,8 @@ impl Net {
             self.nics[owner].access[peer.index()][region.index()] = access;
         }
         if access == Access::Revoked && peer.index() < MAX_MEMBERS {
-            self.nics[owner].grant_epoch[peer.index()][region.index()] += 1;
+            let e = &self.nics[owner].grant_epoch[peer.index()][region.index()];
+            e.set(e.get() + 1);
         }
         if access == Access::Revoked {
             // A revoke is a fence (deregistration waits for the DMA in
@@ -634,7 +644,7 @@ impl Net {
     /// The target's grant epoch for (initiator, region).
     fn grant_epoch(&self, dst: usize, src: usize, region: RegionId) -> u64 {
         if src < MAX_MEMBERS && region.index() < REGIONS_MAX {
-            self.nics[dst].grant_epoch[src][region.index()]
+            self.nics[dst].grant_epoch[src][region.index()].get()
         } else {
             0
         }
@@ -716,7 +726,11 @@ impl Net {
                 len,
                 denied,
                 epoch,
+                landed,
             } => {
+                if landed.replace(true) {
+                    return None; // it landed early, during a read
+                }
                 if self.nics[dst].alive && self.access_ok_at(dst, src, at.region, epoch) {
                     self.nics[dst].mem.write(at, &bytes[..usize::from(len)]);
                     Some(dst)
@@ -855,22 +869,42 @@ impl Net {
                     self.place_earlier_overlapping(src, dst, remote, bytes.len(), next);
                     // Torn placement: each word lands at its own time.
                     let flag = Rc::new(Cell::new(false));
+                    let mut pieces = Vec::new();
                     for (k, chunk) in bytes.chunks(8).enumerate() {
                         let mut b = [0u8; 8];
                         b[..chunk.len()].copy_from_slice(chunk);
                         let t = now + self.rng.range_inclusive(0, spread_ns);
+                        let landed = Rc::new(Cell::new(false));
+                        let at = remote.add(8 * k as u64);
+                        pieces.push((t, at, b, chunk.len() as u8, landed.clone()));
                         s.at(
                             t,
                             NetEvent::LandWord {
                                 src,
                                 dst,
-                                at: remote.add(8 * k as u64),
+                                at,
                                 bytes: b,
                                 len: chunk.len() as u8,
                                 denied: flag.clone(),
                                 epoch,
+                                landed,
                             },
                         );
+                    }
+                    // The same pieces may land earlier, in the middle of a
+                    // read of this memory (its CPU's, or another NIC's):
+                    // oldest scheduled first.
+                    pieces.sort_by_key(|p| p.0);
+                    let cell = self.nics[dst].grant_epoch[src][remote.region.index()].clone();
+                    for (_, at, bytes, len, landed) in pieces {
+                        self.nics[dst].mem.in_flight(InFlight {
+                            at,
+                            bytes,
+                            len,
+                            landed,
+                            denied: flag.clone(),
+                            epoch: (cell.clone(), epoch),
+                        });
                     }
                     denied = Some(flag);
                 } else if visible_after > 0 {
@@ -894,7 +928,22 @@ impl Net {
             }
             Op::Read { local, len, .. } => {
                 let mut buf = vec![0u8; len as usize];
-                mem.read(remote, &mut buf);
+                if self.interleave_reads {
+                    // Not an instant snapshot: a WRITE in flight into the
+                    // target may land between two of the words read.
+                    let mem = &self.nics[dst].mem;
+                    let mut done = 0usize;
+                    while done < buf.len() {
+                        let n = (buf.len() - done).min(8 * self.rng.range_inclusive(1, 8) as usize);
+                        mem.read(remote.add(done as u64), &mut buf[done..done + n]);
+                        done += n;
+                        if done < buf.len() && self.rng.chance(1, 2) {
+                            mem.land_one();
+                        }
+                    }
+                } else {
+                    mem.read(remote, &mut buf);
+                }
                 landing = Some((local, buf));
             }
             Op::CompareSwap {

@@ -187,6 +187,11 @@ fn hard_cases(seed: u64, o: &mut ClusterOptions) {
             after_vote: h.chance(1, 2),
         });
     }
+    // Torn WRITEs land in the middle of what a member reads (its rows, a
+    // log walk, an entry it applies) and of peers' READs of it.
+    if o.tearing && h.chance(2, 3) {
+        o.interleaving = true;
+    }
     // A follower stopped for longer than a short prune grace: the leader
     // prunes past it and goes on writing to its NIC, and must not write
     // over entries it has not applied (DARE §3.3.2).
@@ -228,12 +233,13 @@ pub fn run_seed(seed: u64, mutation: Mutation, trace: bool) -> SeedResult {
 /// A one-line summary of a seed's options.
 pub fn describe(o: &ClusterOptions) -> String {
     format!(
-        "P={} clients={} keys={} ring={}KiB tearing={} reordering={} notify={} drift={} latency×{:.2} faults={:?}",
+        "P={} clients={} keys={} ring={}KiB tearing={} interleaving={} reordering={} notify={} drift={} latency×{:.2} faults={:?}",
         o.members,
         o.clients,
         o.keys,
         o.config.log_ring_bytes / 1024,
         o.tearing,
+        o.interleaving,
         o.reordering,
         o.crash_notify,
         o.drift_ppm.iter().any(|&d| d != 0),
