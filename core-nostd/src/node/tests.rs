@@ -1485,3 +1485,43 @@ fn a_broken_log_channel_resumes_without_readjusting_when_the_list_is_unchanged()
         Some(&b"w"[..])
     );
 }
+
+/// §3.3.1 after a restart: an idle leader posts nothing to a follower that
+/// restarted with empty memory, so no write of its fails; it learns from
+/// the follower's row, which no longer grants it the log, and adjusts the
+/// new log afresh once it is granted again (instead of writing at the old
+/// position into a log that lacks everything below).
+#[test]
+fn an_idle_leader_adjusts_a_restarted_follower_afresh() {
+    let mut h = Harness::new(3);
+    h.elect_zero();
+    h.settle(3);
+    h.nodes[0]
+        .submit_write(h.now, 9, 1, &set(b"k", b"v"))
+        .unwrap();
+    h.settle(4);
+    assert_eq!(
+        h.nodes[2].state_machine().backend().get(b"k"),
+        Some(&b"v"[..])
+    );
+    let adjustments = h.nodes[0].counters().adjustments;
+    h.restart(2);
+    h.start_all();
+    for _ in 0..6 {
+        h.now += h.nodes[0].config().heartbeat_period_ns;
+        h.settle(2);
+    }
+    assert!(
+        h.nodes[0].counters().adjustments > adjustments,
+        "adjusted afresh"
+    );
+    h.nodes[0]
+        .submit_write(h.now, 9, 2, &set(b"k", b"w"))
+        .unwrap();
+    h.settle(6);
+    assert_eq!(
+        h.nodes[2].state_machine().backend().get(b"k"),
+        Some(&b"w"[..])
+    );
+    assert_eq!(h.nodes[2].apply_index(), h.nodes[0].apply_index());
+}
