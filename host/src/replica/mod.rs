@@ -691,6 +691,24 @@ impl<F: HostFabric> Replica<F> {
 }
 
 /// Runs a replica until `shutdown` is set (SIGTERM/SIGINT in the binary).
+/// Retries `create` while the file still belongs to a running process, for
+/// up to 5 s: a replica restarted at once (as `verbatim up` heals) can find
+/// its SIGKILLed predecessor not yet gone (the kernel is still tearing it
+/// down). A replica that really runs keeps its files, and the error stands.
+fn while_predecessor_exits<T>(
+    mut create: impl FnMut() -> Result<T, verbatim_client::ShmError>,
+) -> Result<T, verbatim_client::ShmError> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match create() {
+            Err(verbatim_client::ShmError::InUse { .. }) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
+
 pub fn run(opts: ReplicaOptions, shutdown: Arc<AtomicBool>) -> Result<(), ReplicaError> {
     let m = opts.manifest.clone();
     let n = m.member_count();
@@ -743,11 +761,15 @@ pub fn run(opts: ReplicaOptions, shutdown: Arc<AtomicBool>) -> Result<(), Replic
             None
         }
     };
-    let segment = Arc::new(Segment::create(&m.segment_path(opts.id), &layout, id)?);
+    let segment = Arc::new(while_predecessor_exits(|| {
+        Segment::create(&m.segment_path(opts.id), &layout, id)
+    })?);
     // The client slots live in a file of their own (the only one clients
     // map), so no client process can write the log, the SST or the access
     // words.
-    let slot_segment = match SlotSegment::create(&m.slots_path(opts.id), m.slot_geometry()) {
+    let slot_segment = match while_predecessor_exits(|| {
+        SlotSegment::create(&m.slots_path(opts.id), m.slot_geometry())
+    }) {
         Ok(s) => Arc::new(s),
         Err(e) => {
             segment.unlink();
