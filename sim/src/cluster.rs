@@ -140,6 +140,23 @@ pub enum Fault {
         /// Members cut off with the leader.
         companions: u8,
     },
+    /// A restart that loses acknowledged entries the others lack: at
+    /// `from_ns`, the followers but one (the *keeper*) are cut off from the
+    /// leader and the keeper for `lag_ns`, so entries commit on the leader
+    /// and the keeper alone; halfway, the keeper restarts with empty
+    /// memory (down `down_ns`); when the others come back, the leader is
+    /// cut off for `isolate_ns`. The survivors lack what was committed, and
+    /// the keeper must not vote before its log holds it again.
+    LoseAckedLog {
+        /// From.
+        from_ns: u64,
+        /// The other followers lag this long.
+        lag_ns: u64,
+        /// The keeper is down this long.
+        down_ns: u64,
+        /// Then the leader is cut off this long.
+        isolate_ns: u64,
+    },
     /// Extra latency on one directed link.
     Delay {
         /// Source.
@@ -165,7 +182,7 @@ impl Fault {
     /// restarts with empty memory (a member that lost its log is a failure
     /// until it has caught up). The swarm keeps them within f.
     pub fn loses_state(&self) -> bool {
-        self.permanent() || matches!(self, Fault::Restart { .. })
+        self.permanent() || matches!(self, Fault::Restart { .. } | Fault::LoseAckedLog { .. })
     }
 
     /// The member a fault is about, if one.
@@ -396,6 +413,11 @@ enum Ev {
     Restart {
         node: usize,
     },
+    /// A member crashes, to come back after `down_ns`.
+    CrashThenRestart {
+        node: usize,
+        down_ns: u64,
+    },
     /// A member learns that a peer it saw die runs again.
     PeerUp {
         node: usize,
@@ -421,6 +443,7 @@ impl Ev {
             Ev::Heal => 701,
             Ev::PeerDown { node, .. } => 800 + *node as u64,
             Ev::Restart { node } => 900 + *node as u64,
+            Ev::CrashThenRestart { node, .. } => 1100 + *node as u64,
             Ev::PeerUp { node, .. } => 1000 + *node as u64,
         }
     }
@@ -797,6 +820,7 @@ impl Cluster {
                 | Fault::Restart { at_ns, .. } => (*at_ns, None),
                 Fault::Depose { from_ns, .. } => (*from_ns, None),
                 Fault::IsolateLeader { from_ns, .. } => (*from_ns, None),
+                Fault::LoseAckedLog { from_ns, .. } => (*from_ns, None),
                 Fault::Pause { from_ns, to_ns, .. }
                 | Fault::PauseMidCopy { from_ns, to_ns, .. }
                 | Fault::Partition { from_ns, to_ns, .. }
@@ -905,6 +929,12 @@ impl Cluster {
                 }
             }
             Ev::Restart { node } => self.restart_node(node),
+            Ev::CrashThenRestart { node, down_ns } => {
+                if self.nodes[node].state == NodeState::Running {
+                    self.crash_node(node);
+                    self.queue.push(self.now + down_ns, Ev::Restart { node });
+                }
+            }
             Ev::Heal => {
                 self.healed = true;
                 self.log(|| "heal: temporary faults are over; liveness phase".to_string());
@@ -964,6 +994,12 @@ impl Cluster {
             Fault::IsolateLeader {
                 to_ns, companions, ..
             } => self.isolate_leader(to_ns, usize::from(companions)),
+            Fault::LoseAckedLog {
+                lag_ns,
+                down_ns,
+                isolate_ns,
+                ..
+            } => self.lose_acked_log(lag_ns, down_ns, isolate_ns),
             Fault::Partition { .. } | Fault::Delay { .. } => {}
         }
     }
@@ -999,6 +1035,59 @@ impl Cluster {
                 }
             }
         }
+    }
+
+    fn cut_between(&mut self, a: &[usize], b: &[usize], start_ns: u64, end_ns: u64) {
+        let end_ns = end_ns.min(self.opts.safety_ns);
+        for &x in a {
+            for &y in b {
+                for (from, to) in [(x, y), (y, x)] {
+                    self.net.late_cuts.0.push(LinkWindow {
+                        from: from as u8,
+                        to: to as u8,
+                        start_ns,
+                        end_ns,
+                    });
+                }
+            }
+        }
+    }
+
+    fn lose_acked_log(&mut self, lag_ns: u64, down_ns: u64, isolate_ns: u64) {
+        let n = self.nodes.len();
+        let Some(leader) = (0..n)
+            .filter(|&i| {
+                self.nodes[i].state == NodeState::Running
+                    && self.nodes[i].driver.log().role() == Role::Leader
+            })
+            .max_by_key(|&i| self.nodes[i].driver.log().term())
+        else {
+            return;
+        };
+        let others: Vec<usize> = (0..n)
+            .filter(|&i| i != leader && self.nodes[i].state == NodeState::Running)
+            .collect();
+        if others.len() < 2 {
+            return;
+        }
+        let keeper = others[self.depose_rng.range_inclusive(0, others.len() as u64 - 1) as usize];
+        let lagging: Vec<usize> = others.iter().copied().filter(|&i| i != keeper).collect();
+        let now = self.now;
+        self.log(|| {
+            format!(
+                "fault: {lagging:?} lag behind leader {leader} and keeper {keeper}, which restarts"
+            )
+        });
+        self.cut_between(&lagging, &[leader, keeper], now, now + lag_ns);
+        self.queue.push(
+            now + lag_ns / 2,
+            Ev::CrashThenRestart {
+                node: keeper,
+                down_ns,
+            },
+        );
+        let all_but: Vec<usize> = (0..n).filter(|&i| i != leader).collect();
+        self.cut_between(&[leader], &all_but, now + lag_ns, now + lag_ns + isolate_ns);
     }
 
     /// The member's process and memory are gone (told to the others
@@ -1450,32 +1539,30 @@ impl Cluster {
         out
     }
 
-    /// Votes: what member `i` published, and the votes for `i` it sees.
+    /// Votes: the votes for member `i` that it may count.
     fn check_votes(&mut self, i: usize) {
         let n = self.nodes.len();
         let log = self.nodes[i].driver.log();
-        let mine = log.published_row();
+        // The votes that count are those a candidate may count: its peers'
+        // votes for it as its table holds them, and its own once it leads
+        // (a private vote that never left its member, or a self-vote that
+        // never became reliable, elects nobody).
         let mut found = Vec::new();
-        // A private vote is the decision, the vote its answer: both count.
-        for b in [mine.private_vote, mine.vote] {
-            if let (t, Some(c)) = (b.term, b.member) {
-                if t > 0 {
-                    found.push((t, c.index()));
-                }
-            }
+        if log.role() == Role::Leader {
+            found.push((i, log.term()));
         }
         let mut counted = Vec::new();
         for b in (0..n).filter(|&b| b != i) {
             let row = log.peer_row(MemberId(b as u8));
-            if row.vote.term > 0
-                && row.vote.member == Some(MemberId(i as u8))
-                && !self.vote_reliability.judged(b, row.vote.term)
-            {
-                counted.push((b, row.vote.term));
+            if row.vote.term > 0 && row.vote.member == Some(MemberId(i as u8)) {
+                found.push((b, row.vote.term));
+                if !self.vote_reliability.judged(b, row.vote.term) {
+                    counted.push((b, row.vote.term));
+                }
             }
         }
-        for (t, c) in found {
-            if let Some(v) = self.votes.observe_vote(self.now, i, t, c) {
+        for (b, t) in found {
+            if let Some(v) = self.votes.observe_vote(self.now, b, t, i) {
                 self.violation(v);
             }
         }

@@ -186,6 +186,16 @@ fn hard_cases(seed: u64, o: &mut ClusterOptions) {
             down_ns: h.range_inclusive(50 * US, 3 * MS),
             after_vote: h.chance(1, 2),
         });
+    } else if lost.len() < f && h.chance(1, 2) {
+        // A member that acknowledged entries the others lack restarts,
+        // and the leader goes away: it must not vote with its empty log.
+        let lag_ns = h.range_inclusive(MS, 3 * MS);
+        o.faults.push(Fault::LoseAckedLog {
+            from_ns: h.range_inclusive(MS, o.safety_ns - lag_ns - 3 * MS),
+            lag_ns,
+            down_ns: h.range_inclusive(50 * US, lag_ns / 2),
+            isolate_ns: h.range_inclusive(MS, 3 * MS),
+        });
     }
     // Torn WRITEs land in the middle of what a member reads (its rows, a
     // log walk, an entry it applies) and of peers' READs of it.

@@ -221,22 +221,23 @@ fn skipping_the_vote_replication_is_caught() {
     );
 }
 
-/// DARE §3.2.3 across a restart (the swarm's `Restart` fault, half of
-/// them right after a vote): a member that comes back with empty memory
-/// and does not read its term and private vote back (nor wait until its
-/// log holds what it acknowledged) votes again in a term it voted in, or
-/// with a log that lacks committed entries.
+/// DARE §3.2.3 across a restart (the swarm's `Restart` and `LoseAckedLog`
+/// faults): a member that comes back with empty memory and does not read
+/// its term and private vote back (nor wait until its log holds what it
+/// acknowledged) votes again in a term it voted in, or votes with a log
+/// that lacks committed entries for a candidate that lacks them too.
 #[test]
 fn restarting_without_reading_the_vote_back_is_caught() {
     caught(
         Mutation::RestartWithoutVoteRecovery,
-        0..25,
+        20..70,
         &[
             "one vote per term",
             "election safety",
             "electable completeness",
             "leader completeness",
             "committed entries never change",
+            "state machine safety",
         ],
     );
 }
@@ -395,7 +396,7 @@ fn model_mode_tracks_dares_analytical_bounds() {
 fn recovering_from_a_donor_behind_is_caught() {
     caught(
         Mutation::RecoverFromAnyDonor,
-        150..170,
+        70..140,
         &[
             "committed entries never vanish",
             "state machine safety",

@@ -16,8 +16,8 @@ pub struct OneVotePerTerm {
 }
 
 impl OneVotePerTerm {
-    /// `member` published a vote for `candidate` in `term` (its row, as
-    /// pushed to its peers).
+    /// `candidate` may count `member`'s vote in `term` (it sees the vote
+    /// in its copy of the member's row, or it is the member and leads).
     pub fn observe_vote(
         &mut self,
         time_ns: u64,
