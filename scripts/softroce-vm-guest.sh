@@ -2,9 +2,19 @@
 # Runs inside the Soft-RoCE VM (started by scripts/softroce-vm), from the
 # repository mounted at its host path. rxe0 exists and is ACTIVE.
 # Inputs (environment): VERBATIM_CONFORMANCE_BIN, VERBATIM_CLUSTER_BIN,
-# VERBATIM_BIN. Exit status: 0 when every part passed.
+# VERBATIM_HOSTS_BIN, VERBATIM_BIN; VERBATIM_VM_PARTS (default all: any of
+# conformance, cluster, hosts, perftest, space-separated). Exit status: 0
+# when every part passed.
+#
+# Parts: the verbs conformance suite and a 3-replica cluster on one rxe
+# device (rxe0, initial namespace, exchange over 127.0.0.1); the multi-host
+# suite: scripts/softroce-hosts builds three hosts (a network namespace
+# each, own veth link to a bridge, own address, own rxe device) and
+# host/tests/verbs_hosts.rs runs a group across them through partitions,
+# one-way cuts, netem, link loss, stopped replicas and a removed device;
+# perftest on rxe0 and across two hosts.
 set -u
-export VERBATIM_RDMA_DEVICE=rxe0 RUST_BACKTRACE=1 RUST_LOG=${RUST_LOG:-warn}
+export VERBATIM_RDMA_DEVICE=rxe0 RUST_BACKTRACE=1 RUST_LOG=${RUST_LOG:-warn,verbatim_kernel_cfg=off}
 dev=rxe0
 rc=0
 declare -A result
@@ -18,7 +28,13 @@ done
 echo "== device: $(ibv_devinfo -d $dev | grep -E 'transport|active_mtu|state' | tr -s ' \t' ' ' | paste -sd';'), GID index $gidx ($(cat /sys/class/infiniband/$dev/ports/1/gids/$gidx))"
 echo "== vCPUs $(nproc), kernel $(uname -r), memlock $(ulimit -l)"
 
-for b in "$VERBATIM_BIN" "$VERBATIM_CONFORMANCE_BIN" "$VERBATIM_CLUSTER_BIN"; do
+PARTS=${VERBATIM_VM_PARTS:-all}
+[ "$PARTS" = all ] && PARTS="conformance cluster hosts perftest"
+want() { case " $PARTS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+HOSTS_SCRIPT=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/softroce-hosts
+order=()
+
+for b in "$VERBATIM_BIN" "$VERBATIM_CONFORMANCE_BIN" "$VERBATIM_CLUSTER_BIN" "$VERBATIM_HOSTS_BIN"; do
   if ldd "$b" | grep -q 'not found'; then
     echo "softroce-vm: $b needs libraries the image lacks (add their packages to PACKAGES in scripts/softroce-vm):"
     ldd "$b" | grep 'not found'; exit 1
@@ -28,19 +44,36 @@ done
 part() { # name command...
   local name=$1; shift
   local t0=$EPOCHREALTIME
+  order+=("$name")
   echo; echo "== $name"
   "$@"; local r=$?
   local dt; dt=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN{printf "%.1f", b-a}')
   if [ $r = 0 ]; then result[$name]="passed (${dt} s)"; else result[$name]="FAILED, status $r (${dt} s)"; rc=1; fi
 }
 
-part "verbs conformance and device tests" \
+want conformance && part "verbs conformance and device tests" \
   timeout 300 "$VERBATIM_CONFORMANCE_BIN" --include-ignored --nocapture --test-threads=1
-part "3-replica cluster over rxe" \
+want cluster && part "3-replica cluster over rxe" \
   env VERBATIM_BIN="$VERBATIM_BIN" timeout 300 "$VERBATIM_CLUSTER_BIN" --ignored --nocapture --test-threads=1
 
 left=$(ps -eo pid=,pcpu=,args= | grep -E '[v]erbatim replica' || true)
 [ -n "$left" ] && { echo "softroce-vm: replicas still running after the cluster test:"; echo "$left"; }
+
+# Three hosts (network namespaces with their own links, addresses and rxe
+# devices), the group across them and the faults; then the hosts go away.
+hosts_suite() {
+  "$HOSTS_SCRIPT" up 3 || return 1
+  local r
+  env VERBATIM_BIN="$VERBATIM_BIN" VERBATIM_HOSTS_SCRIPT="$HOSTS_SCRIPT" \
+    timeout 1500 "$VERBATIM_HOSTS_BIN" --ignored --nocapture --test-threads=1 2>&1 | tee /tmp/hosts.out
+  r=${PIPESTATUS[0]}
+  left=$(ps -eo pid=,args= | grep -E '[v]erbatim replica' || true)
+  [ -n "$left" ] && { echo "softroce-vm: replicas still running after the hosts suite:"; echo "$left"; }
+  "$HOSTS_SCRIPT" down
+  return "$r"
+}
+want hosts && part "3 hosts over rxe (namespaces, faults)" hosts_suite
+
 echo "== busiest processes before perftest:"; ps -eo pcpu=,pid=,comm= --sort=-pcpu | head -4
 
 # perftest in the same VM, same device, same GID: the reference figures.
@@ -58,16 +91,38 @@ perf() { # name tool args...
   grep -E '^ *#bytes|^ *[0-9]+ +[0-9]+' "$out" | sed "s/^/$name: /"
   return $ok
 }
-part "perftest ib_write_lat" perf ib_write_lat ib_write_lat -s 8 -n 2000
-part "perftest ib_read_lat" perf ib_read_lat ib_read_lat -s 8 -n 2000
-part "perftest ib_atomic_lat" perf ib_atomic_lat ib_atomic_lat -A CMP_AND_SWAP -n 2000
+# The same between two hosts, over the bridge (host 0 serves, host 1 asks).
+perf_hosts() { # tool args...
+  local tool=$1; shift
+  "$HOSTS_SCRIPT" up 2 >/dev/null || return 1
+  local g0 g1; g0=$("$HOSTS_SCRIPT" hosts | awk '$1==0 {print $4}'); g1=$("$HOSTS_SCRIPT" hosts | awk '$1==1 {print $4}')
+  "$HOSTS_SCRIPT" exec 0 "$tool" -d rxeh0 -x "$g0" "$@" > /tmp/$tool.hsrv 2>&1 & local spid=$!
+  local ok=1 out=/tmp/$tool.hosts.out
+  for try in 1 2 3 4 5 6 7 8 9 10; do
+    sleep 0.5
+    if timeout 60 "$HOSTS_SCRIPT" exec 1 "$tool" -d rxeh1 -x "$g1" "$@" 10.77.0.1 > "$out" 2>&1; then ok=0; break; fi
+    grep -qiE "couldn.t connect|connection refused|unable to" "$out" || break
+  done
+  wait $spid
+  grep -E '^ *#bytes|^ *[0-9]+ +[0-9]+' "$out" | sed "s/^/$tool across hosts: /"
+  "$HOSTS_SCRIPT" down >/dev/null 2>&1
+  return $ok
+}
+if want perftest; then
+  part "perftest ib_write_lat" perf ib_write_lat ib_write_lat -s 8 -n 2000
+  part "perftest ib_read_lat" perf ib_read_lat ib_read_lat -s 8 -n 2000
+  part "perftest ib_atomic_lat" perf ib_atomic_lat ib_atomic_lat -A CMP_AND_SWAP -n 2000
+  part "perftest ib_write_lat across hosts" perf_hosts ib_write_lat -s 8 -n 2000
+fi
 
 echo
 echo "== summary"
-for k in "verbs conformance and device tests" "3-replica cluster over rxe" \
-         "perftest ib_write_lat" "perftest ib_read_lat" "perftest ib_atomic_lat"; do
-  printf '%-40s %s\n' "$k" "${result[$k]:-not run}"
+for k in "${order[@]}"; do
+  printf '%-42s %s\n' "$k" "${result[$k]:-not run}"
 done
-if [ $rc = 0 ]; then echo "softroce-vm: 5 passed, 0 failed"; else
-  echo "softroce-vm: $(printf '%s\n' "${result[@]}" | grep -c '^passed') passed, $(printf '%s\n' "${result[@]}" | grep -c FAILED) failed"; fi
+if [ -f /tmp/hosts.out ]; then
+  grep -E '^hosts: (3 replicas on hosts|writes across|leader.s host partitioned|the partitioned old leader|partition held|member [0-9] cut off|partition scenario|netem|leader.s (sends|receives) dropped|follower [0-9].s link|leader SIGSTOPped|SIGCONT|follower [0-9].s rxe|restarted|wire faults|partitioned-leader detection|history of)' /tmp/hosts.out \
+    | grep -v 'no write acknowledged for' | cut -c1-400 | sed 's/^/  /'
+fi
+echo "softroce-vm: $(printf '%s\n' "${result[@]}" | grep -c '^passed') passed, $(printf '%s\n' "${result[@]}" | grep -c FAILED) failed"
 exit $rc

@@ -738,3 +738,64 @@ fn a_missing_device_is_explained() {
     }
     println!("explained: {text}");
 }
+
+/// A recovering member READs a donor's snapshot region (state transfer,
+/// DARE §3.4): the fabric hands the region's address and key over with
+/// every connect, like the control and heartbeat regions. Before, only
+/// those two and the log were reachable and a READ of a snapshot completed
+/// AccessDenied: no member could recover over verbs.
+#[test]
+#[ignore = "needs an RDMA device: run scripts/softroce-vm, or set VERBATIM_RDMA_DEVICE and pass --ignored"]
+fn a_peers_snapshot_region_is_readable() {
+    let (device, gid_index) = device();
+    let dir = shm_dir();
+    let m = manifest(2, &device, gid_index);
+    let mut config = Config::new(2, MemberId(0));
+    config.snapshot_bytes_max = 4096;
+    let layout = Layout::new(&config).unwrap();
+    let segs: Vec<Arc<Segment>> = (0..2u8)
+        .map(|i| {
+            Arc::new(
+                Segment::create(&segment_path(dir.path(), "vsnap", i), &layout, MemberId(i))
+                    .unwrap(),
+            )
+        })
+        .collect();
+    let mut fabrics: Vec<Option<VerbsFabric>> = (0..2u8)
+        .map(|i| {
+            Some(
+                VerbsFabric::start(
+                    &verbs_of(&m),
+                    &exchange(),
+                    MemberId(i),
+                    &layout,
+                    segs[usize::from(i)].clone(),
+                    Arc::default(),
+                )
+                .unwrap_or_else(|e| panic!("member {i}: {e}")),
+            )
+        })
+        .collect();
+    connect_all(&mut fabrics);
+    let b_mem = ShmMemory::new(segs[1].clone());
+    let a_mem = ShmMemory::new(segs[0].clone());
+    let at = Addr::new(RegionId::Snapshot, 4096 - 64);
+    b_mem.store_u64(at, 0x5A5A_0017_C0FF_EE01);
+    let local = Addr::new(RegionId::Scratch, 0);
+    a_mem.store_u64(local, 0);
+    let a = fabrics[0].as_mut().unwrap();
+    a.post(&WorkRequest {
+        wr_id: WrId(7),
+        peer: MemberId(1),
+        op: Op::Read {
+            remote: at,
+            local,
+            len: 8,
+        },
+        notify: false,
+    });
+    let c = wait(a);
+    assert_eq!(c.status, WcStatus::Ok, "{c:?}");
+    assert_eq!(a_mem.load_u64(local), 0x5A5A_0017_C0FF_EE01);
+    println!("snapshot region of member 1 read over verbs");
+}

@@ -62,9 +62,10 @@
 //! new QP, hands the connect to the dialler and returns `PeerGone` while
 //! it is under way (the channel stays broken, the core retries after its
 //! backoff and then finds the channel connected); it waits for the answer
-//! (at most `RECONNECT_WAIT`, 1 s) only for a peer with no sign of being
-//! unreachable, such as one whose channel broke on a revoke. A grant waits
-//! the same way for the peer's acknowledgement of its new key. So a
+//! (at most `RECONNECT_WAIT`, 1 s) only when the peer itself broke the
+//! channel by refusing a request (a revoke: it answers). A grant waits at
+//! most 100 ms for the peer's acknowledgement of its new key, and not at
+//! all for a peer seen unreachable. So a
 //! partitioned peer, whose dial or answer never comes, costs the poll loop
 //! nothing: before, each reconnect to it blocked the loop for up to 3.2 s
 //! (the answer's timeout, then a dial), long enough for a leader to miss
@@ -116,6 +117,13 @@ use wire::{Msg, Probe, ReadLimits, RefuseCode, Secret, Session, WireError, WireQ
 // after about 17–30 ms, 30 ms measured under rxe).
 /// RNR retries: 7 means "forever"; we post no receives, so none happen.
 pub const QP_RNR_RETRY: u8 = 7;
+/// The largest transport retry count used. rxe (Soft-RoCE) treats 7 like
+/// the RNR count, as "retry forever": a request to a peer that stopped
+/// answering (a partition, a dead host) would then never complete, its
+/// channel never break, and every buffer it holds stay taken (the core's
+/// row pushes: elections stopped for good, seen with one direction of a
+/// link cut). `qp_retry_count = 7` is used as 6.
+pub const QP_RETRY_COUNT_MAX: u8 = 6;
 /// Depth of each outbound send queue: the core never has more than
 /// `INFLIGHT_CAP` requests in flight in total.
 const SEND_QUEUE_DEPTH: u32 = INFLIGHT_CAP as u32 + 16;
@@ -147,10 +155,14 @@ const PROBE_GAP: Duration = Duration::from_millis(50);
 const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 /// Bound on draining a channel's requests before a reconnect.
 const DRAIN_WAIT: Duration = Duration::from_secs(2);
-/// How long a reconnect, or a grant, waits for a peer believed reachable
-/// to answer (it answers in well under a millisecond on hardware, a few
-/// under software emulation); a peer seen unreachable is not waited for.
+/// How long a reconnect of a channel the peer refused (a revoke) waits for
+/// the peer to connect its side (well under a millisecond on hardware, a
+/// few under software emulation). Other reconnects do not wait.
 const RECONNECT_WAIT: Duration = Duration::from_secs(1);
+/// How long a grant waits for the peer to acknowledge its new key, unless
+/// the peer was seen unreachable (then not at all): its next connect
+/// carries the key anyway.
+const GRANT_WAIT: Duration = Duration::from_millis(100);
 
 /// Why the fabric could not start.
 #[derive(Debug, thiserror::Error)]
@@ -245,6 +257,9 @@ struct Shared {
     local_qp: LocalQpInfo,
     control: WireRegion,
     heartbeat: WireRegion,
+    /// Our snapshot region (a recovering member READs it), or an empty one
+    /// when the layout has none.
+    snapshot: WireRegion,
     log_base: u64,
     log_len: u64,
     inbound: Vec<Mutex<Inbound>>,
@@ -372,6 +387,7 @@ impl Shared {
             control: self.control,
             log: self.log_for(&inbound),
             heartbeat: self.heartbeat,
+            snapshot: self.snapshot,
         };
         inbound.qp[channel.index()] = Some(qp);
         Ok(reply)
@@ -743,6 +759,9 @@ struct OutChannel {
     inflight: u32,
     /// An error completed on it: later requests complete `Flushed`.
     broken: bool,
+    /// The peer refused one of its requests (a revoke's NAK): the peer
+    /// answers, so a reconnect may wait for it.
+    refused: bool,
     /// Completions synthesised while requests were in flight, released in
     /// order once they have all completed.
     deferred: VecDeque<Completion>,
@@ -857,9 +876,12 @@ fn dial_loop(shared: Arc<Shared>, dialer: Arc<Dialer>, p: usize) {
                 );
                 answers.push(DialAnswer::Connected { channel, result });
             }
-            DialRequest::Grant { log } => match out.rpc(&shared, &Msg::Grant { log }, &mut answers) {
+            DialRequest::Grant { log } => match out.rpc(&shared, &Msg::Grant { log }, &mut answers)
+            {
                 Ok(Msg::Ack) => answers.push(DialAnswer::Granted { epoch: log.epoch }),
-                Ok(other) => tracing::debug!(peer = p, message = other.kind(), "grant: unexpected answer"),
+                Ok(other) => {
+                    tracing::debug!(peer = p, message = other.kind(), "grant: unexpected answer")
+                }
                 // Its next connect carries the key.
                 Err(e) => {
                     tracing::debug!(peer = p, message = %e.message, "grant: key not delivered");
@@ -877,7 +899,12 @@ fn dial_loop(shared: Arc<Shared>, dialer: Arc<Dialer>, p: usize) {
 impl Outbound {
     /// One request/answer on our exchange connection, dialling (and saying
     /// hello) first if needed; one redial if the connection broke.
-    fn rpc(&mut self, shared: &Shared, req: &Msg, answers: &mut Vec<DialAnswer>) -> Result<Msg, PeerProblem> {
+    fn rpc(
+        &mut self,
+        shared: &Shared,
+        req: &Msg,
+        answers: &mut Vec<DialAnswer>,
+    ) -> Result<Msg, PeerProblem> {
         let mut attempt = 0;
         loop {
             self.ensure_hello(shared, answers)?;
@@ -913,7 +940,11 @@ impl Outbound {
         }
     }
 
-    fn ensure_hello(&mut self, shared: &Shared, answers: &mut Vec<DialAnswer>) -> Result<(), PeerProblem> {
+    fn ensure_hello(
+        &mut self,
+        shared: &Shared,
+        answers: &mut Vec<DialAnswer>,
+    ) -> Result<(), PeerProblem> {
         if self.link.is_some() {
             return Ok(());
         }
@@ -1022,6 +1053,9 @@ struct PeerOut {
     control: Option<WireRegion>,
     /// The peer's heartbeat region (from the last connect).
     heartbeat: Option<WireRegion>,
+    /// The peer's snapshot region (from the last connect; empty when it has
+    /// none).
+    snapshot: Option<WireRegion>,
     /// What went wrong last connecting to it (cleared by a connect).
     problem: Option<PeerProblem>,
     /// The highest grant epoch it acknowledged.
@@ -1148,6 +1182,13 @@ impl VerbsFabric {
             mtu = port.active_mtu,
             "RDMA port"
         );
+        if me.qp_retry_count > QP_RETRY_COUNT_MAX {
+            tracing::warn!(
+                qp_retry_count = me.qp_retry_count,
+                used = QP_RETRY_COUNT_MAX,
+                "qp_retry_count 7 means \"retry forever\" on Soft-RoCE (rxe): a request to a peer that stopped answering would never complete; using 6"
+            );
+        }
         let pd = Pd::new(&ctx)?;
         let out_cq = Cq::new(&ctx, CQ_ENTRIES as i32)?;
         let in_cq = Cq::new(&ctx, 64)?;
@@ -1193,6 +1234,8 @@ impl VerbsFabric {
         };
         let control = wire_region(RegionId::Control)?;
         let heartbeat = wire_region(RegionId::Heartbeat)?;
+        // Registered only when recovery by state transfer is on.
+        let snapshot = wire_region(RegionId::Snapshot).unwrap_or_default();
         let log_region = wire_region(RegionId::Log)?;
         let rc = RcParams {
             port: me.port,
@@ -1200,7 +1243,7 @@ impl VerbsFabric {
             ethernet: port.ethernet,
             mtu: port.active_mtu,
             timeout: me.qp_timeout,
-            retry_cnt: me.qp_retry_count,
+            retry_cnt: me.qp_retry_count.min(QP_RETRY_COUNT_MAX),
             rnr_retry: QP_RNR_RETRY,
             max_rd_atomic: ctx.max_qp_init_rd_atom().min(16),
             max_dest_rd_atomic: ctx.max_qp_rd_atom().min(16),
@@ -1224,6 +1267,7 @@ impl VerbsFabric {
             },
             control,
             heartbeat,
+            snapshot,
             log_base: log_region.addr,
             log_len: log_region.len,
             inbound: (0..n).map(|_| Mutex::new(Inbound::default())).collect(),
@@ -1292,6 +1336,7 @@ impl VerbsFabric {
                 pending: [None, None],
                 control: None,
                 heartbeat: None,
+                snapshot: None,
                 problem: None,
                 granted_epoch: 0,
                 unreachable: false,
@@ -1432,6 +1477,7 @@ impl VerbsFabric {
                 control,
                 log,
                 heartbeat,
+                snapshot,
             }) => {
                 let rc = self.shared.rc_towards(&remote);
                 let ready = qp
@@ -1458,11 +1504,13 @@ impl VerbsFabric {
                         }
                         self.peers[p].control = Some(control);
                         self.peers[p].heartbeat = Some(heartbeat);
+                        self.peers[p].snapshot = Some(snapshot);
                         self.shared.note_remote_log(MemberId(p as u8), log);
                         self.peers[p].channels[channel.index()] = Some(OutChannel {
                             qp,
                             inflight: 0,
                             broken: false,
+                            refused: false,
                             deferred: VecDeque::new(),
                         });
                         self.peers[p].problem = None;
@@ -1563,6 +1611,13 @@ impl VerbsFabric {
         let region = match remote.region {
             RegionId::Control => self.peers[p].control.ok_or(WcStatus::Unreachable)?,
             RegionId::Heartbeat => self.peers[p].heartbeat.ok_or(WcStatus::Unreachable)?,
+            // A recovering member READs a donor's snapshot. A peer without
+            // one (recovery off) refuses, like a hardware NAK would.
+            RegionId::Snapshot => match self.peers[p].snapshot {
+                None => return Err(WcStatus::Unreachable),
+                Some(r) if r.len == 0 => return Err(WcStatus::AccessDenied),
+                Some(r) => r,
+            },
             RegionId::Log => lock(&self.shared.remote_log[p]).region,
             // Never registered for remote access at any member.
             _ => return Err(WcStatus::AccessDenied),
@@ -1689,6 +1744,9 @@ impl VerbsFabric {
                 ch.inflight = ch.inflight.saturating_sub(1);
                 if !status.is_ok() {
                     ch.broken = true;
+                }
+                if status == WcStatus::AccessDenied {
+                    ch.refused = true;
                 }
                 if ch.inflight == 0 {
                     self.ready.extend(ch.deferred.drain(..));
@@ -1914,8 +1972,11 @@ impl Fabric for VerbsFabric {
                         if self.peers[p].granted_epoch >= log.epoch {
                             break;
                         }
-                        if self.peers[p].unreachable || began.elapsed() > RECONNECT_WAIT {
-                            tracing::debug!(peer = peer.0, "grant: not acknowledged yet; the key goes with the next connect");
+                        if self.peers[p].unreachable || began.elapsed() > GRANT_WAIT {
+                            tracing::debug!(
+                                peer = peer.0,
+                                "grant: not acknowledged yet; the key goes with the next connect"
+                            );
                             break;
                         }
                         std::thread::sleep(Duration::from_micros(100));
@@ -1950,19 +2011,18 @@ impl Fabric for VerbsFabric {
         if self.peers[p].pending[channel.index()].is_some() {
             return Err(FabricError::PeerGone);
         }
-        if self.peers[p].channels[channel.index()]
-            .as_ref()
-            .is_some_and(|c| !c.broken)
-        {
+        let refused = match &self.peers[p].channels[channel.index()] {
             // A connect completed since the channel broke: it is new.
-            return Ok(());
-        }
+            Some(c) if !c.broken => return Ok(()),
+            Some(c) => c.refused,
+            None => false,
+        };
         match self.start_connect(p, channel) {
-            // A peer with no sign of being unreachable (a revoke broke the
-            // channel, say) answers at once: wait for it, bounded. One that
-            // stopped answering is not waited for: the poll loop goes on
-            // and a later reconnect finds the connect done.
-            Ok(()) if !self.peers[p].unreachable => {
+            // A channel the peer broke itself by refusing a request (a
+            // revoke) is connected again at once: the peer answers. Only
+            // then is the connect waited for (bounded); otherwise the poll
+            // loop goes on and a later reconnect finds it done.
+            Ok(()) if refused && !self.peers[p].unreachable => {
                 let began = Instant::now();
                 while self.peers[p].pending[channel.index()].is_some()
                     && began.elapsed() < RECONNECT_WAIT
@@ -2015,10 +2075,13 @@ impl HostFabric for VerbsFabric {
                 }
                 let problem = match started {
                     Err(problem) => problem,
-                    Ok(()) => self.peers[p].problem.clone().unwrap_or_else(|| PeerProblem {
-                        retry: true,
-                        message: format!("connecting to member {p}"),
-                    }),
+                    Ok(()) => self.peers[p]
+                        .problem
+                        .clone()
+                        .unwrap_or_else(|| PeerProblem {
+                            retry: true,
+                            message: format!("connecting to member {p}"),
+                        }),
                 };
                 missing.push((m, problem));
                 continue;

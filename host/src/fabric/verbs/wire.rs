@@ -57,10 +57,10 @@ type HmacSha256 = Hmac<Sha256>;
 /// "VRBTMXCH".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VRBTMXCH");
 /// Bumped when a message changes (2: authenticated framing, `Open` and
-/// `Challenge`, refusal codes).
-pub const VERSION: u16 = 2;
+/// `Challenge`, refusal codes; 3: `Connected` carries the snapshot region).
+pub const VERSION: u16 = 3;
 /// Largest frame body, tag included: the largest message (`Connected`)
-/// is 115 bytes and its tag 32, so 256 leaves room and bounds what a peer
+/// is 144 bytes and its tag 32, so 256 leaves room and bounds what a peer
 /// can make us buffer.
 pub const FRAME_BYTES_MAX: usize = 256;
 /// Bytes of each side's per-connection nonce.
@@ -310,6 +310,9 @@ pub enum Msg {
         log: WireRegion,
         /// The heartbeat engine's counters (readable by every member).
         heartbeat: WireRegion,
+        /// The snapshot a recovering member READs (readable by every
+        /// member; empty when the listener has none).
+        snapshot: WireRegion,
     },
     /// The listener's log access for the dialling side changed.
     Grant {
@@ -520,12 +523,14 @@ impl Msg {
                 control,
                 log,
                 heartbeat,
+                snapshot,
             } => {
                 e.u8(T_CONNECTED);
                 e.qp(qp);
                 e.region(control);
                 e.region(log);
                 e.region(heartbeat);
+                e.region(snapshot);
             }
             Msg::Grant { log } => {
                 e.u8(T_GRANT);
@@ -593,6 +598,7 @@ impl Msg {
                     control: d.region()?,
                     log: d.region()?,
                     heartbeat: d.region()?,
+                    snapshot: d.region()?,
                 }
             }
             T_GRANT => {
@@ -1068,6 +1074,7 @@ mod tests {
                 control: region,
                 log: WireRegion::default(),
                 heartbeat: region,
+                snapshot: region,
             },
             Msg::Grant { log: region },
             Msg::Ack,
