@@ -512,6 +512,13 @@ impl Shared {
                 "exchange: member connected again; no longer suspected"
             );
         }
+        // A member confirmed exited that authenticated again is a new
+        // process in its place: the poll loop trusts it again (its pid is
+        // not known across hosts: 0, any later death report counts).
+        if self.liveness.is_dead(p) {
+            tracing::info!(peer = p.0, "exchange: a restarted member connected");
+            self.liveness.revive(p, 0);
+        }
     }
 
     /// Answers an authenticated peer's requests until the connection ends;
