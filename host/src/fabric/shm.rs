@@ -394,6 +394,10 @@ impl Segment {
     /// process as the "owner" of a segment created in-process).
     #[doc(hidden)]
     pub fn set_owner_pid(&self, pid: i32) {
+        // The identity is pid and start time: a pid alone with the old
+        // start time would name a process that never existed.
+        let start = verbatim_client::process::start_ticks(pid).unwrap_or(0);
+        self.word(H_OWNER_START).store(start, Ordering::Release);
         self.word(H_PID).store(pid as u64, Ordering::Release);
     }
 
