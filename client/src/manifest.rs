@@ -132,6 +132,9 @@ fn default_reply_bytes_max() -> u32 {
 fn default_client_slot_count() -> u32 {
     64
 }
+fn default_fence_stopped_writer_ms() -> u64 {
+    1_000
+}
 
 /// `[cluster]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -197,6 +200,15 @@ pub struct ClusterSection {
     /// (Redis's `client-output-buffer-limit` hard limit).
     #[serde(default = "default_resp_output_bytes_max")]
     pub resp_output_bytes_max: u64,
+    /// Shared-memory fabric: a peer stopped (SIGSTOP, a debugger) in the
+    /// middle of a WRITE into our log keeps our revoke of its access
+    /// unconfirmed, and we may not vote until no copy of it can land
+    /// (DARE §3.2.1). After this many milliseconds of that, with the peer
+    /// still stopped, it is fenced: SIGKILLed through a pidfd (its
+    /// supervisor restarts it; it rejoins by recovery). 0: never fence,
+    /// the member then waits for the peer to be continued.
+    #[serde(default = "default_fence_stopped_writer_ms")]
+    pub fence_stopped_writer_ms: u64,
     /// Shared-memory client slots per replica.
     #[serde(default = "default_client_slot_count")]
     pub client_slot_count: u32,
@@ -455,6 +467,7 @@ impl Manifest {
                 resp_password: None,
                 exchange_secret: None,
                 resp_idle_timeout_s: 0,
+                fence_stopped_writer_ms: default_fence_stopped_writer_ms(),
                 resp_output_bytes_max: default_resp_output_bytes_max(),
                 client_slot_count: default_client_slot_count(),
                 seed: 0,

@@ -160,6 +160,46 @@ pub fn pidfd_open(pid: i32) -> Option<OwnedFd> {
     Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
+impl ProcessId {
+    /// True while the process is stopped (SIGSTOP, a debugger): state `T`
+    /// or `t` in `/proc/<pid>/stat`, and still the same process.
+    pub fn stopped(&self) -> bool {
+        match stat_fields(self.pid) {
+            Some((state, start)) => {
+                (state == 'T' || state == 't')
+                    && (self.start_ticks == 0 || start == self.start_ticks)
+            }
+            None => false,
+        }
+    }
+
+    /// SIGKILLs this process through a pidfd, so a pid reused after the
+    /// check can never receive the signal; false if it is not there (or
+    /// is another process now) or the kill was refused.
+    pub fn kill_through_pidfd(&self) -> bool {
+        let Some(fd) = pidfd_open(self.pid) else {
+            return false;
+        };
+        // The pidfd pins the process: if the start time still matches now,
+        // the signal reaches exactly the process we mean.
+        if self.start_ticks != 0 && start_ticks(self.pid) != Some(self.start_ticks) {
+            return false;
+        }
+        // SAFETY: pidfd_send_signal takes a pidfd, a signal, a null info
+        // pointer and flags 0.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                fd.as_raw_fd(),
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+        r == 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

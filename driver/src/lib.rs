@@ -481,7 +481,9 @@ fn execute<E: Engine, F: Fabric, M: Memory, S: StateMachine, H: Host<M, S>>(
             // be confirmed is retried by the engine.
             counters.actions_failed += 1;
             if e == FabricError::RevokeUnconfirmed {
-                tracing::warn!(engine = engine.name(), ?action, "revoke not confirmed yet");
+                // The fabric warns once per episode; the engine retries
+                // every iteration.
+                tracing::debug!(engine = engine.name(), ?action, "revoke not confirmed yet");
             } else {
                 tracing::debug!(engine = engine.name(), ?action, ?e, "fabric action failed");
             }

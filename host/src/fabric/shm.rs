@@ -489,6 +489,11 @@ pub struct ShmFabric {
     cq: VecDeque<Completion>,
     liveness: Arc<PeerLiveness>,
     revoke_wait: Duration,
+    /// Fence a peer stopped inside a write after its revoke has been
+    /// unconfirmed this long (`cluster.fence_stopped_writer_ms`).
+    fence_after: Option<Duration>,
+    /// Since when each peer's revoke has been unconfirmed.
+    unconfirmed_since: Vec<Option<Instant>>,
 }
 
 impl ShmFabric {
@@ -512,6 +517,53 @@ impl ShmFabric {
             cq: VecDeque::new(),
             liveness,
             revoke_wait: REVOKE_WAIT,
+            fence_after: None,
+            unconfirmed_since: vec![None; n],
+        }
+    }
+
+    /// Fences a peer found stopped inside a write to our memory once its
+    /// revoke has stayed unconfirmed for `after` (see
+    /// `cluster.fence_stopped_writer_ms`); `None` never fences.
+    pub fn set_fencing(&mut self, after: Option<Duration>) {
+        self.fence_after = after;
+    }
+
+    /// A revoke of `peer` is unconfirmed: after the fencing delay, a peer
+    /// that is still stopped is SIGKILLed (its in-progress copy then can
+    /// never continue, and the pidfd watcher reports it dead, which
+    /// confirms the next retry). A writer that is merely descheduled is
+    /// left alone: it finishes its copy and leaves.
+    fn maybe_fence(&mut self, peer: MemberId) {
+        let Some(after) = self.fence_after else {
+            return;
+        };
+        let Some(since) = self.unconfirmed_since[peer.index()] else {
+            return;
+        };
+        if since.elapsed() < after {
+            return;
+        }
+        let Some(seg) = self.peers[peer.index()].as_ref() else {
+            return;
+        };
+        let owner = seg.owner();
+        if !owner.stopped() {
+            return;
+        }
+        if owner.kill_through_pidfd() {
+            tracing::error!(
+                peer = peer.0,
+                pid = owner.pid,
+                unconfirmed_ms = since.elapsed().as_millis() as u64,
+                "fenced: the peer stayed stopped inside a write to our log, which blocks our vote; \
+                 SIGKILLed it (its supervisor restarts it and it rejoins by recovery; \
+                 cluster.fence_stopped_writer_ms = 0 waits for it instead)"
+            );
+            // Once per episode: the kill takes effect when the kernel
+            // tears the process down; a new incarnation stopped in a
+            // write again starts a new one.
+            self.unconfirmed_since[peer.index()] = None;
         }
     }
 
@@ -779,22 +831,31 @@ impl Fabric for ShmFabric {
                 let began = Instant::now();
                 loop {
                     if word.load(Ordering::Acquire) & WRITERS == 0 {
+                        self.unconfirmed_since[peer.index()] = None;
                         return Ok(());
                     }
                     if self.liveness.is_dead(peer) {
                         // A dead writer never finishes its copy.
                         word.fetch_and(GRANTED, Ordering::AcqRel);
+                        self.unconfirmed_since[peer.index()] = None;
                         return Ok(());
                     }
                     if began.elapsed() > self.revoke_wait {
                         // Never reported as done: the rest of that copy
                         // would land after SIGCONT. The engine does not
                         // vote or grant until a retry finds no writer.
-                        tracing::warn!(
-                            peer = peer.0,
-                            region = region.name(),
-                            "revoke unconfirmed: the peer is stopped in the middle of a write"
-                        );
+                        // Warned once per episode (the engine retries
+                        // every loop iteration).
+                        if self.unconfirmed_since[peer.index()].is_none() {
+                            self.unconfirmed_since[peer.index()] = Some(Instant::now());
+                            tracing::warn!(
+                                peer = peer.0,
+                                region = region.name(),
+                                "revoke unconfirmed: the peer is stopped in the middle of a write; \
+                                 no vote until it leaves, dies or is fenced"
+                            );
+                        }
+                        self.maybe_fence(peer);
                         return Err(FabricError::RevokeUnconfirmed);
                     }
                     std::hint::spin_loop();
@@ -871,6 +932,75 @@ mod tests {
         assert_eq!(
             fabric.set_access(peer, RegionId::Log, Access::Revoked),
             Ok(())
+        );
+    }
+
+    /// A peer stopped inside a write blocks our vote (previous test) only
+    /// until the fencing delay: then, if it is still stopped, it is
+    /// SIGKILLed; a peer that runs is never fenced.
+    #[test]
+    fn a_peer_stopped_inside_a_write_is_fenced_after_the_delay_and_a_running_one_never() {
+        use std::os::unix::process::ExitStatusExt;
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(&Config::new(2, MemberId(0))).unwrap();
+        let paths: Vec<PathBuf> = (0..2)
+            .map(|i| segment_path(dir.path(), "fence", i))
+            .collect();
+        let seg = Arc::new(Segment::create(&paths[0], &layout, MemberId(0)).unwrap());
+        let peer_seg = Segment::create(&paths[1], &layout, MemberId(1)).unwrap();
+        let mut owner = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        peer_seg.set_owner_pid(owner.id() as i32);
+        let liveness = Arc::new(PeerLiveness::default());
+        let mut fabric = ShmFabric::new(MemberId(0), layout, seg.clone(), paths, liveness);
+        assert!(fabric.connect_peers().is_empty());
+        let fence_after = Duration::from_millis(20);
+        fabric.set_fencing(Some(fence_after));
+        let peer = MemberId(1);
+        fabric
+            .set_access(peer, RegionId::Log, Access::Granted)
+            .unwrap();
+        seg.access(RegionId::Log, peer)
+            .fetch_add(1, Ordering::AcqRel);
+        // Running (only descheduled, as far as we know): never fenced.
+        let began = Instant::now();
+        while began.elapsed() < fence_after * 3 {
+            assert_eq!(
+                fabric.set_access(peer, RegionId::Log, Access::Revoked),
+                Err(FabricError::RevokeUnconfirmed)
+            );
+        }
+        assert!(
+            owner.try_wait().unwrap().is_none(),
+            "a running peer was killed"
+        );
+        // Stopped: fenced once the delay has passed since the stop was
+        // first seen.
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(owner.id() as i32, libc::SIGSTOP) };
+        let owner_id = peer_seg.owner();
+        let began = Instant::now();
+        while !owner_id.stopped() {
+            assert!(began.elapsed() < Duration::from_secs(5), "SIGSTOP not seen");
+            std::thread::yield_now();
+        }
+        fabric.unconfirmed_since[peer.index()] = None;
+        let began = Instant::now();
+        let mut killed_after = None;
+        while began.elapsed() < Duration::from_secs(5) {
+            let _ = fabric.set_access(peer, RegionId::Log, Access::Revoked);
+            if let Some(status) = owner.try_wait().unwrap() {
+                assert_eq!(status.signal(), Some(libc::SIGKILL));
+                killed_after = Some(began.elapsed());
+                break;
+            }
+        }
+        let killed_after = killed_after.expect("the stopped writer was not fenced within 5 s");
+        assert!(
+            killed_after >= fence_after,
+            "fenced before the delay: {killed_after:?}"
         );
     }
 }

@@ -793,7 +793,9 @@ pub fn run(opts: ReplicaOptions, shutdown: Arc<AtomicBool>) -> Result<(), Replic
     match m.cluster.fabric {
         verbatim_client::manifest::FabricKind::Shm => {
             let peer_paths = (0..n).map(|i| m.segment_path(i)).collect();
-            let fabric = ShmFabric::new(id, layout, segment, peer_paths, liveness);
+            let mut fabric = ShmFabric::new(id, layout, segment, peer_paths, liveness);
+            let fence_ms = m.cluster.fence_stopped_writer_ms;
+            fabric.set_fencing((fence_ms > 0).then(|| Duration::from_millis(fence_ms)));
             drive(opts, shutdown, setup, fabric)
         }
         verbatim_client::manifest::FabricKind::Verbs => {
