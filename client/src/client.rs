@@ -125,6 +125,9 @@ pub struct ClientStats {
     pub retries: u64,
     /// Redirects followed.
     pub redirects: u64,
+    /// Attempts answered "busy": no leader known there yet, or TRYAGAIN
+    /// (client id owned by another connection, request timed out).
+    pub busy: u64,
 }
 
 /// A client of one cluster.
@@ -311,6 +314,7 @@ impl Client {
                     // and a longer pause would add to the failover gap).
                     std::thread::sleep(Duration::from_micros(20 << busy.min(3)));
                     busy += 1;
+                    self.stats.busy += 1;
                     self.target = (self.target + 1) % n;
                 }
                 Attempt::Failed => {

@@ -649,16 +649,29 @@ struct Workload {
     acked: Arc<Mutex<Vec<Acked>>>,
     unanswered: Arc<Mutex<u64>>,
     writes_ns: Arc<Mutex<hdrhistogram::Histogram<u64>>>,
+    /// Each client's counters and last outcome, shown when writes stall.
+    clients: Arc<Mutex<Vec<String>>>,
+}
+
+/// What a stalled client has been doing (for the stall reports).
+fn client_line(name: &str, client: &Client, last: &str) -> String {
+    let s = client.stats();
+    format!(
+        "{name}: ops {} retries {} redirects {} busy {} last {last}",
+        s.operations, s.retries, s.redirects, s.busy
+    )
 }
 
 impl Workload {
     fn start(cluster: &LocalCluster, mixed: usize) -> Workload {
         let stop = Arc::new(AtomicBool::new(false));
         let epoch = Instant::now();
+        let clients = Arc::new(Mutex::new(vec![String::new(); mixed + 1]));
         let threads = (0..mixed)
             .map(|c| {
                 let manifest = cluster.manifest.clone();
                 let stop = stop.clone();
+                let clients = clients.clone();
                 std::thread::spawn(move || {
                     let mut client = Client::new(
                         &manifest,
@@ -693,6 +706,11 @@ impl Workload {
                         };
                         let call_ns = epoch.elapsed().as_nanos() as u64;
                         let output = run_op(&mut client, &input);
+                        clients.lock().unwrap()[c] = client_line(
+                            &format!("c{c}"),
+                            &client,
+                            if output.is_some() { "ok" } else { "unanswered" },
+                        );
                         let return_ns = if output.is_some() {
                             epoch.elapsed().as_nanos() as u64
                         } else {
@@ -717,11 +735,12 @@ impl Workload {
         ));
         let writer = {
             let manifest = cluster.manifest.clone();
-            let (stop, acked, unanswered, writes_ns) = (
+            let (stop, acked, unanswered, writes_ns, clients) = (
                 stop.clone(),
                 acked.clone(),
                 unanswered.clone(),
                 writes_ns.clone(),
+                clients.clone(),
             );
             std::thread::spawn(move || {
                 let mut client = Client::new(
@@ -740,7 +759,13 @@ impl Workload {
                     let key = format!("w{n}").into_bytes();
                     let value = format!("v{n}").into_bytes();
                     let t = Instant::now();
-                    match client.set(&key, &value) {
+                    let result = client.set(&key, &value);
+                    let last = match &result {
+                        Ok(()) => "ok".to_string(),
+                        Err(e) => format!("error: {e}"),
+                    };
+                    clients.lock().unwrap()[mixed] = client_line("writer", &client, &last);
+                    match result {
                         Ok(()) => {
                             let _ = writes_ns
                                 .lock()
@@ -761,7 +786,13 @@ impl Workload {
             acked,
             unanswered,
             writes_ns,
+            clients,
         }
+    }
+
+    /// Every client's counters and last outcome.
+    fn clients_line(&self) -> String {
+        self.clients.lock().unwrap().join("; ")
     }
 
     fn acked_count(&self) -> usize {
@@ -925,8 +956,9 @@ fn progress(w: &Workload, n: usize, timeout: Duration, what: &str, cluster: &Loc
             last = (now, Instant::now());
         } else if last.1.elapsed() > Duration::from_secs(5) {
             println!(
-                "hosts: {what}: no write acknowledged for 5 s: {}",
-                describe(cluster)
+                "hosts: {what}: no write acknowledged for 5 s: {}; clients: {}",
+                describe(cluster),
+                w.clients_line()
             );
             last.1 = Instant::now();
         }
@@ -934,9 +966,10 @@ fn progress(w: &Workload, n: usize, timeout: Duration, what: &str, cluster: &Loc
     });
     if done.is_none() {
         panic!(
-            "{what}: fewer than {n} writes acknowledged in {timeout:?} ({} did): {}",
+            "{what}: fewer than {n} writes acknowledged in {timeout:?} ({} did): {}; clients: {}",
             w.acked_count() - base,
-            describe(cluster)
+            describe(cluster),
+            w.clients_line()
         );
     }
 }

@@ -1525,3 +1525,43 @@ fn an_idle_leader_adjusts_a_restarted_follower_afresh() {
     );
     assert_eq!(h.nodes[2].apply_index(), h.nodes[0].apply_index());
 }
+
+/// Members whose steps are further apart than the election timeout (a
+/// loaded machine, a debug build): with fixed timeouts every candidate
+/// starts a new term before any vote for its last one can arrive, and no
+/// one is ever elected. Election timeouts that double while no leader is
+/// known end that.
+#[test]
+fn slow_voters_still_elect_a_leader_as_election_timeouts_back_off() {
+    let mut h = Harness::new(3);
+    h.settle(1);
+    let max_ns = h.nodes[0].cfg.election_timeout_max_ns;
+    // Member 0 steps every microsecond, members 1 and 2 only every three
+    // election timeouts.
+    let slow_ns = 3 * max_ns;
+    let fast_ns = 1_000;
+    let mut next_slow = h.now;
+    let deadline = h.now + 400 * max_ns;
+    let mut leader = None;
+    while h.now < deadline && leader.is_none() {
+        h.tick(0);
+        if h.now >= next_slow {
+            h.tick(1);
+            h.tick(2);
+            next_slow = h.now + slow_ns;
+        }
+        h.now += fast_ns;
+        leader = (0..3).find(|&i| h.nodes[i].role() == Role::Leader);
+    }
+    let leader = leader.expect("no leader within 400 election timeouts");
+    let started: u64 = h.nodes.iter().map(|n| n.counters().elections_started).sum();
+    assert!(started > 1, "the first election was not slowed down at all");
+    // Once a leader is known the timeouts are back to the configured ones.
+    h.settle(20);
+    for i in 0..3 {
+        if i != leader {
+            assert_eq!(h.nodes[i].leader(), Some(MemberId(leader as u8)));
+        }
+        assert_eq!(h.nodes[i].elections_without_leader, 0, "member {i}");
+    }
+}

@@ -97,6 +97,9 @@ impl RespServer {
                                 .spawn(move || {
                                     crate::topology::lower_thread_priority();
                                     let _ = stream.set_nodelay(true);
+                                    if let Err(e) = enable_keepalive(&stream) {
+                                        tracing::debug!(error = %e, "TCP keepalive not enabled");
+                                    }
                                     Conn::new(&ctx, stream, client_id).serve(&stop);
                                     active.fetch_sub(1, Ordering::AcqRel);
                                 });
@@ -143,6 +146,28 @@ struct Ctx {
     me: u8,
     status: Arc<StatusSlot>,
     owners: ClientIdOwners,
+}
+
+/// TCP keepalive of RESP connections: idle this long before the first
+/// probe, then a probe every [`KEEPALIVE_INTERVAL`], closed after
+/// [`KEEPALIVE_PROBES`] unanswered ones. A client whose FIN was lost (its
+/// host cut off when it gave up on us, a crashed machine) otherwise leaves
+/// a connection open for ever here, and with it the ownership of its
+/// client id: every later connection of that client, and every request a
+/// follower forwards for it, would be answered TRYAGAIN. The first probe
+/// after a partition heals draws a reset and closes it at once. (Redis's
+/// `tcp-keepalive` is 300 s; ours is short because a stale owner blocks
+/// the client's writes.)
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(2);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
+const KEEPALIVE_PROBES: u32 = 3;
+
+fn enable_keepalive(stream: &TcpStream) -> std::io::Result<()> {
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(KEEPALIVE_IDLE)
+        .with_interval(KEEPALIVE_INTERVAL)
+        .with_retries(KEEPALIVE_PROBES);
+    socket2::SockRef::from(stream).set_tcp_keepalive(&keepalive)
 }
 
 /// Client ids a connection may name with `RID` at most.
@@ -996,6 +1021,25 @@ fn encode_kv_result(read: bool, bytes: &[u8], out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An accepted connection probes its client and gives up on a silent
+    /// one within seconds (a client whose FIN was lost in a partition
+    /// must not own its client id for ever).
+    #[test]
+    fn accepted_connections_probe_a_silent_client() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let _client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server_side, _) = listener.accept().unwrap();
+        let sock = socket2::SockRef::from(&server_side);
+        assert!(!sock.keepalive().unwrap(), "off by default");
+        enable_keepalive(&server_side).unwrap();
+        assert!(sock.keepalive().unwrap());
+        assert_eq!(sock.tcp_keepalive_time().unwrap(), KEEPALIVE_IDLE);
+        assert_eq!(sock.tcp_keepalive_interval().unwrap(), KEEPALIVE_INTERVAL);
+        assert_eq!(sock.tcp_keepalive_retries().unwrap(), KEEPALIVE_PROBES);
+        let gives_up_after = KEEPALIVE_IDLE + KEEPALIVE_INTERVAL * KEEPALIVE_PROBES;
+        assert!(gives_up_after <= Duration::from_secs(10));
+    }
 
     fn frame(parts: &[&[u8]]) -> Vec<u8> {
         let mut out = Vec::new();
