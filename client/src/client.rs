@@ -144,6 +144,8 @@ pub struct Client {
     stats: ClientStats,
     buf: Vec<u8>,
     encode_buf: Vec<u8>,
+    /// The last busy answer over TCP: which member, and its text.
+    last_busy: String,
 }
 
 /// A client id from the OS's random source: two clients (of any process,
@@ -178,6 +180,7 @@ impl Client {
             slot: None,
             tcp: (0..n).map(|_| None).collect(),
             stats: ClientStats::default(),
+            last_busy: String::new(),
             buf: Vec::new(),
             encode_buf: Vec::new(),
         }
@@ -196,6 +199,12 @@ impl Client {
     /// Counters.
     pub fn stats(&self) -> ClientStats {
         self.stats
+    }
+
+    /// The last busy answer a replica gave over TCP (which member, and
+    /// its TRYAGAIN text); empty if none (for diagnostics).
+    pub fn last_busy(&self) -> &str {
+        &self.last_busy
     }
 
     /// `GET`.
@@ -464,6 +473,9 @@ impl Client {
                 if let Ok(Some((frame, second))) = crate::resp::parse_frame(&buf[first..], &limits)
                 {
                     let r = tcp_reply(op.is_read(), &frame);
+                    if let (Attempt::Busy, crate::resp::Frame::Error(e)) = (&r, &frame) {
+                        self.last_busy = format!("member {m}: {}", String::from_utf8_lossy(e));
+                    }
                     buf.drain(..first + second);
                     return r;
                 }

@@ -706,6 +706,12 @@ impl<B: StreamBackend> StreamStateMachine<B> {
             return Err(RestoreError::Malformed);
         }
         let (key, rest) = scratch.split_at_mut(key_len);
+        // Each stream once: a second record of the same key would merge
+        // its entries into the first and could set a last id below them
+        // (found by the snapshot_restore fuzz target).
+        if self.backend.last_id(key).is_some() {
+            return Err(RestoreError::Malformed);
+        }
         let last = Self::get_id(source)?;
         let count = wire::get_u64(source)?;
         let mut previous = StreamId::MIN;

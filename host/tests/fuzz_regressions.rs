@@ -50,3 +50,65 @@ fn manifest_regressions_hold() {
         }
     }
 }
+
+/// The `snapshot_restore` target's property: bytes that restore give a
+/// state whose own snapshot restores to the same state, of the same length.
+#[test]
+fn snapshot_restore_regressions_hold() {
+    use verbatim_core::kv::{KvLimits, KvStateMachine};
+    use verbatim_core::service::KvAndStreams;
+    use verbatim_core::sm::StateMachine;
+    use verbatim_core::snapshot::{SliceSink, SliceSource};
+    use verbatim_core::stream::StreamStateMachine;
+    use verbatim_host::replica::storage::{HashBackend, StreamMap};
+    type Service = KvAndStreams<KvStateMachine<HashBackend>, StreamStateMachine<StreamMap>>;
+    // The same limits as fuzz_targets/snapshot_restore.rs.
+    let all_limits = [
+        KvLimits {
+            key_bytes_max: 4,
+            value_bytes_max: 8,
+        },
+        KvLimits {
+            key_bytes_max: 64,
+            value_bytes_max: 256,
+        },
+    ];
+    let service = |limits: KvLimits| -> Service {
+        KvAndStreams::new(
+            KvStateMachine::new(HashBackend::new(64), limits),
+            StreamStateMachine::new(StreamMap::new(64), limits),
+        )
+    };
+    for (path, data) in inputs("snapshot_restore") {
+        let Some((&select, bytes)) = data.split_first() else {
+            continue;
+        };
+        let limits = all_limits[usize::from(select) % all_limits.len()];
+        let mut scratch = vec![0u8; 4096];
+        let mut s = service(limits);
+        if s.restore(&mut SliceSource::new(bytes), &mut scratch)
+            .is_err()
+        {
+            continue;
+        }
+        let mut out = vec![0u8; bytes.len() + 64];
+        let mut sink = SliceSink::new(&mut out);
+        s.snapshot(&mut sink)
+            .unwrap_or_else(|e| panic!("{}: snapshot: {e:?}", path.display()));
+        let n = sink.len();
+        let mut t = service(limits);
+        t.restore(&mut SliceSource::new(&out[..n]), &mut scratch)
+            .unwrap_or_else(|e| {
+                panic!("{}: a state's own snapshot restores: {e:?}", path.display())
+            });
+        let mut again = vec![0u8; n + 64];
+        let mut sink = SliceSink::new(&mut again);
+        t.snapshot(&mut sink).unwrap();
+        assert_eq!(sink.len(), n, "{}", path.display());
+        assert_eq!(t.kv.backend().len(), s.kv.backend().len());
+        assert_eq!(
+            t.streams.backend().entry_count(),
+            s.streams.backend().entry_count()
+        );
+    }
+}

@@ -197,7 +197,7 @@ impl Drop for LogsOnPanic {
         for i in 0..3 {
             let f = self.0.join(format!("replica-{i}.log"));
             let text = std::fs::read_to_string(&f).unwrap_or_default();
-            let tail: Vec<&str> = text.lines().rev().take(60).collect();
+            let tail: Vec<&str> = text.lines().rev().take(120).collect();
             eprintln!("---- {} (last {} lines)", f.display(), tail.len());
             for l in tail.into_iter().rev() {
                 eprintln!("{l}");
@@ -657,8 +657,12 @@ struct Workload {
 fn client_line(name: &str, client: &Client, last: &str) -> String {
     let s = client.stats();
     format!(
-        "{name}: ops {} retries {} redirects {} busy {} last {last}",
-        s.operations, s.retries, s.redirects, s.busy
+        "{name}: ops {} retries {} redirects {} busy {} last {last} (last busy: {})",
+        s.operations,
+        s.retries,
+        s.redirects,
+        s.busy,
+        client.last_busy()
     )
 }
 

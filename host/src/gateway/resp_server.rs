@@ -192,6 +192,12 @@ impl ClientIdOwners {
         *owners.entry(client).or_insert(conn) == conn
     }
 
+    /// The connection that owns `client`, if any.
+    fn owner(&self, client: u64) -> Option<u64> {
+        let owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        owners.get(&client).copied()
+    }
+
     /// Releases what `conn` owns.
     fn release(&self, ids: &[u64], conn: u64) {
         let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
@@ -431,9 +437,17 @@ impl<'c> Conn<'c> {
                     self.named_hops = hops;
                     resp::encode_simple(b"OK", out);
                 }
-                Some(_) => {
+                Some((client, _, _)) => {
                     // The client retries: the owner may be a connection
                     // of its own that is closing.
+                    if !self.rid_refused {
+                        tracing::info!(
+                            client,
+                            conn = self.client_id,
+                            owner = ?self.ctx.owners.owner(client),
+                            "RID refused: the client id belongs to another open connection"
+                        );
+                    }
                     self.rid_refused = true;
                     self.named = None;
                     resp::encode_error(b"TRYAGAIN client id in use by another connection", out);
