@@ -59,6 +59,48 @@ want cluster && part "3-replica cluster over rxe" \
 left=$(ps -eo pid=,pcpu=,args= | grep -E '[v]erbatim replica' || true)
 [ -n "$left" ] && { echo "softroce-vm: replicas still running after the cluster test:"; echo "$left"; }
 
+echo "== busiest processes before perftest:"; ps -eo pcpu=,pid=,comm= --sort=-pcpu | head -4
+
+# perftest in the same VM, same device, same GID: the reference figures.
+perf() { # name tool args...
+  local name=$1 tool=$2; shift 2
+  local out=/tmp/$tool.out
+  # Bounded: a server whose client never connected must not hold the run.
+  timeout 120 "$tool" -d $dev -x $gidx "$@" > /tmp/$tool.srv 2>&1 & local spid=$!
+  local ok=1
+  for try in 1 2 3 4 5 6 7 8 9 10; do
+    sleep 0.5
+    if timeout 60 "$tool" -d $dev -x $gidx "$@" 127.0.0.1 > "$out" 2>&1; then ok=0; break; fi
+    grep -qiE "couldn.t connect|connection refused|unable to" "$out" || break
+  done
+  wait $spid
+  grep -E '^ *#bytes|^ *[0-9]+ +[0-9]+' "$out" | sed "s/^/$name: /"
+  return $ok
+}
+# The same between two hosts, over the bridge (host 0 serves, host 1 asks).
+perf_hosts() { # tool args...
+  local tool=$1; shift
+  "$HOSTS_SCRIPT" up 2 >/dev/null || return 1
+  local g0 g1; g0=$("$HOSTS_SCRIPT" hosts | awk '$1==0 {print $4}'); g1=$("$HOSTS_SCRIPT" hosts | awk '$1==1 {print $4}')
+  timeout 120 "$HOSTS_SCRIPT" exec 0 "$tool" -d rxeh0 -x "$g0" "$@" > /tmp/$tool.hsrv 2>&1 & local spid=$!
+  local ok=1 out=/tmp/$tool.hosts.out
+  for try in 1 2 3 4 5 6 7 8 9 10; do
+    sleep 0.5
+    if timeout 60 "$HOSTS_SCRIPT" exec 1 "$tool" -d rxeh1 -x "$g1" "$@" 10.77.0.1 > "$out" 2>&1; then ok=0; break; fi
+    grep -qiE "couldn.t connect|connection refused|unable to" "$out" || break
+  done
+  wait $spid
+  grep -E '^ *#bytes|^ *[0-9]+ +[0-9]+' "$out" | sed "s/^/$tool across hosts: /"
+  "$HOSTS_SCRIPT" down >/dev/null 2>&1
+  return $ok
+}
+if want perftest; then
+  part "perftest ib_write_lat" perf ib_write_lat ib_write_lat -s 8 -n 2000
+  part "perftest ib_read_lat" perf ib_read_lat ib_read_lat -s 8 -n 2000
+  part "perftest ib_atomic_lat" perf ib_atomic_lat ib_atomic_lat -A CMP_AND_SWAP -n 2000
+  part "perftest ib_write_lat across hosts" perf_hosts ib_write_lat -s 8 -n 2000
+fi
+
 # Three hosts (network namespaces with their own links, addresses and rxe
 # devices), the group across them and the faults; then the hosts go away.
 # `faults_on_the_wire` (netem, one-way cuts, a pulled link, a stopped
@@ -92,46 +134,6 @@ if want hosts; then
   else result["3 hosts: faults on the wire (reported)"]="failed, status $r, reported only (${dt} s)"; fi
 fi
 
-echo "== busiest processes before perftest:"; ps -eo pcpu=,pid=,comm= --sort=-pcpu | head -4
-
-# perftest in the same VM, same device, same GID: the reference figures.
-perf() { # name tool args...
-  local name=$1 tool=$2; shift 2
-  local out=/tmp/$tool.out
-  "$tool" -d $dev -x $gidx "$@" > /tmp/$tool.srv 2>&1 & local spid=$!
-  local ok=1
-  for try in 1 2 3 4 5 6 7 8 9 10; do
-    sleep 0.5
-    if timeout 60 "$tool" -d $dev -x $gidx "$@" 127.0.0.1 > "$out" 2>&1; then ok=0; break; fi
-    grep -qiE "couldn.t connect|connection refused|unable to" "$out" || break
-  done
-  wait $spid
-  grep -E '^ *#bytes|^ *[0-9]+ +[0-9]+' "$out" | sed "s/^/$name: /"
-  return $ok
-}
-# The same between two hosts, over the bridge (host 0 serves, host 1 asks).
-perf_hosts() { # tool args...
-  local tool=$1; shift
-  "$HOSTS_SCRIPT" up 2 >/dev/null || return 1
-  local g0 g1; g0=$("$HOSTS_SCRIPT" hosts | awk '$1==0 {print $4}'); g1=$("$HOSTS_SCRIPT" hosts | awk '$1==1 {print $4}')
-  "$HOSTS_SCRIPT" exec 0 "$tool" -d rxeh0 -x "$g0" "$@" > /tmp/$tool.hsrv 2>&1 & local spid=$!
-  local ok=1 out=/tmp/$tool.hosts.out
-  for try in 1 2 3 4 5 6 7 8 9 10; do
-    sleep 0.5
-    if timeout 60 "$HOSTS_SCRIPT" exec 1 "$tool" -d rxeh1 -x "$g1" "$@" 10.77.0.1 > "$out" 2>&1; then ok=0; break; fi
-    grep -qiE "couldn.t connect|connection refused|unable to" "$out" || break
-  done
-  wait $spid
-  grep -E '^ *#bytes|^ *[0-9]+ +[0-9]+' "$out" | sed "s/^/$tool across hosts: /"
-  "$HOSTS_SCRIPT" down >/dev/null 2>&1
-  return $ok
-}
-if want perftest; then
-  part "perftest ib_write_lat" perf ib_write_lat ib_write_lat -s 8 -n 2000
-  part "perftest ib_read_lat" perf ib_read_lat ib_read_lat -s 8 -n 2000
-  part "perftest ib_atomic_lat" perf ib_atomic_lat ib_atomic_lat -A CMP_AND_SWAP -n 2000
-  part "perftest ib_write_lat across hosts" perf_hosts ib_write_lat -s 8 -n 2000
-fi
 
 echo
 echo "== summary"

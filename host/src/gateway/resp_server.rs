@@ -339,12 +339,11 @@ impl<'c> Conn<'c> {
             let n = match self.stream.read(&mut chunk) {
                 Ok(0) => return,
                 Ok(n) => n,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
+                // The read timeout is EAGAIN (WouldBlock) on Linux;
+                // ETIMEDOUT (TimedOut) is the keepalive giving up on a
+                // client that vanished, which must close the connection
+                // (and release its client ids), not wait on.
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if idle_timeout.is_some_and(|t| last_activity.elapsed() >= t) {
                         tracing::debug!(client = self.client_id, "idle RESP connection closed");
                         return;
