@@ -200,7 +200,6 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     }
 
     fn adopt_leader(&mut self, l: MemberId) {
-        self.elections_without_leader = 0;
         self.set_role(Role::Follower, Some(l));
         self.peers[l.index()].hb_counter_seen = self.peers[l.index()].row.heartbeat.counter;
         self.set_timer(Timer::FdCheck, Some(self.now + self.fd_period_ns));
@@ -295,7 +294,6 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.set_role(Role::Candidate, None);
         self.duty = Duty::Campaign { term: self.term };
         let t = self.random_election_timeout();
-        self.elections_without_leader = self.elections_without_leader.saturating_add(1);
         self.set_timer(Timer::Election, Some(self.now + t));
         self.set_timer(Timer::FdCheck, None);
         self.counters.elections_started += 1;

@@ -12,7 +12,6 @@ use crate::sst::{Ballot, Heartbeat};
 impl<M: Memory, S: StateMachine> Node<M, S> {
     pub(super) fn become_leader(&mut self) {
         self.counters.elections_won += 1;
-        self.elections_without_leader = 0;
         // Our head only moves on committed HEAD entries, which we may not
         // have applied yet; but the previous leader only overwrote ring
         // slots of positions we had applied (it checks our apply pointer),

@@ -559,12 +559,6 @@ struct ReadRound {
     outstanding: u32,
 }
 
-/// At most 2^3 = 8 times the configured election timeout (see
-/// `Node::random_election_timeout`): 8 to 16 ms with the defaults. Small,
-/// because a longer wait is added to the failover gap whenever several
-/// elections in a row split.
-pub const ELECTION_BACKOFF_MAX_SHIFT: u32 = 3;
-
 /// One member of the group. `M` is its registered memory, `S` its state
 /// machine. See the crate documentation for the driving contract.
 pub struct Node<M: Memory, S: StateMachine> {
@@ -656,9 +650,6 @@ pub struct Node<M: Memory, S: StateMachine> {
     /// The last false suspicion counted: (leader, term, when we had
     /// suspected it, our clock).
     last_false_suspicion: Option<(MemberId, u64, u64)>,
-    /// Elections we started since we last knew a leader: each doubles
-    /// the election timeout (up to [`ELECTION_BACKOFF_MAX_SHIFT`]).
-    elections_without_leader: u32,
 
     reads: Deque<PendingRead, READ_QUEUE_CAP>,
     next_read_round: u64,
@@ -725,7 +716,6 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             timely_checks: 0,
             suspicion: None,
             last_false_suspicion: None,
-            elections_without_leader: 0,
             quorum: config.quorum(),
             me,
             member_count,
@@ -1304,21 +1294,10 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.timers[t as usize].is_some_and(|at| at <= self.now)
     }
 
-    /// A random election timeout, doubled for every election started
-    /// since a leader was last known. Raft needs the timeout to exceed
-    /// what a vote takes; where a vote takes longer than the configured
-    /// range (a loaded machine, a debug build, a slow link), candidates
-    /// with fixed timeouts start new terms before any vote for the last
-    /// one arrives, for ever (a debug build's SIGSTOP loop found a group
-    /// without a leader for 20 s, the live candidate's term rising by one
-    /// every 1.6 ms). Backing off bounds that.
-    pub(super) fn random_election_timeout(&mut self) -> u64 {
-        let shift = self
-            .elections_without_leader
-            .min(ELECTION_BACKOFF_MAX_SHIFT);
+    fn random_election_timeout(&mut self) -> u64 {
         self.rng.range_inclusive(
-            self.cfg.election_timeout_min_ns << shift,
-            self.cfg.election_timeout_max_ns << shift,
+            self.cfg.election_timeout_min_ns,
+            self.cfg.election_timeout_max_ns,
         )
     }
 
