@@ -162,6 +162,7 @@ impl SlotGeometry {
         HEADER_BYTES + self.count * self.slot_bytes
     }
 
+    #[inline]
     fn at(&self, slot: u64, field: u64) -> u64 {
         HEADER_BYTES + slot * self.slot_bytes + field
     }
@@ -275,16 +276,19 @@ impl SlotSegment {
     }
 
     /// The doorbell futex word the replica may sleep on.
+    #[inline]
     pub fn doorbell(&self) -> &AtomicU32 {
         self.map.word32(H_DOORBELL)
     }
 
     /// Set by the replica while it may sleep on the doorbell.
+    #[inline]
     pub fn parked(&self) -> &AtomicU32 {
         self.map.word32(H_PARKED)
     }
 
     /// Wakes the replica if it sleeps.
+    #[inline]
     pub fn ring(&self) {
         self.doorbell().fetch_add(1, Ordering::SeqCst);
         if self.parked().load(Ordering::SeqCst) != 0 {
@@ -292,11 +296,13 @@ impl SlotSegment {
         }
     }
 
+    #[inline]
     fn pending(&self, k: u64) -> &AtomicU64 {
         assert!(k < CLIENT_SLOTS_MAX / 64);
         self.map.word(H_PENDING + 8 * k)
     }
 
+    #[inline]
     fn slot_word(&self, slot: u64, field: u64) -> &AtomicU64 {
         assert!(slot < self.geometry.count);
         self.map.word(self.geometry.at(slot, field))

@@ -199,6 +199,12 @@ pub struct Driver<M: Memory + Clone, S: StateMachine, R> {
     read_buf: Vec<u8>,
     reply_buf: Vec<u8>,
     counters: DriverCounters,
+    /// Whether the last step did log-engine or client work.
+    log_work: bool,
+    /// When the heartbeat-counter engine must run next (its
+    /// `next_deadline`, refreshed after every call into it): the loop
+    /// skips it until then, a few nanoseconds off every iteration.
+    heartbeat_due_ns: u64,
 }
 
 impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
@@ -224,6 +230,8 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             read_buf: vec![0u8; read_bytes_max],
             reply_buf: vec![0u8; reply_bytes_max],
             counters: DriverCounters::default(),
+            log_work: false,
+            heartbeat_due_ns: 0,
         })
     }
 
@@ -263,27 +271,37 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
         fabric: &mut F,
         host: &mut H,
     ) -> bool {
-        let mut work = self.reap(now_ns, fabric);
+        let (mut work, mut log_work) = self.reap(now_ns, fabric);
         while let Some(peer) = host.take_peer_down() {
             self.engines.log.handle_peer_down(now_ns, peer);
             self.engines.heartbeat.handle_peer_down(now_ns, peer);
-            work = true;
+            self.heartbeat_due_ns = 0;
+            log_work = true;
         }
         while let Some(peer) = host.take_peer_up() {
             Engine::handle_peer_up(&mut *self.engines.log, now_ns, peer);
             self.engines.heartbeat.handle_peer_up(now_ns, peer);
-            work = true;
+            self.heartbeat_due_ns = 0;
+            log_work = true;
         }
         while let Some(request) = host.next_request() {
             self.submit(now_ns, request, host);
-            work = true;
+            log_work = true;
         }
         for pass in 0..2 {
-            if pass == 1 && !self.reap(now_ns, fabric) {
-                break;
+            if pass == 1 {
+                // A second pass only for completions the first one's
+                // posts produced (the shared-memory fabric completes at
+                // once): a write's tail goes out in the same step.
+                let (any, log) = self.reap(now_ns, fabric);
+                if !any {
+                    break;
+                }
+                work = true;
+                log_work |= log;
             }
             self.engines.log.handle_timeout(now_ns);
-            work |= execute(
+            log_work |= execute(
                 now_ns,
                 &mut *self.engines.log,
                 EngineTag::LOG,
@@ -291,25 +309,45 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                 host,
                 &mut self.counters,
             );
-            self.engines.heartbeat.handle_timeout(now_ns);
-            work |= execute(
+            if pass == 0 && now_ns >= self.heartbeat_due_ns {
+                // Its periods are a millisecond: at most once per step,
+                // and only when something is due.
+                self.engines.heartbeat.handle_timeout(now_ns);
+                self.heartbeat_due_ns = self.engines.heartbeat.next_deadline();
+            }
+            if execute(
                 now_ns,
                 &mut self.engines.heartbeat,
                 EngineTag::HEARTBEAT,
                 fabric,
                 host,
                 &mut self.counters,
-            );
+            ) {
+                // A failed post changes its state: ask it again next step.
+                self.heartbeat_due_ns = 0;
+                work = true;
+            }
             while let Some(e) = self.engines.log.poll_event() {
                 self.on_log_event(now_ns, e, host);
-                work = true;
+                log_work = true;
             }
             while let Some(e) = self.engines.heartbeat.poll_event() {
                 host.event(now_ns, &self.engines, DriverEvent::Counter(e));
                 work = true;
             }
         }
-        work
+        self.log_work = log_work;
+        work || log_work
+    }
+
+    /// Whether the last [`Driver::step`] did log-engine or client work
+    /// (requests, log completions, actions or events, a peer down or up).
+    /// The heartbeat-counter engine's periodic reads alone do not count:
+    /// a parked loop that wakes for them should park again at once rather
+    /// than spin as after client work (on a core shared with a busy
+    /// leader, every follower spin is time taken from it).
+    pub fn last_step_log_work(&self) -> bool {
+        self.log_work
     }
 
     /// Answers every waiting client "not the leader" (the process stops;
@@ -323,20 +361,27 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
         }
     }
 
-    /// Reaps every completion and routes it by its engine tag.
-    fn reap<F: Fabric>(&mut self, now_ns: u64, fabric: &mut F) -> bool {
-        let mut any = false;
+    /// Reaps every completion and routes it by its engine tag. Returns
+    /// whether there was any, and whether any was the log engine's.
+    fn reap<F: Fabric>(&mut self, now_ns: u64, fabric: &mut F) -> (bool, bool) {
+        let (mut any, mut log) = (false, false);
         while let Some(mut c) = fabric.poll_completion() {
             any = true;
             let (tag, local) = EngineTag::split(c.wr_id);
             c.wr_id = local;
             match tag {
-                EngineTag::LOG => self.engines.log.handle_completion(now_ns, c),
-                EngineTag::HEARTBEAT => self.engines.heartbeat.handle_completion(now_ns, c),
+                EngineTag::LOG => {
+                    log = true;
+                    self.engines.log.handle_completion(now_ns, c)
+                }
+                EngineTag::HEARTBEAT => {
+                    self.engines.heartbeat.handle_completion(now_ns, c);
+                    self.heartbeat_due_ns = 0;
+                }
                 _ => self.counters.completions_unrouted += 1,
             }
         }
-        any
+        (any, log)
     }
 
     /// Validates one request with the service and submits it (DARE §3.3).

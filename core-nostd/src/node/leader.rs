@@ -809,9 +809,9 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         }
         rr.outstanding -= 1;
         if ok {
-            match Row::read(&self.mem, self.layout.row_landing(p)) {
-                Ok((row, _)) if row.term > self.term => {
-                    self.advance_term(row.term);
+            match Row::read_term(&self.mem, self.layout.row_landing(p)) {
+                Ok(term) if term > self.term => {
+                    self.advance_term(term);
                     return;
                 }
                 Ok(_) => rr.oks |= 1 << p.0,

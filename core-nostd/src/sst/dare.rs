@@ -349,4 +349,13 @@ impl Row {
         let words: [u64; ROW_WORDS] = read_words(mem, at);
         Row::decode(&words)
     }
+
+    /// Reads and validates the row at `at` of local memory and returns
+    /// only its term (a read round needs nothing else, and runs for every
+    /// batch of client reads).
+    pub fn read_term<M: Memory + ?Sized>(mem: &M, at: Addr) -> Result<u64, RowError> {
+        let words: [u64; ROW_WORDS] = read_words(mem, at);
+        DARE_ROW.check(&words)?;
+        Ok(DARE_ROW.get(&words, &col::TERM))
+    }
 }

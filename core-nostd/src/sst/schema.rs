@@ -233,14 +233,25 @@ pub struct Schema {
     segment_count: usize,
     /// Per segment: physical word of its head version.
     segment_first_word: [u16; SEGMENTS_MAX],
-    /// Per segment: its first data word.
-    segment_first_data: [u16; SEGMENTS_MAX],
     /// Per segment: its data words.
     segment_data_words: [u16; SEGMENTS_MAX],
     row_words: usize,
     /// Physical data words no column covers: always zero, so that an
     /// accepted copy is canonical.
     reserved_mask: u64,
+    /// Per data word: its physical word (precomputed: readers and writers
+    /// look columns up on every row they touch, the leader on every read).
+    data_physical: [u8; ROW_WORDS_MAX],
+    /// Per data word: its segment.
+    data_segment: [u8; ROW_WORDS_MAX],
+    /// Per physical word: the largest value it admits (`u64::MAX` for a
+    /// `u64` column, `count - 1` for a code, 0 for a reserved word); member
+    /// words are checked through `member_mask` instead.
+    word_max: [u64; ROW_WORDS_MAX],
+    /// Physical words of [`Kind::Member`] columns.
+    member_mask: u64,
+    /// Data words in all segments.
+    data_words_total: usize,
 }
 
 impl Schema {
@@ -289,6 +300,22 @@ impl Schema {
             }
             s += 1;
         }
+        let mut data_physical = [0u8; ROW_WORDS_MAX];
+        let mut data_segment = [0u8; ROW_WORDS_MAX];
+        let mut s = 0;
+        while s < segment_count {
+            let mut w = 0;
+            while w < data_words[s] as usize {
+                let d = first_data[s] as usize + w;
+                data_physical[d] = (first_word[s] as usize + 1 + w) as u8;
+                data_segment[d] = s as u8;
+                w += 1;
+            }
+            s += 1;
+        }
+        // Reserved words admit only zero until a column claims them.
+        let mut word_max = [0u64; ROW_WORDS_MAX];
+        let mut member_mask = 0u64;
         let mut next_free = 0usize;
         let mut c = 0;
         while c < columns.len() {
@@ -312,7 +339,13 @@ impl Schema {
                     }
                     let mut w = start;
                     while w < end {
-                        reserved_mask &= !(1 << (w + GUARD_WORDS * s + 1));
+                        let physical = w + GUARD_WORDS * s + 1;
+                        reserved_mask &= !(1 << physical);
+                        match col.kind {
+                            Kind::U64 => word_max[physical] = u64::MAX,
+                            Kind::Member => member_mask |= 1 << physical,
+                            Kind::Code { count } => word_max[physical] = count - 1,
+                        }
                         w += 1;
                     }
                 }
@@ -327,10 +360,14 @@ impl Schema {
             columns,
             segment_count,
             segment_first_word: first_word,
-            segment_first_data: first_data,
             segment_data_words: data_words,
             row_words: physical,
             reserved_mask,
+            data_physical,
+            data_segment,
+            word_max,
+            member_mask,
+            data_words_total: data,
         })
     }
 
@@ -371,6 +408,7 @@ impl Schema {
 
     /// Physical words of segment `s`: its head version, data, checksum and
     /// tail version are `first`, `first + 1 ..`, `end - 2` and `end - 1`.
+    #[inline]
     pub const fn segment_words(&self, s: usize) -> (usize, usize) {
         assert!(s < self.segment_count);
         let first = self.segment_first_word[s] as usize;
@@ -381,16 +419,13 @@ impl Schema {
     }
 
     /// The segment holding data word `data_word`.
+    #[inline]
     fn segment_of_data(&self, data_word: usize) -> usize {
-        let mut s = 0;
-        while s + 1 < self.segment_count && data_word >= self.segment_first_data[s + 1] as usize {
-            s += 1;
-        }
         assert!(
-            data_word < (self.segment_first_data[s] + self.segment_data_words[s]) as usize,
+            data_word < self.data_words_total,
             "column outside the schema's data words"
         );
-        s
+        usize::from(self.data_segment[data_word])
     }
 
     /// The segment holding `col`.
@@ -403,7 +438,11 @@ impl Schema {
     pub fn word_of(&self, col: &Column, element: usize) -> usize {
         assert!(element < usize::from(col.words), "element outside column");
         let d = usize::from(col.word) + element;
-        d + GUARD_WORDS * self.segment_of_data(d) + 1
+        assert!(
+            d < self.data_words_total,
+            "column outside the schema's data words"
+        );
+        usize::from(self.data_physical[d])
     }
 
     /// The bytes to WRITE for a push of `segments`: from the first to the
@@ -519,19 +558,17 @@ impl Schema {
         if checksum_words(self.segment_domain(s), &row[first..end - 2]) != row[end - 2] {
             return Err(RowError::Checksum);
         }
-        for (i, &word) in row.iter().enumerate().take(end - 2).skip(first + 1) {
-            if self.reserved_mask & (1 << i) != 0 && word != 0 {
+        // One pass over the data words against the precomputed kinds
+        // (a reserved word admits only zero).
+        for (k, &word) in row[first + 1..end - 2].iter().enumerate() {
+            let i = first + 1 + k;
+            let admitted = if self.member_mask & (1 << i) != 0 {
+                Kind::Member.admits(word)
+            } else {
+                word <= self.word_max[i]
+            };
+            if !admitted {
                 return Err(RowError::Malformed);
-            }
-        }
-        for col in self.columns {
-            if self.segment_of(col) != s {
-                continue;
-            }
-            for e in 0..usize::from(col.words) {
-                if !col.kind.admits(row[self.word_of(col, e)]) {
-                    return Err(RowError::Malformed);
-                }
             }
         }
         Ok(version)

@@ -64,6 +64,13 @@ impl PeerLiveness {
         m.index() < MAX_MEMBERS && self.dead[m.index()].load(Ordering::Acquire)
     }
 
+    /// True when a peer died since [`PeerLiveness::take_newly_dead`] was
+    /// last called (one load: the poll loop asks every step).
+    #[inline]
+    pub fn any_newly_dead(&self) -> bool {
+        self.newly_dead.load(Ordering::Acquire) != 0
+    }
+
     /// Peers that died since the last call.
     pub fn take_newly_dead(&self) -> Vec<MemberId> {
         // Polled on every iteration: read before the read-modify-write.

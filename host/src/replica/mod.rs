@@ -191,6 +191,9 @@ struct Replica<F: HostFabric> {
     status: Arc<StatusSlot>,
     numa_node: Option<usize>,
     last_granted: Option<MemberId>,
+    /// Iterations of the poll loop (status counter `loop_iterations`: its
+    /// rate against the request rate shows the loop's own cost).
+    loop_iterations: u64,
 }
 
 /// The replica process as the driver sees it ([`Host`]): the client
@@ -203,6 +206,8 @@ struct Gateway {
     liveness: Arc<PeerLiveness>,
     /// Slot requests taken this step, answered in order.
     slot_buf: VecDeque<SlotRequest>,
+    /// Reused buffer `take_pending` fills (no allocation per step).
+    slot_taken: Vec<SlotRequest>,
     slots_taken: bool,
     queue_taken: usize,
     /// Peers reported dead, not yet handed to the driver.
@@ -386,6 +391,10 @@ impl Host<ShmMemory, Kv> for Gateway {
 
     fn take_peer_down(&mut self) -> Option<MemberId> {
         if self.dead_buf.is_empty() {
+            // Polled every step: one load when nobody died.
+            if !self.liveness.any_newly_dead() {
+                return None;
+            }
             self.dead_buf = self.liveness.take_newly_dead();
             self.dead_buf.reverse();
         }
@@ -405,9 +414,10 @@ impl Host<ShmMemory, Kv> for Gateway {
     fn next_request(&mut self) -> Option<Incoming<HostRoute>> {
         if !self.slots_taken {
             self.slots_taken = true;
-            let mut taken = Vec::new();
-            self.slots.take_pending(&mut taken);
-            self.slot_buf.extend(taken);
+            self.slots.take_pending(&mut self.slot_taken);
+            if !self.slot_taken.is_empty() {
+                self.slot_buf.extend(self.slot_taken.drain(..));
+            }
         }
         if let Some(r) = self.slot_buf.pop_front() {
             return Some(Incoming {
@@ -589,6 +599,7 @@ impl<F: HostFabric> Replica<F> {
             counters.insert((*k).to_string(), *v);
         }
         let dc = self.driver.counters();
+        counters.insert("loop_iterations".into(), self.loop_iterations);
         counters.insert("access_changes".into(), dc.access_changes);
         counters.insert("fabric_actions_failed".into(), dc.actions_failed);
         counters.insert("completions_unrouted".into(), dc.completions_unrouted);
@@ -951,6 +962,7 @@ fn drive<F: HostFabric>(
             queue,
             liveness,
             slot_buf: VecDeque::new(),
+            slot_taken: Vec::new(),
             slots_taken: false,
             queue_taken: 0,
             dead_buf: Vec::new(),
@@ -975,6 +987,7 @@ fn drive<F: HostFabric>(
         status,
         numa_node: placement.numa_node,
         last_granted: None,
+        loop_iterations: 0,
         opts,
     };
     tracing::info!(member = id.0, cluster = %m.cluster.name, poll = %m.cluster.poll, "replica running");
@@ -990,6 +1003,7 @@ fn drive<F: HostFabric>(
     while !shutdown.load(Ordering::Acquire) {
         let now_i = Instant::now();
         let work = r.iterate(now_i);
+        r.loop_iterations += 1;
         if now_i >= next_status {
             r.gw.latency.roll(now_i);
             let snap = r.snapshot();
@@ -1002,7 +1016,11 @@ fn drive<F: HostFabric>(
         }
         let now = now_i.saturating_duration_since(r.clock).as_nanos() as u64;
         if work {
-            last_work = now;
+            // Spin on after log or client work only: a follower woken by
+            // its heartbeat-counter period parks again at once.
+            if r.driver.last_step_log_work() {
+                last_work = now;
+            }
             continue;
         }
         let may_park = match m.cluster.poll {
