@@ -652,3 +652,50 @@ fn accepted_copies_are_canonical() {
         assert!(!t.accept(MemberId(1), &words).changed());
     }
 }
+
+/// The precomputed kinds: every data word of every segment is checked
+/// against its column's kind, and a word no column claims admits only
+/// zero, in whichever segment it lies.
+#[test]
+fn kinds_and_reserved_words_are_checked_in_every_segment() {
+    const A: Column = Column::u64("a", 0);
+    const C: Column = Column::code("c", 2, 3);
+    const M: Column = Column::member("m", 3);
+    static S: Schema = Schema::new("kinds", 0x5EED, &[3, 2], &[A, C, M]);
+    // Segment 0 holds data words 0..3 (1 reserved), segment 1 words 3..5
+    // (4 reserved).
+    let sealed = |edit: &dyn Fn(&mut RowWords)| {
+        let mut w = [0u64; ROW_WORDS_MAX];
+        w[S.word_of(&A, 0)] = u64::MAX;
+        w[S.word_of(&C, 0)] = 2;
+        w[S.word_of(&M, 0)] = NO_MEMBER;
+        edit(&mut w);
+        S.seal(&mut w, S.all_segments(), 9);
+        w
+    };
+    assert_eq!(S.check(&sealed(&|_| {})), Ok(9));
+    assert_eq!(S.word_of(&M, 0), 3 + GUARD_WORDS + 1);
+    // The largest code is admitted; the next one is not.
+    let w = sealed(&|w| w[S.word_of(&C, 0)] = 3);
+    assert_eq!(S.check_segment(&w, 0), Err(RowError::Malformed));
+    assert_eq!(S.check_segment(&w, 1), Ok(9));
+    // A member id: in range yes, out of range no.
+    let w = sealed(&|w| w[S.word_of(&M, 0)] = MAX_MEMBERS as u64 - 1);
+    assert_eq!(S.check(&w), Ok(9));
+    let w = sealed(&|w| w[S.word_of(&M, 0)] = MAX_MEMBERS as u64);
+    assert_eq!(S.check_segment(&w, 1), Err(RowError::Malformed));
+    assert_eq!(S.check_segment(&w, 0), Ok(9));
+    // Reserved words must stay zero (the seal asserts it, so the
+    // violation is written after sealing, with the checksum redone).
+    for (s, reserved) in [(0usize, 2usize), (1, 3 + GUARD_WORDS + 2)] {
+        let mut w = sealed(&|_| {});
+        w[reserved] = 1;
+        let (first, end) = S.segment_words(s);
+        w[end - 2] = checksum_words(0x5EED ^ ((s as u64) << 56), &w[first..end - 2]);
+        assert_eq!(
+            S.check_segment(&w, s),
+            Err(RowError::Malformed),
+            "segment {s}"
+        );
+    }
+}
