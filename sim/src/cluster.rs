@@ -2102,15 +2102,16 @@ impl Cluster {
             .iter()
             .filter(|n| n.state == NodeState::Running)
             .count();
-        // Members pruned past come back through state transfer; until they
-        // did, with fewer than a majority of the others running, the group
-        // cannot be expected to make progress.
+        // Members pruned past come back through state transfer, from a
+        // follower or, when none can give, from the leader: with a
+        // majority running and at least one of them whole (to lead and
+        // give), the group must make progress.
         let recoverable = (0..self.nodes.len())
             .filter(|i| {
                 self.nodes[*i].state == NodeState::Running && !self.needing_recovery.contains(i)
             })
             .count();
-        let liveness_expected = recoverable > usize::from(self.opts.members) / 2;
+        let liveness_expected = live > usize::from(self.opts.members) / 2 && recoverable >= 1;
         if !liveness_expected && self.first_ack_after_heal.is_none() {
             let (needing, n) = (self.needing_recovery.len(), self.nodes.len());
             self.log(|| {

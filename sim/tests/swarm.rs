@@ -431,3 +431,49 @@ fn interleaving_lands_writes_in_the_middle_of_reads() {
         "{landed} pieces landed mid-read, {refused} rows refused"
     );
 }
+
+/// Issue 13 (DARE §3.4 recovery), when only the leader can give: of three
+/// members one is cut off until the leader pruned its log past it, and
+/// when it comes back another one crashes for good. The only member that
+/// can give the one behind a snapshot is the leader; asking followers
+/// only, the two survivors never commit again (a liveness violation).
+/// With the leader as the donor of last resort, it recovers and the group
+/// serves.
+#[test]
+fn a_member_recovers_from_the_leader_when_no_follower_can() {
+    let mut recovered = 0;
+    for seed in 0..6u64 {
+        let mut o = ClusterOptions::new(500 + seed, 3);
+        o.config.prune_grace_ns = 2_000_000;
+        o.config.log_ring_bytes = 16 * 1024;
+        o.safety_ns = 16_000_000;
+        let behind = (seed % 3) as u8;
+        let crashed = ((seed + 1 + seed / 3) % 3) as u8;
+        o.faults.push(Fault::Partition {
+            side: vec![behind],
+            from_ns: 2_000_000,
+            to_ns: 9_000_000,
+            symmetric: true,
+        });
+        o.faults.push(Fault::Crash {
+            node: crashed,
+            at_ns: 9_500_000,
+        });
+        o.trace = std::env::var("SWARM_TRACE").is_ok();
+        let r = run(o);
+        for line in &r.trace {
+            println!("{line}");
+        }
+        assert!(
+            r.violations.is_empty(),
+            "seed {}: {:?}",
+            500 + seed,
+            r.violations
+        );
+        recovered += r.recoveries;
+    }
+    assert!(
+        recovered > 0,
+        "no run needed a snapshot: the scenario is void"
+    );
+}

@@ -6,8 +6,13 @@
 //!
 //! 1. The leader marks the member in its row's recover mask when log
 //!    adjustment finds its committed prefix gone (`needs_recovery`).
-//! 2. The member (the *joiner*) picks a donor, never the leader, and asks
-//!    in its own row: `snapshot_request = (donor, generation)`.
+//! 2. The member (the *joiner*) picks a donor, a follower if one can give
+//!    it a snapshot, and asks in its own row: `snapshot_request = (donor,
+//!    generation)`. The leader is asked only when no follower can (all
+//!    others down, behind us or recovering themselves, or the one asked
+//!    last went silent): DARE keeps the leader off the recovery path, but a
+//!    3-member group with one member down and one a ring behind would
+//!    otherwise never commit again.
 //! 3. The donor, at the end of a step (after applying), writes into its
 //!    `Snapshot` region a header marked *writing*, its session table as it
 //!    lies in its `Sessions` region, and asks its host for the state
@@ -85,6 +90,10 @@ pub(super) struct Recovery {
     /// After a recovery, the leader's mark may still be set until it sees
     /// our new row: no new recovery before it cleared it (or this time).
     no_restart_before_ns: u64,
+    /// The donor of the last attempt, if it was abandoned (silent, or its
+    /// snapshot changed or was corrupt): the next attempt asks the leader
+    /// rather than it, when the leader can give.
+    failed_donor: Option<MemberId>,
     /// Donor: the generation last answered per member.
     served: [u64; MAX_MEMBERS],
     /// Donor: the snapshot being written (what `write_snapshot` writes).
@@ -128,6 +137,7 @@ impl Recovery {
         completed: 0,
         abandoned: 0,
         no_restart_before_ns: 0,
+        failed_donor: None,
         served: [0; MAX_MEMBERS],
         job: None,
     };
@@ -255,33 +265,36 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         }
     }
 
-    /// Picks a donor and asks it in our row: never the leader, nobody
-    /// known down or itself marked for recovery, and only one that has
-    /// applied more than we have (a snapshot must never take us back: our
-    /// applied entries may be part of a committed majority). Among those,
-    /// the one furthest ahead; after an abandoned attempt, preferably
-    /// another one.
+    /// Picks a donor and asks it in our row: nobody known down or itself
+    /// marked for recovery, and only one that has applied more than we
+    /// have (a snapshot must never take us back: our applied entries may be
+    /// part of a committed majority). Among the followers that qualify, the
+    /// one furthest ahead; after an abandoned attempt, preferably another
+    /// one. The leader only when no follower qualifies, or when the one
+    /// that does is the one that just failed us.
     fn start_recovery(&mut self, leader: MemberId) {
         let marked = self.peers[leader.index()].row.recover_mask;
         let never_back = self.never_back();
         let previous = (self.recovery.generation != 0).then_some(self.recovery.donor);
-        let mut best: Option<(MemberId, u64)> = None;
-        for d in self.others() {
-            let peer = &self.peers[d.index()];
-            if d == leader
-                || peer.down
+        let can_give = |me: &Self, d: MemberId| {
+            let peer = &me.peers[d.index()];
+            !(peer.down
                 || marked & (1u64 << d.0) != 0
                 || (never_back
-                    && (peer.row.apply_index < self.apply_index
-                        || (peer.row.apply_index == self.apply_index && !self.recovery.state_lost)))
-                || peer.row.snapshot_request.from.is_some()
-            {
+                    && (peer.row.apply_index < me.apply_index
+                        || (peer.row.apply_index == me.apply_index && !me.recovery.state_lost)))
+                || peer.row.snapshot_request.from.is_some())
+        };
+        let mut best: Option<(MemberId, u64)> = None;
+        for d in self.others() {
+            if d == leader || !can_give(self, d) {
                 continue;
             }
             // The one asked last time loses ties (and only ties). (The
             // mutation takes the first candidate in id order instead.)
             let score = if never_back {
-                peer.row.apply_index.saturating_mul(2) + u64::from(Some(d) != previous)
+                self.peers[d.index()].row.apply_index.saturating_mul(2)
+                    + u64::from(Some(d) != previous)
             } else {
                 u64::from(u8::MAX - d.0)
             };
@@ -289,8 +302,12 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 best = Some((d, score));
             }
         }
-        let Some((donor, _)) = best else {
-            return; // nobody suitable: wait for one
+        let leader_can = can_give(self, leader);
+        let donor = match best {
+            Some((d, _)) if !(leader_can && self.recovery.failed_donor == Some(d)) => d,
+            _ if leader_can => leader,
+            Some((d, _)) => d,
+            None => return, // nobody suitable: wait for one
         };
         // Our log will be rewritten: nobody may write it meanwhile.
         if self.granted_to.is_some() {
@@ -317,6 +334,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
 
     fn abandon_recovery(&mut self) {
         self.recovery.abandoned += 1;
+        self.recovery.failed_donor = Some(self.recovery.donor);
         self.recovery.phase = RecoveryPhase::Idle;
         self.row.snapshot_request.from = None;
         self.row_dirty = true;
@@ -534,6 +552,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.row_dirty = true;
         self.recovery.phase = RecoveryPhase::Regrant;
         self.recovery.completed += 1;
+        self.recovery.failed_donor = None;
         self.push_event(Event::Recovered {
             apply_index: h.apply_index,
             bytes: payload,
@@ -562,10 +581,11 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
 
     // ----- donor -------------------------------------------------------
 
-    /// Any member that is not the leader, at the end of a step (after it
-    /// applied): answers a new snapshot request addressed to it.
+    /// Any member, at the end of a step (after it applied): answers a new
+    /// snapshot request addressed to it (a joiner asks the leader only
+    /// when no follower can give).
     pub(super) fn donor_tick(&mut self) {
-        if !self.snapshot_enabled() || self.role == Role::Leader {
+        if !self.snapshot_enabled() {
             return;
         }
         if self.recovery.phase != RecoveryPhase::Idle || self.recovery.state_lost {

@@ -1174,18 +1174,30 @@ fn a_corrupt_committed_entry_is_never_applied() {
 /// any follower: it ends with the same state and applies new writes.
 #[test]
 fn a_member_pruned_past_recovers_from_a_follower_snapshot() {
-    recover_member_two(false);
+    recover_member_two(false, false);
+}
+
+/// §3.4 "Recovery" when no follower can give a snapshot: of 3 members one
+/// is down and the other is the one pruned past. Asking only followers,
+/// the group could never commit again (the leader alone is no majority);
+/// the joiner asks the leader, restores its snapshot and the two commit.
+#[test]
+fn a_member_pruned_past_recovers_from_the_leader_when_no_follower_can() {
+    recover_member_two(false, true);
 }
 
 /// §3.4 "Recovery", hostile memory: a snapshot whose bytes changed after
-/// the donor checksummed them is never restored; the member asks again and
-/// restores a good one.
+/// the donor checksummed them is never restored; the member asks again,
+/// someone other than the donor that failed it (the leader, the only other
+/// member), and restores a good one.
 #[test]
 fn a_corrupt_snapshot_is_never_restored() {
-    recover_member_two(true);
+    recover_member_two(true, false);
 }
 
-fn recover_member_two(corrupt_first: bool) {
+/// Member 2 is pruned past and recovers; with `follower_down`, member 1
+/// (the only follower that could give) is down by then.
+fn recover_member_two(corrupt_first: bool, follower_down: bool) {
     let mut h = Harness::with(3, |c| {
         c.snapshot_bytes_max = 64 * 1024;
         c.snapshot_read_bytes = 512;
@@ -1214,16 +1226,38 @@ fn recover_member_two(corrupt_first: bool) {
     assert!(head > 0, "the log was pruned past the silent member");
     // It comes back: the leader finds its log beyond repair and marks it.
     h.down[2] = false;
+    let donor = if follower_down {
+        h.down[1] = true;
+        for i in [0, 2] {
+            h.nodes[i].handle_peer_down(h.now, MemberId(1));
+        }
+        0
+    } else {
+        1
+    };
     let mut served = 0;
     let mut recovered = None;
     for _ in 0..4000 {
         h.now += 50_000;
         for i in 0..3 {
+            if h.down[i] {
+                continue;
+            }
             h.tick(i);
             for e in h.events(i) {
                 match e {
                     Event::SnapshotWanted { .. } => {
-                        assert_eq!(i, 1, "only the follower is asked, never the leader");
+                        // After the corrupt copy, the joiner asks someone
+                        // else: here only the leader is left.
+                        let expected = if corrupt_first && served >= 1 {
+                            0
+                        } else {
+                            donor
+                        };
+                        assert_eq!(
+                            i, expected,
+                            "a follower gives when one can, else the leader"
+                        );
                         assert!(h.nodes[i].write_snapshot().is_some());
                         served += 1;
                         if corrupt_first && served == 1 {
