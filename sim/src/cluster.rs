@@ -2015,6 +2015,7 @@ impl Cluster {
             for i in 0..self.nodes.len() {
                 let st = self.nodes[i].driver.log().status();
                 let state = self.nodes[i].state;
+                let recovery = self.nodes[i].driver.log().recovery_status();
                 let peers: Vec<String> = st.peers[..self.nodes.len()]
                     .iter()
                     .filter(|p| p.id.index() != i)
@@ -2032,7 +2033,7 @@ impl Cluster {
                     .collect();
                 self.log(|| {
                     format!(
-                        "end node {i} {state:?} {:?} term {} leader {:?} granted {:?} head {} apply {}@{} commit {}@{} tail {}@{}\n      peers {}\n      {:?}",
+                        "end node {i} {state:?} {:?} term {} leader {:?} granted {:?} head {} apply {}@{} commit {}@{} tail {}@{}\n      peers {}\n      recovery {:?}\n      {:?}",
                         st.role,
                         st.term,
                         st.leader,
@@ -2045,6 +2046,7 @@ impl Cluster {
                         st.tail_index,
                         st.tail_pos,
                         peers.join("; "),
+                        recovery,
                         st.counters
                     )
                 });

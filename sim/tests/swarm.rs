@@ -85,6 +85,21 @@ fn swarm_seeds_keep_every_invariant() {
     );
 }
 
+/// Seeds of the 10,000-seed release runs that once failed, kept in the
+/// default run: 5108 (a joiner that could not tell two crashed donors from
+/// slow ones asked them in turn for ever while a third could give; the
+/// liveness checker had excused it until the leader became a donor of last
+/// resort), and the seeds that caught election timeouts doubling per
+/// failed election (taken out again).
+#[test]
+fn seeds_that_once_failed_stay_fixed() {
+    let mut failures = Vec::new();
+    for seed in [5108, 2668, 4386, 7421, 8398, 9523, 9614, 9997] {
+        failures.extend(run_seeds(seed..seed + 1, Mutation::None));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 #[test]
 fn one_seed_reproduces_exactly() {
     let a = run_seed(12345, Mutation::None, false);
@@ -388,22 +403,65 @@ fn model_mode_tracks_dares_analytical_bounds() {
     }
 }
 
+/// A member cut off until the log was pruned past it comes back just as
+/// another one restarts with empty memory: a donor behind it is at hand.
+fn donor_behind_scenario(seed: u64, mutation: Mutation) -> ClusterOptions {
+    let mut o = ClusterOptions::new(700 + seed, 3).with_mutation(mutation);
+    o.config.prune_grace_ns = 2_000_000;
+    o.config.log_ring_bytes = 16 * 1024;
+    o.safety_ns = 14_000_000;
+    let behind = (seed % 3) as u8;
+    let empty = ((seed + 1 + seed / 3) % 3) as u8;
+    o.faults.push(Fault::Partition {
+        side: vec![behind],
+        from_ns: 2_000_000,
+        to_ns: 8_000_000,
+        symmetric: true,
+    });
+    o.faults.push(Fault::Restart {
+        node: empty,
+        at_ns: 7_600_000 + 50_000 * (seed % 4),
+        down_ns: 300_000,
+        after_vote: false,
+    });
+    o
+}
+
 /// Issue 13 (DARE §3.4 recovery): a member that restores a snapshot from a
 /// donor behind it (instead of only from one ahead of what it applied)
 /// loses applied entries that may belong to a committed majority, or keeps
 /// restoring useless snapshots instead of rejoining.
 #[test]
 fn recovering_from_a_donor_behind_is_caught() {
-    caught(
-        Mutation::RecoverFromAnyDonor,
-        70..140,
-        &[
-            "committed entries never vanish",
-            "state machine safety",
-            "linearizability",
-            "liveness",
-        ],
-    );
+    let hits = (0..12)
+        .filter(|&seed| {
+            run(donor_behind_scenario(seed, Mutation::RecoverFromAnyDonor))
+                .violations
+                .iter()
+                .any(|v| {
+                    [
+                        "committed entries never vanish",
+                        "state machine safety",
+                        "linearizability",
+                        "liveness",
+                    ]
+                    .contains(&v.invariant)
+                })
+        })
+        .count();
+    assert!(hits > 0, "restoring a snapshot from behind went unnoticed");
+}
+
+/// The same scenario without the mutation keeps every invariant.
+#[test]
+fn the_donor_behind_scenario_is_fine_without_the_mutation() {
+    let mut recovered = 0;
+    for seed in 0..12 {
+        let r = run(donor_behind_scenario(seed, Mutation::None));
+        assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+        recovered += r.recoveries;
+    }
+    assert!(recovered > 0, "nobody recovered: the scenario is void");
 }
 
 /// Issue 12 (make the hard cases reachable): with interleaving, pieces of

@@ -90,10 +90,12 @@ pub(super) struct Recovery {
     /// After a recovery, the leader's mark may still be set until it sees
     /// our new row: no new recovery before it cleared it (or this time).
     no_restart_before_ns: u64,
-    /// The donor of the last attempt, if it was abandoned (silent, or its
-    /// snapshot changed or was corrupt): the next attempt asks the leader
-    /// rather than it, when the leader can give.
-    failed_donor: Option<MemberId>,
+    /// Donors of attempts abandoned since the last recovery (silent, or
+    /// their snapshot changed or was corrupt), a bit per member: the next
+    /// attempt asks someone else while anyone else can give. (Without it a
+    /// joiner that cannot tell two crashed donors from slow ones asked
+    /// them in turn for ever: found by the swarm, seed 5108.)
+    failed_donors: u64,
     /// Donor: the generation last answered per member.
     served: [u64; MAX_MEMBERS],
     /// Donor: the snapshot being written (what `write_snapshot` writes).
@@ -137,7 +139,7 @@ impl Recovery {
         completed: 0,
         abandoned: 0,
         no_restart_before_ns: 0,
-        failed_donor: None,
+        failed_donors: 0,
         served: [0; MAX_MEMBERS],
         job: None,
     };
@@ -233,8 +235,10 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             (Role::Follower, Some(l)) if l != self.me => l,
             _ => {
                 if self.recovery.phase != RecoveryPhase::Idle {
-                    // Recovery is done for a leader; without one, wait.
+                    // Recovery is done for a leader; without one, wait
+                    // (the donor did not fail us).
                     self.abandon_recovery();
+                    self.recovery.failed_donors &= !(1u64 << self.recovery.donor.0);
                 }
                 return;
             }
@@ -265,13 +269,14 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         }
     }
 
-    /// Picks a donor and asks it in our row: nobody known down or itself
-    /// marked for recovery, and only one that has applied more than we
-    /// have (a snapshot must never take us back: our applied entries may be
-    /// part of a committed majority). Among the followers that qualify, the
-    /// one furthest ahead; after an abandoned attempt, preferably another
-    /// one. The leader only when no follower qualifies, or when the one
-    /// that does is the one that just failed us.
+    /// Picks a donor and asks it in our row: nobody known down, cut off
+    /// (its control channel broken) or itself marked for recovery, and only
+    /// one that has applied more than we have (a snapshot must never take
+    /// us back: our applied entries may be part of a committed majority).
+    /// Among the followers that qualify and have not failed us since our
+    /// last recovery, the one furthest ahead; the leader only when no
+    /// follower qualifies. When everyone who qualifies has failed us, they
+    /// are forgotten and asked again from the next call.
     fn start_recovery(&mut self, leader: MemberId) {
         let marked = self.peers[leader.index()].row.recover_mask;
         let never_back = self.never_back();
@@ -279,6 +284,8 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         let can_give = |me: &Self, d: MemberId| {
             let peer = &me.peers[d.index()];
             !(peer.down
+                || !me.channel_ok(d, Channel::Control)
+                || me.recovery.failed_donors & (1u64 << d.0) != 0
                 || marked & (1u64 << d.0) != 0
                 || (never_back
                     && (peer.row.apply_index < me.apply_index
@@ -302,12 +309,15 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 best = Some((d, score));
             }
         }
-        let leader_can = can_give(self, leader);
         let donor = match best {
-            Some((d, _)) if !(leader_can && self.recovery.failed_donor == Some(d)) => d,
-            _ if leader_can => leader,
             Some((d, _)) => d,
-            None => return, // nobody suitable: wait for one
+            None if can_give(self, leader) => leader,
+            None => {
+                // Nobody suitable: wait for one, and give those that
+                // failed us another chance.
+                self.recovery.failed_donors = 0;
+                return;
+            }
         };
         // Our log will be rewritten: nobody may write it meanwhile.
         if self.granted_to.is_some() {
@@ -334,7 +344,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
 
     fn abandon_recovery(&mut self) {
         self.recovery.abandoned += 1;
-        self.recovery.failed_donor = Some(self.recovery.donor);
+        self.recovery.failed_donors |= 1u64 << self.recovery.donor.0;
         self.recovery.phase = RecoveryPhase::Idle;
         self.row.snapshot_request.from = None;
         self.row_dirty = true;
@@ -552,7 +562,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.row_dirty = true;
         self.recovery.phase = RecoveryPhase::Regrant;
         self.recovery.completed += 1;
-        self.recovery.failed_donor = None;
+        self.recovery.failed_donors = 0;
         self.push_event(Event::Recovered {
             apply_index: h.apply_index,
             bytes: payload,
