@@ -403,28 +403,39 @@ fn model_mode_tracks_dares_analytical_bounds() {
     }
 }
 
+/// Three members: one (`seed % 3`) cut off from 2 ms to `heal_ns`, long
+/// enough for the log to be pruned past it, and a fault on another one
+/// (`other`, given that member) around its return.
+fn one_pruned_past(
+    seed: u64,
+    mutation: Mutation,
+    heal_ns: u64,
+    other: impl Fn(u8) -> Fault,
+) -> ClusterOptions {
+    let mut o = ClusterOptions::new(seed, 3).with_mutation(mutation);
+    o.config.prune_grace_ns = 2_000_000;
+    o.config.log_ring_bytes = 16 * 1024;
+    o.safety_ns = 16_000_000;
+    o.faults.push(Fault::Partition {
+        side: vec![(seed % 3) as u8],
+        from_ns: 2_000_000,
+        to_ns: heal_ns,
+        symmetric: true,
+    });
+    o.faults.push(other(((seed + 1 + seed / 3) % 3) as u8));
+    o.trace = std::env::var("SWARM_TRACE").is_ok();
+    o
+}
+
 /// A member cut off until the log was pruned past it comes back just as
 /// another one restarts with empty memory: a donor behind it is at hand.
 fn donor_behind_scenario(seed: u64, mutation: Mutation) -> ClusterOptions {
-    let mut o = ClusterOptions::new(700 + seed, 3).with_mutation(mutation);
-    o.config.prune_grace_ns = 2_000_000;
-    o.config.log_ring_bytes = 16 * 1024;
-    o.safety_ns = 14_000_000;
-    let behind = (seed % 3) as u8;
-    let empty = ((seed + 1 + seed / 3) % 3) as u8;
-    o.faults.push(Fault::Partition {
-        side: vec![behind],
-        from_ns: 2_000_000,
-        to_ns: 8_000_000,
-        symmetric: true,
-    });
-    o.faults.push(Fault::Restart {
-        node: empty,
+    one_pruned_past(700 + seed, mutation, 8_000_000, |node| Fault::Restart {
+        node,
         at_ns: 7_600_000 + 50_000 * (seed % 4),
         down_ns: 300_000,
         after_vote: false,
-    });
-    o
+    })
 }
 
 /// Issue 13 (DARE §3.4 recovery): a member that restores a snapshot from a
@@ -433,7 +444,7 @@ fn donor_behind_scenario(seed: u64, mutation: Mutation) -> ClusterOptions {
 /// restoring useless snapshots instead of rejoining.
 #[test]
 fn recovering_from_a_donor_behind_is_caught() {
-    let hits = (0..12)
+    let hits = (0..24)
         .filter(|&seed| {
             run(donor_behind_scenario(seed, Mutation::RecoverFromAnyDonor))
                 .violations
@@ -456,7 +467,7 @@ fn recovering_from_a_donor_behind_is_caught() {
 #[test]
 fn the_donor_behind_scenario_is_fine_without_the_mutation() {
     let mut recovered = 0;
-    for seed in 0..12 {
+    for seed in 0..24 {
         let r = run(donor_behind_scenario(seed, Mutation::None));
         assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
         recovered += r.recoveries;
@@ -501,23 +512,10 @@ fn interleaving_lands_writes_in_the_middle_of_reads() {
 fn a_member_recovers_from_the_leader_when_no_follower_can() {
     let mut recovered = 0;
     for seed in 0..6u64 {
-        let mut o = ClusterOptions::new(500 + seed, 3);
-        o.config.prune_grace_ns = 2_000_000;
-        o.config.log_ring_bytes = 16 * 1024;
-        o.safety_ns = 16_000_000;
-        let behind = (seed % 3) as u8;
-        let crashed = ((seed + 1 + seed / 3) % 3) as u8;
-        o.faults.push(Fault::Partition {
-            side: vec![behind],
-            from_ns: 2_000_000,
-            to_ns: 9_000_000,
-            symmetric: true,
-        });
-        o.faults.push(Fault::Crash {
-            node: crashed,
+        let o = one_pruned_past(500 + seed, Mutation::None, 9_000_000, |node| Fault::Crash {
+            node,
             at_ns: 9_500_000,
         });
-        o.trace = std::env::var("SWARM_TRACE").is_ok();
         let r = run(o);
         for line in &r.trace {
             println!("{line}");
