@@ -311,6 +311,30 @@ fn loop_budget(name: &str, rounds: u32) -> (u32, Duration) {
 
 /// Judges a history for the long loops: a violation fails the test, an
 /// undecided verdict (checker budget) is reported apart, never as a pass.
+/// Waits until `victim` (restarted with empty memory) applies what
+/// `leader` had committed when this was called: it rejoined, by recovery.
+/// Under load the tail keeps moving, so the target is fixed at the start.
+fn wait_rejoined(cluster: &LocalCluster, victim: u8, leader: u8, what: &str) {
+    let target = cluster.status()[usize::from(leader)]
+        .as_ref()
+        .map_or(0, |s| s.log.commit_index);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = cluster.status();
+        if st[usize::from(victim)]
+            .as_ref()
+            .is_some_and(|v| v.log.apply_index >= target)
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: member {victim} did not rejoin: {st:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn judge(history: &[Operation]) -> &'static str {
     match check_history(history) {
         Verdict::Unknown { .. } => "undecided",
@@ -377,6 +401,10 @@ fn leader_stop_loop_loses_nothing_and_stays_linearizable() {
             );
             fenced += 1;
             cluster.restart(id).unwrap();
+            // It must rejoin before the next leader stops: with one
+            // member restarting (it votes only once its log is back) and
+            // one stopped, a group of three has no majority.
+            wait_rejoined(&cluster, id, next, &format!("round {done}"));
         }
         (leader, term) = (next, next_term);
         done += 1;
@@ -500,26 +528,7 @@ fn leader_kills_with_restarts_lose_nothing() {
         (leader, term) = cluster
             .wait_leader(term, Duration::from_secs(20))
             .unwrap_or_else(|e| panic!("kill {done}: no new leader: {e}"));
-        // Rejoined: the restarted member applies what the new leader had
-        // committed when it took over (under load the tail keeps moving).
-        let target = cluster.status()[usize::from(leader)]
-            .as_ref()
-            .map_or(0, |s| s.log.commit_index);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let st = cluster.status();
-            let caught_up = st[usize::from(victim)]
-                .as_ref()
-                .is_some_and(|v| v.log.apply_index >= target);
-            if caught_up {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "kill {done}: member {victim} did not rejoin: {st:?}"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        wait_rejoined(&cluster, victim, leader, &format!("kill {done}"));
         rejoin_ms.push(restarted.elapsed().as_secs_f64() * 1e3);
         done += 1;
     }
