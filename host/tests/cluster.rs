@@ -309,8 +309,6 @@ fn loop_budget(name: &str, rounds: u32) -> (u32, Duration) {
     (rounds, Duration::from_secs(seconds))
 }
 
-/// Judges a history for the long loops: a violation fails the test, an
-/// undecided verdict (checker budget) is reported apart, never as a pass.
 /// Waits until `victim` (restarted with empty memory) applies what
 /// `leader` had committed when this was called: it rejoined, by recovery.
 /// Under load the tail keeps moving, so the target is fixed at the start.
@@ -335,6 +333,8 @@ fn wait_rejoined(cluster: &LocalCluster, victim: u8, leader: u8, what: &str) {
     }
 }
 
+/// Judges a history for the long loops: a violation fails the test, an
+/// undecided verdict (checker budget) is reported apart, never as a pass.
 fn judge(history: &[Operation]) -> &'static str {
     match check_history(history) {
         Verdict::Unknown { .. } => "undecided",
