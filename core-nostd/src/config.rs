@@ -165,7 +165,7 @@ impl Config {
             snapshot_read_bytes: 64 * 1024,
             snapshot_wait_ns: 20_000_000,
             seed: 0x5EED,
-            counter_increment_period_ns: 1_000_000,
+            counter_increment_period_ns: 5_000_000,
             counter_read_gap_ns: 20_000_000,
             #[cfg(feature = "mutation-testing")]
             mutation: Mutation::None,
