@@ -308,7 +308,13 @@ impl Client {
             match attempt {
                 Attempt::Ok(bytes) => {
                     self.stats.operations += 1;
-                    return decode_outcome(op.is_read(), &bytes);
+                    let outcome = decode_outcome(op.is_read(), &bytes);
+                    // The shared-memory reply buffer comes back for the
+                    // next request (no allocation per operation).
+                    if self.buf.capacity() < bytes.capacity() {
+                        self.buf = bytes;
+                    }
+                    return outcome;
                 }
                 Attempt::Error(msg) => return Err(ClientError::Rejected(msg)),
                 Attempt::NotLeader(Some(l)) if l.index() < n && l.index() != self.target => {

@@ -509,12 +509,12 @@ impl Manifest {
         }
     }
 
-    /// Bytes of one shared-memory client slot: a 64-byte header, then a
-    /// request area and a reply area each large enough for the largest
-    /// operation or value.
+    /// Bytes of one shared-memory client slot: a request area and a reply
+    /// area each large enough for the largest operation or value, with
+    /// the slot's words (`verbatim_client::slots`).
     pub fn client_slot_bytes(&self) -> u32 {
-        let area = self.kv_limits().encoded_bytes_max().div_ceil(64) * 64 + 64;
-        crate::slots::SLOT_FIELDS_BYTES as u32 + 2 * area
+        let area = u64::from(self.kv_limits().encoded_bytes_max()).div_ceil(64) * 64 + 64;
+        crate::slots::SlotGeometry::slot_bytes_for_area(area) as u32
     }
 
     /// Where segments live.

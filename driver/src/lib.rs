@@ -142,6 +142,15 @@ pub trait Host<M: Memory, S: StateMachine> {
     /// Delivers an answer.
     fn answer(&mut self, route: Self::Route, answer: Answer<'_>);
 
+    /// A request's payload the driver is done with (a write once the log
+    /// holds its copy, a read once answered), for the gateway to reuse:
+    /// an allocation and a free per request are a visible share of a
+    /// microsecond request (the leader's loop spent 15 % of its time
+    /// freeing read payloads under pipelined GETs). Dropped by default.
+    fn recycle(&mut self, payload: Vec<u8>) {
+        drop(payload);
+    }
+
     /// An engine event (after the driver handled the client side of it).
     fn event(&mut self, now_ns: u64, engines: &Engines<M, S>, event: DriverEvent) {
         let _ = (now_ns, engines, event);
@@ -356,8 +365,9 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
         for (_, route) in std::mem::take(&mut self.pending_writes) {
             host.answer(route, Answer::NotLeader(None));
         }
-        for (_, (route, _)) in std::mem::take(&mut self.pending_reads) {
+        for (_, (route, query)) in std::mem::take(&mut self.pending_reads) {
             host.answer(route, Answer::NotLeader(None));
+            host.recycle(query);
         }
     }
 
@@ -396,6 +406,7 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                 RequestError::WrongKind => Refusal::WrongKind,
             };
             host.answer(r.route, Answer::Refused(why));
+            host.recycle(r.payload);
             return;
         }
         if r.write {
@@ -425,6 +436,8 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                     host.answer(r.route, Answer::Busy)
                 }
             }
+            // The log holds its own copy (or refused it).
+            host.recycle(r.payload);
         } else {
             let token = self.next_token;
             self.next_token += 1;
@@ -433,9 +446,13 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                     self.pending_reads.insert(token, (r.route, r.payload));
                 }
                 Err(SubmitError::NotLeader { leader }) => {
-                    host.answer(r.route, Answer::NotLeader(leader))
+                    host.answer(r.route, Answer::NotLeader(leader));
+                    host.recycle(r.payload);
                 }
-                Err(_) => host.answer(r.route, Answer::Busy),
+                Err(_) => {
+                    host.answer(r.route, Answer::Busy);
+                    host.recycle(r.payload);
+                }
             }
         }
     }
@@ -472,11 +489,13 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                             host.answer(route, Answer::Refused(Refusal::ReadFailed))
                         }
                     }
+                    host.recycle(query);
                 }
             }
             Event::ReadAborted { token } => {
-                if let Some((route, _)) = self.pending_reads.remove(&token) {
+                if let Some((route, query)) = self.pending_reads.remove(&token) {
                     host.answer(route, Answer::NotLeader(None));
+                    host.recycle(query);
                 }
             }
             // Our pending writes may still commit under the next leader;

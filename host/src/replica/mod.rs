@@ -496,6 +496,10 @@ impl Host<ShmMemory, Kv> for Gateway {
         }
     }
 
+    fn recycle(&mut self, payload: Vec<u8>) {
+        self.slots.recycle(payload);
+    }
+
     fn event(&mut self, now_ns: u64, engines: &Engines<ShmMemory, Kv>, event: DriverEvent) {
         match event {
             DriverEvent::Log(e) => self.on_log_event(now_ns, engines, e),
