@@ -166,7 +166,7 @@ impl Config {
             snapshot_wait_ns: 20_000_000,
             seed: 0x5EED,
             counter_increment_period_ns: 5_000_000,
-            counter_read_gap_ns: 20_000_000,
+            counter_read_gap_ns: 40_000_000,
             #[cfg(feature = "mutation-testing")]
             mutation: Mutation::None,
         }
