@@ -309,11 +309,9 @@ impl Client {
                 Attempt::Ok(bytes) => {
                     self.stats.operations += 1;
                     let outcome = decode_outcome(op.is_read(), &bytes);
-                    // The shared-memory reply buffer comes back for the
-                    // next request (no allocation per operation).
-                    if self.buf.capacity() < bytes.capacity() {
-                        self.buf = bytes;
-                    }
+                    // The shared-memory reply buffer (taken for this
+                    // answer) comes back for the next request.
+                    self.buf = bytes;
                     return outcome;
                 }
                 Attempt::Error(msg) => return Err(ClientError::Rejected(msg)),

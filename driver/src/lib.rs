@@ -441,19 +441,16 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
         } else {
             let token = self.next_token;
             self.next_token += 1;
-            match log.submit_read(now_ns, token) {
+            let refused = match log.submit_read(now_ns, token) {
                 Ok(()) => {
                     self.pending_reads.insert(token, (r.route, r.payload));
+                    return;
                 }
-                Err(SubmitError::NotLeader { leader }) => {
-                    host.answer(r.route, Answer::NotLeader(leader));
-                    host.recycle(r.payload);
-                }
-                Err(_) => {
-                    host.answer(r.route, Answer::Busy);
-                    host.recycle(r.payload);
-                }
-            }
+                Err(SubmitError::NotLeader { leader }) => Answer::NotLeader(leader),
+                Err(_) => Answer::Busy,
+            };
+            host.answer(r.route, refused);
+            host.recycle(r.payload);
         }
     }
 
