@@ -418,7 +418,13 @@ fn wait_leader_settled(cluster: &LocalCluster) -> (u8, u64) {
 
 /// Waits until the group (the members other than `cut`) committed `n` more
 /// entries; returns how many it committed.
-fn commit_progress(cluster: &LocalCluster, cut: u8, n: u64, timeout: Duration) -> u64 {
+fn commit_progress(
+    cluster: &LocalCluster,
+    w: &Workload,
+    cut: u8,
+    n: u64,
+    timeout: Duration,
+) -> u64 {
     let commit = || {
         statuses(cluster)
             .into_iter()
@@ -435,8 +441,9 @@ fn commit_progress(cluster: &LocalCluster, cut: u8, n: u64, timeout: Duration) -
     }) {
         Some((c, _)) => c,
         None => panic!(
-            "fewer than {n} entries committed in {timeout:?} with member {cut} cut off: {}",
-            describe(cluster)
+            "fewer than {n} entries committed in {timeout:?} with member {cut} cut off: {}; clients: {}",
+            describe(cluster),
+            w.clients_line()
         ),
     }
 }
@@ -1074,7 +1081,7 @@ fn partitioned_leader_fails_over_and_rejoins_after_heal() {
         .expect("a member");
     wire.fault("partition", third, None);
     let t = Instant::now();
-    let committed = commit_progress(&cluster, third, 100, Duration::from_secs(90));
+    let committed = commit_progress(&cluster, &w, third, 100, Duration::from_secs(90));
     println!(
         "hosts: member {third} cut off: {committed} entries committed in {:.1} s by members {with} and {other} (member {leader} is the one that rejoined)",
         t.elapsed().as_secs_f64()

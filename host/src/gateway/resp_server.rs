@@ -161,13 +161,28 @@ struct Ctx {
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(2);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
 const KEEPALIVE_PROBES: u32 = 3;
+/// How long data we sent may stay unacknowledged before the kernel closes
+/// the connection (`TCP_USER_TIMEOUT`). Keepalive probes only an idle
+/// connection: one whose reply was in flight when its peer was cut off is
+/// retransmitting instead, for up to 15 minutes (`tcp_retries2`). That is
+/// the usual case for a follower's forwarding connection (each of its
+/// clients has one to the leader, with a reply in flight most of the time):
+/// the leader kept every such client's id owned for the whole partition and
+/// answered those clients TRYAGAIN, directly and through the other
+/// follower, while a majority was healthy (seen in the Soft-RoCE hosts
+/// suite: nothing committed for 90 s with one member cut off).
+const UNACKED_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Makes the kernel close a connection whose peer went silent: probes while
+/// it is idle, [`UNACKED_TIMEOUT`] while our data waits for an ACK.
 fn enable_keepalive(stream: &TcpStream) -> std::io::Result<()> {
     let keepalive = socket2::TcpKeepalive::new()
         .with_time(KEEPALIVE_IDLE)
         .with_interval(KEEPALIVE_INTERVAL)
         .with_retries(KEEPALIVE_PROBES);
-    socket2::SockRef::from(stream).set_tcp_keepalive(&keepalive)
+    let sock = socket2::SockRef::from(stream);
+    sock.set_tcp_keepalive(&keepalive)?;
+    sock.set_tcp_user_timeout(Some(UNACKED_TIMEOUT))
 }
 
 /// Client ids a connection may name with `RID` at most.
@@ -858,6 +873,11 @@ impl<'c> Conn<'c> {
                 return 0;
             };
             let _ = stream.set_nodelay(true);
+            // The leader's side of this connection is bounded the same way;
+            // ours too, so that a write to a cut-off leader fails in seconds.
+            if let Err(e) = enable_keepalive(&stream) {
+                tracing::debug!(error = %e, "TCP keepalive not enabled on a forwarding connection");
+            }
             let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
             let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
             self.upstream = Some(Upstream {
@@ -1050,6 +1070,9 @@ mod tests {
         assert_eq!(sock.tcp_keepalive_time().unwrap(), KEEPALIVE_IDLE);
         assert_eq!(sock.tcp_keepalive_interval().unwrap(), KEEPALIVE_INTERVAL);
         assert_eq!(sock.tcp_keepalive_retries().unwrap(), KEEPALIVE_PROBES);
+        // With a reply unacknowledged, keepalive does not probe: the user
+        // timeout bounds that case.
+        assert_eq!(sock.tcp_user_timeout().unwrap(), Some(UNACKED_TIMEOUT));
         let gives_up_after = KEEPALIVE_IDLE + KEEPALIVE_INTERVAL * KEEPALIVE_PROBES;
         assert!(gives_up_after <= Duration::from_secs(10));
     }
