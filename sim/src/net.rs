@@ -276,6 +276,10 @@ struct StuckCopy {
     at: Addr,
     rest: Vec<u8>,
     completion: Completion,
+    /// The target's incarnation when the copy began: a target that
+    /// crashed or came back as a new process meanwhile never sees the
+    /// rest.
+    dst_incarnation: u64,
 }
 
 impl Net {
@@ -396,7 +400,13 @@ impl Net {
                 self.conn(m, p, ch).failed = false;
             }
         }
-        self.stuck_copies.retain(|c| c.src != m && c.dst != m);
+        // Copies into its former memory stay: they never land there, but
+        // their writers' requests still complete, with an error, when the
+        // writers resume (`release_stuck`). (Dropping them lost those
+        // completions: a leader waited for ever on its log channel to the
+        // restarted member, held its log for it and filled it; swarm seed
+        // 641772312.)
+        self.stuck_copies.retain(|c| c.src != m);
         self.pending_places.retain(|p| p.dst != m);
     }
 
@@ -436,20 +446,23 @@ impl Net {
             if !self.nics[c.src].alive {
                 continue; // a dead writer's copy never goes on
             }
-            if self.nics[c.dst].alive {
-                self.nics[c.dst].mem.write(c.at, &c.rest);
-                written.push(c.dst);
-            }
-            self.complete_at(
-                s,
-                c.src,
-                c.dst,
-                c.channel,
-                now + 1,
-                c.completion,
-                None,
-                None,
-            );
+            let (at, completion) =
+                if self.nics[c.dst].alive && self.nics[c.dst].incarnation == c.dst_incarnation {
+                    self.nics[c.dst].mem.write(c.at, &c.rest);
+                    written.push(c.dst);
+                    (now + 1, c.completion)
+                } else {
+                    // The target died (or restarted) while the copy was
+                    // stopped: the rest goes unanswered, the request
+                    // exhausts its retries and the connection breaks.
+                    self.conn(c.src, c.dst, c.channel).failed = true;
+                    let failed = Completion {
+                        status: WcStatus::Unreachable,
+                        ..c.completion
+                    };
+                    (now + self.params.retry_timeout_ns, failed)
+                };
+            self.complete_at(s, c.src, c.dst, c.channel, at, completion, None, None);
         }
         written
     }
@@ -859,6 +872,7 @@ impl Net {
                     at: remote.add(half as u64),
                     rest: bytes[half..].to_vec(),
                     completion: c(WcStatus::Ok),
+                    dst_incarnation: self.nics[dst].incarnation,
                 });
                 return true;
             }

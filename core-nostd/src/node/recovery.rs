@@ -278,6 +278,13 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     /// follower qualifies. When everyone who qualifies has failed us, they
     /// are forgotten and asked again from the next call.
     fn start_recovery(&mut self, leader: MemberId) {
+        // READs of an abandoned attempt still land in our snapshot region:
+        // a new copy starts after they completed (every posted READ
+        // completes, with an error if its channel broke), so that an old
+        // chunk never overwrites a new one.
+        if self.recovery.reads_inflight > 0 || self.recovery.header_inflight {
+            return;
+        }
         let marked = self.peers[leader.index()].row.recover_mask;
         let never_back = self.never_back();
         let previous = (self.recovery.generation != 0).then_some(self.recovery.donor);
@@ -408,10 +415,14 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     /// A READ of the donor's header completed (it landed in our own
     /// region's header words).
     pub(super) fn on_snapshot_header(&mut self, generation: u64, ok: bool) {
+        // One header READ is in flight at most, of whichever attempt: this
+        // is it. (Cleared only for the current attempt, a READ that
+        // outlived an abandoned one left the flag set for good and the
+        // joiner never read a header again: swarm seed 641770780.)
+        self.recovery.header_inflight = false;
         if generation != self.recovery.generation {
             return;
         }
-        self.recovery.header_inflight = false;
         // Asked again after a pause while the donor is still writing.
         self.recovery.header_read_at_ns = self.now.saturating_add(self.cfg.heartbeat_period_ns);
         if !ok {
@@ -468,10 +479,12 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
 
     /// A chunk READ completed.
     pub(super) fn on_snapshot_chunk(&mut self, generation: u64, len: u32, ok: bool) {
+        // Counted for every attempt: a new one starts only when the READs
+        // of the last have completed (see `start_recovery`).
+        self.recovery.reads_inflight -= 1;
         if generation != self.recovery.generation || self.recovery.phase != RecoveryPhase::Copying {
             return;
         }
-        self.recovery.reads_inflight -= 1;
         if !ok {
             self.abandon_recovery();
             return;
