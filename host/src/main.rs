@@ -285,6 +285,20 @@ fn main() -> Result<()> {
                             n => format!(" ↻{n}"),
                         };
                         match s {
+                            // A restarted member copying a snapshot: how far.
+                            Some(s) if s.recovery.active => format!(
+                                "r{}:{} t{} recovering {}{restarted}",
+                                s.id,
+                                &s.role[..1].to_uppercase(),
+                                s.term,
+                                match s.recovery.bytes_total {
+                                    0 => "(asking a donor)".to_string(),
+                                    total => format!(
+                                        "{}%",
+                                        s.recovery.bytes_copied.saturating_mul(100) / total
+                                    ),
+                                }
+                            ),
                             Some(s) => format!(
                                 "r{}:{} t{} c{} a{} {:.0}op/s{restarted}",
                                 s.id,
