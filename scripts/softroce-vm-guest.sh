@@ -112,9 +112,10 @@ hosts_tests() { # label test-name...
   local label=$1; shift
   "$HOSTS_SCRIPT" up 3 || return 1
   local r
-  # Replicas log at info here: a failing run prints the tail of each
-  # replica's log (leader changes, revokes, recoveries, gateway events).
-  env VERBATIM_BIN="$VERBATIM_BIN" VERBATIM_HOSTS_SCRIPT="$HOSTS_SCRIPT" RUST_LOG=info,verbatim_kernel_cfg=off \
+  # Replicas log at info here (the verbs fabric's connection events at
+  # debug): a failing run prints the tail of each replica's log (leader
+  # changes, revokes, recoveries, gateway events, connects).
+  env VERBATIM_BIN="$VERBATIM_BIN" VERBATIM_HOSTS_SCRIPT="$HOSTS_SCRIPT" RUST_LOG=info,verbatim_kernel_cfg=off,verbatim_host::fabric::verbs=debug \
     timeout 1500 "$VERBATIM_HOSTS_BIN" --ignored --exact "$@" --nocapture --test-threads=1 2>&1 | tee -a /tmp/hosts.out
   r=${PIPESTATUS[0]}
   left=$(ps -eo pid=,args= | grep -E '[v]erbatim replica' || true)

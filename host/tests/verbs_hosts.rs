@@ -197,13 +197,26 @@ impl Drop for LogsOnPanic {
     }
 }
 
-/// The last `lines` lines of each replica's log, on stderr.
+/// The last `lines` lines of each replica's log, on stderr, without the
+/// heartbeat-counter stall reports (informational, and in the emulated VM
+/// frequent enough to push everything else out of the tail).
 fn print_log_tails(dir: &std::path::Path, lines: usize) {
     for i in 0..3 {
         let f = dir.join(format!("replica-{i}.log"));
         let text = std::fs::read_to_string(&f).unwrap_or_default();
-        let tail: Vec<&str> = text.lines().rev().take(lines).collect();
-        eprintln!("---- {} (last {} lines)", f.display(), tail.len());
+        let noise = |l: &&str| l.contains("counter-stalled") || l.contains("counter-resumed");
+        let left_out = text.lines().filter(noise).count();
+        let tail: Vec<&str> = text
+            .lines()
+            .filter(|l| !noise(l))
+            .rev()
+            .take(lines)
+            .collect();
+        eprintln!(
+            "---- {} (last {} lines; {left_out} counter stall reports left out)",
+            f.display(),
+            tail.len()
+        );
         for l in tail.into_iter().rev() {
             eprintln!("{l}");
         }
@@ -1268,7 +1281,7 @@ fn faults_on_the_wire() {
                     describe(&cluster)
                 );
                 // Reported, not failed: the logs say where the rejoin stopped.
-                print_log_tails(cluster.log_dir(), 40);
+                print_log_tails(cluster.log_dir(), 60);
             }
         }
     }

@@ -2094,14 +2094,22 @@ impl HostFabric for VerbsFabric {
                 continue;
             }
             // Readiness barrier: the peer must also have connected its
-            // channels to us, so that both directions work when we start.
+            // control channel to us (its rows reach us), so that both
+            // directions work when we start. Not its log channel: only a
+            // leader uses one, and a running follower reconnects its
+            // broken log channel to a restarted member only when it leads.
+            // Waiting for it held a member restarted into a running group
+            // at the barrier for the whole connect timeout (30 s), and the
+            // group without it (issue 17, Soft-RoCE hosts suite).
             let inbound = lock(&self.shared.inbound[p]);
-            if !inbound.hello || inbound.qp.iter().any(Option::is_none) {
+            if !inbound.hello || inbound.qp[Channel::Control.index()].is_none() {
                 missing.push((
                     m,
                     PeerProblem {
                         retry: true,
-                        message: format!("waiting for member {p} to connect its channels to us"),
+                        message: format!(
+                            "waiting for member {p} to connect its control channel to us"
+                        ),
                     },
                 ));
             }
