@@ -243,6 +243,10 @@ struct Inbound {
 #[derive(Clone, Copy, Default)]
 struct RemoteLog {
     region: WireRegion,
+    /// The peer process that registered it: grant epochs count per
+    /// process, so a restarted peer's first epochs are below its
+    /// predecessor's.
+    incarnation: u64,
 }
 
 /// State shared with the exchange threads.
@@ -393,10 +397,20 @@ impl Shared {
         Ok(reply)
     }
 
-    fn note_remote_log(&self, peer: MemberId, log: WireRegion) {
+    /// Keeps the newest registration of `peer`'s log: of another process
+    /// (incarnation) than the one we knew, which is its successor (only a
+    /// live process says hello and answers; incarnations come from the
+    /// wall clock, so they are compared for equality only), else of the
+    /// same process's latest grant or revoke (epoch). (Comparing epochs
+    /// alone kept a restarted peer's predecessor's key, whose epoch was
+    /// higher, and every access to the new process's log failed
+    /// REM_ACCESS_ERR: the leader reconnected and retried for ever;
+    /// Soft-RoCE hosts suite, issue 17.)
+    fn note_remote_log(&self, peer: MemberId, incarnation: u64, log: WireRegion) {
         let mut r = lock(&self.remote_log[peer.index()]);
-        if log.epoch >= r.region.epoch {
+        if incarnation != r.incarnation || log.epoch >= r.region.epoch {
             r.region = log;
+            r.incarnation = incarnation;
         }
     }
 }
@@ -526,6 +540,7 @@ impl Shared {
     fn serve_requests(
         &self,
         p: MemberId,
+        incarnation: u64,
         session: &mut Session,
         stream: &mut TcpStream,
     ) -> WireError {
@@ -561,7 +576,7 @@ impl Shared {
                     }
                 }
                 Msg::Grant { log } => {
-                    self.note_remote_log(p, log);
+                    self.note_remote_log(p, incarnation, log);
                     Msg::Ack
                 }
                 other => {
@@ -685,6 +700,11 @@ fn serve(shared: Arc<Shared>, mut stream: TcpStream, conn: u64, remote: SocketAd
             return;
         }
     };
+    // Which process of the peer this is (its log keys are its own).
+    let incarnation = match hello {
+        Msg::Hello { incarnation, .. } => incarnation,
+        _ => 0,
+    };
     slot.release();
     shared.adopt(p, conn, &stream);
     let ended = match session.send(
@@ -693,7 +713,7 @@ fn serve(shared: Arc<Shared>, mut stream: TcpStream, conn: u64, remote: SocketAd
             incarnation: shared.incarnation,
         },
     ) {
-        Ok(()) => shared.serve_requests(p, &mut session, &mut stream),
+        Ok(()) => shared.serve_requests(p, incarnation, &mut session, &mut stream),
         Err(e) => e,
     };
     shared.connection_ended(p, conn, &ended);
@@ -794,6 +814,8 @@ enum DialAnswer {
     Connected {
         channel: Channel,
         result: Result<Msg, PeerProblem>,
+        /// The peer's incarnation when it answered.
+        incarnation: u64,
     },
     /// The peer acknowledged the grant of this epoch.
     Granted { epoch: u64 },
@@ -881,7 +903,11 @@ fn dial_loop(shared: Arc<Shared>, dialer: Arc<Dialer>, p: usize) {
                     },
                     &mut answers,
                 );
-                answers.push(DialAnswer::Connected { channel, result });
+                answers.push(DialAnswer::Connected {
+                    channel,
+                    result,
+                    incarnation: out.incarnation,
+                });
             }
             DialRequest::Grant { log } => match out.rpc(&shared, &Msg::Grant { log }, &mut answers)
             {
@@ -1413,9 +1439,11 @@ impl VerbsFabric {
             };
             for a in answers {
                 match a {
-                    DialAnswer::Connected { channel, result } => {
-                        self.finish_connect(p, channel, result)
-                    }
+                    DialAnswer::Connected {
+                        channel,
+                        result,
+                        incarnation,
+                    } => self.finish_connect(p, channel, result, incarnation),
                     DialAnswer::Granted { epoch } => {
                         let g = &mut self.peers[p].granted_epoch;
                         *g = (*g).max(epoch);
@@ -1474,7 +1502,13 @@ impl VerbsFabric {
 
     /// The peer answered a connect: our pending QP goes to RTS and replaces
     /// the channel (its old QP drained first), or the problem is kept.
-    fn finish_connect(&mut self, p: usize, channel: Channel, answer: Result<Msg, PeerProblem>) {
+    fn finish_connect(
+        &mut self,
+        p: usize,
+        channel: Channel,
+        answer: Result<Msg, PeerProblem>,
+        incarnation: u64,
+    ) {
         let Some(PendingQp { qp, psn }) = self.peers[p].pending[channel.index()].take() else {
             return;
         };
@@ -1512,7 +1546,8 @@ impl VerbsFabric {
                         self.peers[p].control = Some(control);
                         self.peers[p].heartbeat = Some(heartbeat);
                         self.peers[p].snapshot = Some(snapshot);
-                        self.shared.note_remote_log(MemberId(p as u8), log);
+                        self.shared
+                            .note_remote_log(MemberId(p as u8), incarnation, log);
                         self.peers[p].channels[channel.index()] = Some(OutChannel {
                             qp,
                             inflight: 0,
