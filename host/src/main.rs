@@ -285,29 +285,29 @@ fn main() -> Result<()> {
                             n => format!(" ↻{n}"),
                         };
                         match s {
-                            // A restarted member copying a snapshot: how far.
-                            Some(s) if s.recovery.active => format!(
-                                "r{}:{} t{} recovering {}{restarted}",
-                                s.id,
-                                &s.role[..1].to_uppercase(),
-                                s.term,
-                                match s.recovery.bytes_total {
-                                    0 => "(asking a donor)".to_string(),
-                                    total => format!(
-                                        "{}%",
+                            Some(s) => {
+                                // A restarted member copying a snapshot
+                                // shows how far it is instead of its log.
+                                let progress = match (s.recovery.active, s.recovery.bytes_total) {
+                                    (true, 0) => "recovering (asking a donor)".to_string(),
+                                    (true, total) => format!(
+                                        "recovering {}%",
                                         s.recovery.bytes_copied.saturating_mul(100) / total
                                     ),
-                                }
-                            ),
-                            Some(s) => format!(
-                                "r{}:{} t{} c{} a{} {:.0}op/s{restarted}",
-                                s.id,
-                                &s.role[..1].to_uppercase(),
-                                s.term,
-                                s.log.commit_index,
-                                s.log.apply_index,
-                                s.latency.ops_per_sec
-                            ),
+                                    (false, _) => format!(
+                                        "c{} a{} {:.0}op/s",
+                                        s.log.commit_index,
+                                        s.log.apply_index,
+                                        s.latency.ops_per_sec
+                                    ),
+                                };
+                                format!(
+                                    "r{}:{} t{} {progress}{restarted}",
+                                    s.id,
+                                    &s.role[..1].to_uppercase(),
+                                    s.term
+                                )
+                            }
                             None => format!("r{i}:down{restarted}"),
                         }
                     })

@@ -1256,9 +1256,8 @@ fn faults_on_the_wire() {
     println!("hosts: wire faults: {acked} acknowledged writes, lost: {lost}");
 
     // The member without a device is replaced by a new process (SIGKILL,
-    // restart on its host). Reported, not asserted: over verbs a restarted
-    // member has been seen to wait out its readiness barrier (30 s) for
-    // peers that do not connect to it (issue 17).
+    // restart on its host). Reported, not asserted, until it rejoins in
+    // every run (issue 17).
     if back.is_none() {
         cluster.kill(victim).expect("SIGKILL");
         cluster.restart(victim).expect("restart");

@@ -463,13 +463,15 @@ impl Shared {
     }
 
     /// Checks a hello; a refusal's details are logged here only.
-    fn check_hello(&self, hello: &Msg, remote: SocketAddr) -> Result<MemberId, RefuseCode> {
+    /// Checks a hello; returns the peer and its incarnation (which process
+    /// of it this is: its log keys are its own).
+    fn check_hello(&self, hello: &Msg, remote: SocketAddr) -> Result<(MemberId, u64), RefuseCode> {
         let Msg::Hello {
             from,
             to,
             members,
             layout_hash,
-            incarnation: _,
+            incarnation,
         } = *hello
         else {
             tracing::warn!(%remote, message = hello.kind(), "exchange: a request before hello; refused");
@@ -498,7 +500,7 @@ impl Shared {
             );
             Err(RefuseCode::Layout)
         } else {
-            Ok(MemberId(from))
+            Ok((MemberId(from), incarnation))
         }
     }
 
@@ -687,8 +689,8 @@ fn serve(shared: Arc<Shared>, mut stream: TcpStream, conn: u64, remote: SocketAd
             return;
         }
     };
-    let p = match shared.check_hello(&hello, remote) {
-        Ok(p) => p,
+    let (p, incarnation) = match shared.check_hello(&hello, remote) {
+        Ok(checked) => checked,
         Err(code) => {
             // Reasons go only to a peer that proved it holds the secret.
             let code = if session.authenticated() {
@@ -699,11 +701,6 @@ fn serve(shared: Arc<Shared>, mut stream: TcpStream, conn: u64, remote: SocketAd
             let _ = session.send(&mut stream, &Msg::Refuse { code });
             return;
         }
-    };
-    // Which process of the peer this is (its log keys are its own).
-    let incarnation = match hello {
-        Msg::Hello { incarnation, .. } => incarnation,
-        _ => 0,
     };
     slot.release();
     shared.adopt(p, conn, &stream);
