@@ -65,6 +65,11 @@ pub enum Mutation {
     /// Count a suspicion as false as soon as the suspected leader's
     /// heartbeat is seen again, moved or not (a dead leader's last one).
     FalseSuspicionWithoutProof,
+    /// A follower whose Δ check (or a candidate whose election timeout)
+    /// fires late because it was not running itself acts on the silence
+    /// anyway: after every stall of the whole machine the leader is
+    /// suspected although it was stopped with everyone else.
+    ActOnOwnStall,
 }
 
 /// Configuration of one member. Construct with [`Config::new`], adjust

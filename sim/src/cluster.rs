@@ -347,6 +347,12 @@ pub struct RunReport {
     /// Pieces of torn WRITEs that landed in the middle of a read (a
     /// member's, or a peer's READ) instead of at their own time.
     pub landed_mid_read: u64,
+    /// Suspicions of a leader that was alive after all, and timeouts that
+    /// fired late and were given a fresh window (the core's counters,
+    /// summed over the members' last processes).
+    pub false_suspicions: u64,
+    /// See `false_suspicions`.
+    pub late_timeouts_forgiven: u64,
     /// When the run ended (virtual ns).
     pub end_ns: u64,
     /// When, after healing, the first write was acknowledged.
@@ -2156,6 +2162,16 @@ impl Cluster {
                 .sum(),
             landed_mid_read: (0..self.nodes.len())
                 .map(|i| self.net.nic(i).mem.landed_mid_read())
+                .sum(),
+            false_suspicions: self
+                .nodes
+                .iter()
+                .map(|n| n.driver.log().counters().false_suspicions)
+                .sum(),
+            late_timeouts_forgiven: self
+                .nodes
+                .iter()
+                .map(|n| n.driver.log().counters().late_timeouts_forgiven)
                 .sum(),
             end_ns: self.now,
             first_ack_after_heal_ns: self.first_ack_after_heal,

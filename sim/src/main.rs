@@ -23,14 +23,15 @@ fn usage() -> ExitCode {
          verbatim-sim --seed S [--trace] [--mutation NAME] [--allow-undecided]\n  verbatim-sim --model\n\
          mutations: none, commit-on-minority, vote-without-log-check, read-without-term-check, counter-read-without-gap, ignore-revoke-failure, commit-pointer-beyond-ack,\n  \
          skip-revoke, skip-vote-replication, commit-before-own-noop, drop-overwrite-guard, skip-session-check,\n  \
-         recover-from-any-donor, restart-without-vote-recovery, false-suspicion-without-proof\n\
+         recover-from-any-donor, restart-without-vote-recovery, false-suspicion-without-proof,\n  \
+         act-on-own-stall\n\
          verbatim-sim --list-mutations prints them one per line"
     );
     ExitCode::from(2)
 }
 
 /// Every mutation's name (the soak script runs each).
-const MUTATIONS: [&str; 14] = [
+const MUTATIONS: [&str; 15] = [
     "commit-on-minority",
     "vote-without-log-check",
     "read-without-term-check",
@@ -45,6 +46,7 @@ const MUTATIONS: [&str; 14] = [
     "recover-from-any-donor",
     "restart-without-vote-recovery",
     "false-suspicion-without-proof",
+    "act-on-own-stall",
 ];
 
 fn parse_mutation(s: &str) -> Option<Mutation> {
@@ -64,6 +66,7 @@ fn parse_mutation(s: &str) -> Option<Mutation> {
         "recover-from-any-donor" => Mutation::RecoverFromAnyDonor,
         "restart-without-vote-recovery" => Mutation::RestartWithoutVoteRecovery,
         "false-suspicion-without-proof" => Mutation::FalseSuspicionWithoutProof,
+        "act-on-own-stall" => Mutation::ActOnOwnStall,
         _ => return None,
     })
 }

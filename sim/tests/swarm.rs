@@ -539,3 +539,73 @@ fn a_member_recovers_from_the_leader_when_no_follower_can() {
         "no run needed a snapshot: the scenario is void"
     );
 }
+
+/// Three members stopped together again and again (a machine's CPU quota
+/// spent, a VM paused: every process stops at once), each stall 2 to 30 Δ
+/// long and starting at another phase of the heartbeat and the checks.
+/// Heartbeats are not much more frequent than the checks, so that many
+/// stalls start after a check that saw the last heartbeat before them:
+/// those are the ones that get a leader suspected without the rule.
+fn stall_everyone_scenario(seed: u64, mutation: Mutation) -> ClusterOptions {
+    let mut o = ClusterOptions::new(900 + seed, 3).with_mutation(mutation);
+    let delta = o.config.fd_check_period_ns;
+    o.trace = std::env::var("SWARM_TRACE").is_ok();
+    o.config.heartbeat_period_ns = delta * 3 / 4;
+    let mut from_ns = 3_000_000 + 13_000 * seed;
+    for stall in [2, 5, 30, 3, 12].into_iter().cycle().take(12) {
+        for node in 0..3 {
+            o.faults.push(Fault::Pause {
+                node,
+                from_ns,
+                to_ns: from_ns + stall * delta,
+            });
+        }
+        from_ns += stall * delta + 517_000;
+    }
+    o.safety_ns = from_ns;
+    o
+}
+
+/// A stall of every member at once keeps the leader: the members' clocks
+/// move on while none of them runs, so on resuming the followers' Δ checks
+/// are overdue and find the leader's heartbeat where it was, but the
+/// leader was stopped with them. Those late checks give it a fresh window;
+/// suspecting it would depose a healthy leader after every stall that
+/// outlasts an election timeout (what a CI machine under a CPU quota saw:
+/// 150 terms in 30 s).
+#[test]
+fn a_stall_of_every_member_at_once_keeps_the_leader() {
+    let mut forgiven = 0;
+    for seed in 0..8u64 {
+        let r = run(stall_everyone_scenario(seed, Mutation::None));
+        assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+        assert!(r.ops_ok > 0, "seed {seed}: nothing acknowledged");
+        assert_eq!(
+            r.terms_with_leader, 1,
+            "seed {seed}: a stall of every member deposed the leader"
+        );
+        // Not even suspected for a while.
+        assert_eq!(r.false_suspicions, 0, "seed {seed}");
+        forgiven += r.late_timeouts_forgiven;
+    }
+    assert!(
+        forgiven > 0,
+        "no stall started right after a check: the test is void"
+    );
+}
+
+/// The same stalls with followers that act on a silence that was their
+/// own: the leader is suspected (a false suspicion, which grows Δ).
+#[test]
+fn acting_on_the_own_stall_is_caught() {
+    let suspected = (0..8u64)
+        .filter(|&seed| {
+            let r = run(stall_everyone_scenario(seed, Mutation::ActOnOwnStall));
+            r.false_suspicions > 0 || r.terms_with_leader > 1
+        })
+        .count();
+    assert!(
+        suspected > 0,
+        "suspecting a leader after a stall of everyone went unnoticed"
+    );
+}

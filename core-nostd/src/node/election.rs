@@ -171,6 +171,16 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         }
     }
 
+    /// How late a timer due at `due_ns` fires now: how long this member
+    /// was not running when it was due.
+    fn late_ns(&self, due_ns: u64) -> u64 {
+        #[cfg(feature = "mutation-testing")]
+        if self.cfg.mutation == crate::config::Mutation::ActOnOwnStall {
+            return 0;
+        }
+        self.now.saturating_sub(due_ns)
+    }
+
     /// Δ grows by a step on evidence that a live leader was suspected
     /// (DARE §4.2.2), up to its maximum.
     fn grow_fd_period(&mut self) {
@@ -416,6 +426,8 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
 
     pub(super) fn fire_timers(&mut self) {
         if self.timer_due(Timer::Election) {
+            let due_ns = self.timers[Timer::Election as usize].unwrap_or(self.now);
+            let late_ns = self.late_ns(due_ns);
             self.set_timer(Timer::Election, None);
             match self.role {
                 // A member whose state machine a failed restore cleared
@@ -427,16 +439,44 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                     self.set_timer(Timer::Election, Some(self.now + t));
                 }
                 Role::Follower if self.leader.is_none() => self.start_election(),
+                // A candidate that was not running when its election timed
+                // out (a stall of the process or of the whole machine) gave
+                // the voters no time to answer: they may be answering now.
+                // Its election goes on for another timeout instead of being
+                // replaced by one in a higher term, which would void the
+                // votes on their way (the same reasoning as the late Δ
+                // check below).
+                Role::Candidate if late_ns >= self.cfg.election_timeout_min_ns / 2 => {
+                    self.counters.late_timeouts_forgiven += 1;
+                    let t = self.random_election_timeout();
+                    self.set_timer(Timer::Election, Some(self.now + t));
+                }
                 Role::Candidate => self.start_election(),
                 _ => {}
             }
         }
         if self.timer_due(Timer::FdCheck) {
+            let due_ns = self.timers[Timer::FdCheck as usize].unwrap_or(self.now);
             self.set_timer(Timer::FdCheck, None);
             if let (Role::Follower, Some(l)) = (self.role, self.leader) {
                 let counter = self.peers[l.index()].row.heartbeat.counter;
+                let late_ns = self.late_ns(due_ns);
                 if counter == self.peers[l.index()].hb_counter_seen {
-                    self.suspect_leader(false);
+                    if late_ns >= self.fd_period_ns / 2 {
+                        // We were not running when the check was due. When
+                        // every process of a machine stops at once (a CPU
+                        // quota spent, a VM or container paused), the
+                        // leader stopped with us and had no chance to beat:
+                        // suspecting it would depose a healthy leader after
+                        // every stall. Its heartbeat gets a fresh window
+                        // from now, in which it has run as long as we have.
+                        // A leader that is really gone is suspected one Δ
+                        // later.
+                        self.counters.late_timeouts_forgiven += 1;
+                        self.set_timer(Timer::FdCheck, Some(self.now + self.fd_period_ns));
+                    } else {
+                        self.suspect_leader(false);
+                    }
                 } else {
                     self.peers[l.index()].hb_counter_seen = counter;
                     self.shrink_fd_period();

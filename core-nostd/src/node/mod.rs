@@ -231,6 +231,13 @@ pub struct Counters {
     /// Times Δ came back down (halfway to its configured value) after
     /// enough timely heartbeats.
     pub fd_period_shrinks: u64,
+    /// Timeouts that fired late by half their length or more, so that
+    /// this member was not running when they were due (descheduled, a CPU
+    /// quota spent, a stopped VM), and were given a fresh window instead
+    /// of acting on a silence that was ours: a Δ check that found the
+    /// leader's heartbeat still (no suspicion), a candidate's election
+    /// timeout (no new term).
+    pub late_timeouts_forgiven: u64,
 }
 
 /// Replication state of a follower, seen from the leader.

@@ -914,6 +914,61 @@ fn followers_suspect_a_silent_leader_and_grow_delta_on_stale_heartbeats() {
     assert_eq!((who, term), (MemberId(0), 1));
 }
 
+/// A stall of every member at once (the machine's CPU quota spent, a VM
+/// paused) is not a leader failure: the followers' Δ checks run late, find
+/// the leader's heartbeat where it was (the leader was stopped with them)
+/// and give it a fresh window instead of deposing it. A leader stopped
+/// alone is still suspected, within Δ of the followers running again.
+#[test]
+fn a_stall_of_every_member_keeps_the_leader_and_a_stall_of_the_leader_does_not() {
+    let mut h = Harness::new(3);
+    h.elect_zero();
+    h.settle(2);
+    let term = h.nodes[0].term;
+    let delta = h.nodes[1].fd_period_ns;
+    let hb = h.nodes[0].cfg.heartbeat_period_ns;
+    for stall in [3 * delta, 40 * delta, delta + delta / 2] {
+        // Everyone stops; the followers happen to run first afterwards.
+        h.now += stall;
+        h.tick(1);
+        h.tick(2);
+        for i in 1..3 {
+            assert_eq!(
+                h.nodes[i].leader(),
+                Some(MemberId(0)),
+                "member {i} deposed the leader after a stall of {stall} ns of every member"
+            );
+        }
+        // Then all run on, heartbeats timely: nothing changes.
+        for _ in 0..(4 * delta / hb) {
+            h.now += hb;
+            h.tick(0);
+            h.tick(1);
+            h.tick(2);
+        }
+        assert_eq!(h.nodes[0].role(), Role::Leader);
+        assert_eq!(h.nodes[0].term, term, "no election");
+    }
+    let forgiven: u64 = (1..3)
+        .map(|i| h.nodes[i].counters().late_timeouts_forgiven)
+        .sum();
+    assert!(forgiven >= 3, "{forgiven}");
+    assert_eq!(h.nodes[1].counters().false_suspicions, 0);
+    // Now the leader alone stops; the followers keep running (ticks well
+    // within Δ, so their checks are on time): suspected within Δ or so.
+    h.down[0] = true;
+    let stopped_at = h.now;
+    while h.nodes[1].leader() == Some(MemberId(0)) {
+        h.now += hb;
+        h.tick(1);
+        h.tick(2);
+        assert!(
+            h.now - stopped_at <= 2 * delta + hb,
+            "a leader stopped alone was not suspected within 2Δ"
+        );
+    }
+}
+
 /// DARE §4.2.2 and issue 12 item 8: Δ grows on each false suspicion and
 /// comes back down once heartbeats are timely again, halfway to its
 /// configured value after every 32 timely checks, so that a burst of

@@ -594,6 +594,7 @@ impl<F: HostFabric> Replica<F> {
             ("log_batches", c.log_batches),
             ("false_suspicions", c.false_suspicions),
             ("fd_period_shrinks", c.fd_period_shrinks),
+            ("late_timeouts_forgiven", c.late_timeouts_forgiven),
             ("restarts_read_back", c.restarts_read_back),
         ]
         .into_iter()
