@@ -95,6 +95,7 @@ pub mod kv;
 pub mod layout;
 pub mod log;
 pub mod mem;
+pub mod membership;
 pub mod node;
 pub mod rng;
 pub mod service;

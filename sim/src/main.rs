@@ -144,12 +144,13 @@ fn main() -> ExitCode {
         }
         println!("seed {s}: {}", describe(&r.options));
         println!(
-            "ops {}/{} answered, {} terms with a leader, {} entries committed, end {:.3} ms",
+            "ops {}/{} answered, {} terms with a leader, {} entries committed, end {:.3} ms, digest {:#018x}",
             r.report.ops_ok,
             r.report.ops_total,
             r.report.terms_with_leader,
             r.report.committed,
-            r.report.end_ns as f64 / 1e6
+            r.report.end_ns as f64 / 1e6,
+            r.report.digest
         );
         for v in &r.report.violations {
             println!("{v}");

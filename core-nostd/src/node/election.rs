@@ -528,13 +528,11 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         }
         let me = Ballot::new(self.term, self.me);
         let (term, id) = (self.term, u64::from(self.me.0));
-        let mut votes = self.sst.count_rows(self.others_mask(), |r| {
+        let votes = self.sst.select(self.others_mask(), |r| {
             r.get(&col::VOTE_TERM) == Some(term) && r.get(&col::VOTE_MEMBER) == Some(id)
         });
-        if self.row.private_vote == me && self.private_vote_reliable() {
-            votes += 1;
-        }
-        if votes >= self.quorum {
+        let own = self.row.private_vote == me && self.private_vote_reliable();
+        if self.is_quorum(votes, own) {
             self.become_leader();
         }
     }

@@ -287,8 +287,8 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         let acks = self
             .others()
             .filter(|p| self.peers[p.index()].acked_push >= self.term_push)
-            .count();
-        acks + 1 >= self.quorum
+            .fold(MemberMask::NONE, MemberMask::with);
+        self.is_quorum(acks, true)
     }
 
     /// True once our current private vote is stored at a majority (us
@@ -303,7 +303,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         let acks = self
             .others()
             .filter(|p| self.peers[p.index()].acked_push >= self.private_push)
-            .count();
-        acks + 1 >= self.quorum
+            .fold(MemberMask::NONE, MemberMask::with);
+        self.is_quorum(acks, true)
     }
 }

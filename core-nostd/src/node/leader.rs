@@ -106,9 +106,8 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         let live = self
             .others()
             .filter(|p| now.saturating_sub(self.peers[p.index()].last_ok_ns) <= window)
-            .count()
-            + 1;
-        if live < self.quorum {
+            .fold(MemberMask::NONE, MemberMask::with);
+        if !self.is_quorum(live, true) {
             self.step_down_same_term();
         }
     }
@@ -633,30 +632,28 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     /// Commit = the minimum tail among a majority, us included (DARE
     /// §3.3.1), and never before the no-op of our own term.
     fn compute_commit(&mut self) {
-        let mut acked: heapless::Vec<u64, MAX_MEMBERS> = heapless::Vec::new();
-        acked.push(self.tail_pos).expect("MAX_MEMBERS >= 1");
-        for p in self.others() {
-            let r = &self.peers[p.index()].repl;
-            if r.state == ReplState::Replicating
-                || (r.state == ReplState::Broken && r.was_replicating)
-                || r.verify
-            {
-                acked
-                    .push(r.acked_pos)
-                    .expect("at most MAX_MEMBERS members");
+        // What a majority of every group holds: our tail, and what each
+        // follower that replicates (or did until its channel broke, or is
+        // being verified) acknowledged.
+        let acked_pos = |p: MemberId| {
+            if p == self.me {
+                return Some(self.tail_pos);
             }
-        }
+            let r = &self.peers[p.index()].repl;
+            (r.state == ReplState::Replicating
+                || (r.state == ReplState::Broken && r.was_replicating)
+                || r.verify)
+                .then_some(r.acked_pos)
+        };
         #[allow(unused_mut)]
-        let mut needed = self.quorum;
+        let mut minority_of = 0;
         #[cfg(feature = "mutation-testing")]
         if self.cfg.mutation == crate::config::Mutation::CommitOnMinority {
-            needed = (self.quorum - 1).max(1);
+            minority_of = 1;
         }
-        if acked.len() < needed {
+        let Some(candidate) = self.configuration.quorum_position(acked_pos, minority_of) else {
             return;
-        }
-        acked.sort_unstable_by(|a, b| b.cmp(a));
-        let candidate = acked[needed - 1];
+        };
         // Entries of earlier terms commit only with the no-op of ours: a
         // majority holding one of them does not stop a later leader
         // without it from being elected (Raft §5.4.2, Figure 8).
@@ -754,10 +751,10 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         let targets = self
             .others()
             .filter(|&p| self.channel_ok(p, Channel::Control))
-            .count();
+            .fold(MemberMask::NONE, MemberMask::with);
         // A round that cannot reach a majority would wait for completions
         // that never come: wait for channels to be re-established instead.
-        if targets + 1 < self.quorum || !self.can_post(targets) {
+        if !self.is_quorum(targets, true) || !self.can_post(targets.count()) {
             return;
         }
         self.next_read_round += 1;
@@ -781,9 +778,9 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             id,
             commit_index: self.commit_index,
             oks: 0,
-            outstanding: targets as u32,
+            outstanding: targets.count() as u32,
         };
-        if self.quorum == 1 {
+        if self.is_quorum(MemberMask::NONE, true) {
             self.confirm_round(round);
         } else {
             self.read_round = Some(round);
@@ -818,7 +815,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 Err(_) => self.counters.rows_rejected += 1,
             }
         }
-        if rr.oks.count_ones() as usize + 1 >= self.quorum {
+        if self.is_quorum(MemberMask(rr.oks), true) {
             self.confirm_round(rr);
         } else if rr.outstanding == 0 {
             // Not enough confirmations: those reads need a new round.

@@ -578,7 +578,8 @@ pub struct Node<M: Memory, S: StateMachine> {
     rng: SplitMix64,
     me: MemberId,
     member_count: usize,
-    quorum: usize,
+    /// The group configuration every majority is counted in (DARE §3.4).
+    configuration: crate::membership::Configuration,
     now: u64,
 
     role: Role,
@@ -723,7 +724,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             timely_checks: 0,
             suspicion: None,
             last_false_suspicion: None,
-            quorum: config.quorum(),
+            configuration: crate::membership::Configuration::initial(config.member_count),
             me,
             member_count,
             layout,
@@ -1309,6 +1310,17 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     }
 
     /// Every member but us, as a mask for the table's reducers.
+    /// True when `agree` and this member (whose own agreement the caller
+    /// checked: `me_too`) hold a majority of every group.
+    fn is_quorum(&self, agree: MemberMask, me_too: bool) -> bool {
+        let agree = if me_too {
+            agree.with(self.me)
+        } else {
+            agree.without(self.me)
+        };
+        self.configuration.is_quorum(agree)
+    }
+
     fn others_mask(&self) -> MemberMask {
         MemberMask::first(self.member_count).without(self.me)
     }
