@@ -86,6 +86,22 @@ fn manifest_in(line: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// One frame of the console for the cluster of manifest `m`, 80 columns
+/// wide and `height` rows tall.
+fn frame(m: &str, height: &str, extra: &[&str]) -> common::Run {
+    let mut args = vec![
+        "--connect",
+        m,
+        "--once",
+        "--width",
+        "80",
+        "--height",
+        height,
+    ];
+    args.extend_from_slice(extra);
+    console(&args)
+}
+
 /// A leader as it reports itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Leader {
@@ -223,7 +239,7 @@ fn the_console_shows_a_real_failover() {
     let mut app = App::new(&target, Now::system());
     let first = 'agreed: loop {
         let first = stable_leader(&sockets, Duration::from_millis(500), deadline);
-        let run = console(&["--connect", m, "--once", "--width", "80", "--height", "24"]);
+        let run = frame(m, "24", &[]);
         assert!(run.status.success(), "{}", run.stderr);
         if leader_of(&sockets) != Some(first) {
             println!("leadership moved during the console's frame; looking again");
@@ -311,17 +327,7 @@ fn the_console_shows_a_real_failover() {
     let settle_deadline = Instant::now() + STARTUP_DEADLINE;
     let (settled, run) = loop {
         let settled = stable_leader(&survivors, Duration::from_millis(500), settle_deadline);
-        let run = console(&[
-            "--connect",
-            m,
-            "--once",
-            "--width",
-            "80",
-            "--height",
-            "24",
-            "--timeout-ms",
-            "1000",
-        ]);
+        let run = frame(m, "24", &["--timeout-ms", "1000"]);
         assert!(run.status.success(), "{}", run.stderr);
         if leader_of(&survivors) == Some(settled) {
             break (settled, run);
@@ -349,19 +355,9 @@ fn the_console_shows_a_real_failover() {
         old_row.contains("unreachable") || old_row.contains("follower"),
         "{old_row}"
     );
-    let run = console(&[
-        "--connect",
-        m,
-        "--once",
-        "--width",
-        "80",
-        // Tall: newest first, and on a starved machine elections after
-        // the failover may have pushed its row down.
-        "--height",
-        "80",
-        "--panel",
-        "failovers",
-    ]);
+    // Tall: newest first, and on a starved machine elections after the
+    // failover may have pushed its row down.
+    let run = frame(m, "80", &["--panel", "failovers"]);
     assert!(run.status.success(), "{}", run.stderr);
     println!("{}", run.stdout);
     let row = run
