@@ -70,6 +70,10 @@ pub enum Mutation {
     /// anyway: after every stall of the whole machine the leader is
     /// suspected although it was stopped with everyone else.
     ActOnOwnStall,
+    /// A transitional configuration counts the new group's majority only
+    /// (DARE §3.4 asks for both): while a group shrinks, the new group's
+    /// majority commits without the old group's.
+    TransitionalNewMajorityOnly,
 }
 
 /// Configuration of one member. Construct with [`Config::new`], adjust

@@ -661,7 +661,10 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         if self.cfg.mutation == crate::config::Mutation::CommitOnMinority {
             minority_of = 1;
         }
-        let Some(candidate) = self.configuration.quorum_position(acked_pos, minority_of) else {
+        let Some(candidate) = self
+            .counting_configuration()
+            .quorum_position(acked_pos, minority_of)
+        else {
             return;
         };
         // Entries of earlier terms commit only with the no-op of ours: a

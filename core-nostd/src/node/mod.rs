@@ -1363,7 +1363,25 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         } else {
             agree.without(self.me)
         };
-        self.configuration.is_quorum(agree)
+        self.counting_configuration().is_quorum(agree)
+    }
+
+    /// The configuration majorities are counted in (a mutation may count
+    /// a transitional one as its new group alone).
+    fn counting_configuration(&self) -> crate::membership::Configuration {
+        #[cfg(feature = "mutation-testing")]
+        if self.cfg.mutation == crate::config::Mutation::TransitionalNewMajorityOnly
+            && self.configuration.state == crate::membership::ConfigState::Transitional
+        {
+            let c = self.configuration;
+            return crate::membership::Configuration {
+                state: crate::membership::ConfigState::Stable,
+                size: c.new_size,
+                new_size: c.new_size,
+                active: c.active.and(MemberMask::first(c.new_size.into())),
+            };
+        }
+        self.configuration
     }
 
     fn others_mask(&self) -> MemberMask {

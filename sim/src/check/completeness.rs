@@ -200,5 +200,38 @@ mod tests {
         l[2].voter = false;
         l[3].voter = false;
         assert!(check_electable_completeness(0, &l, &c).is_empty());
+        // A member goes by the configuration in its own log: in a group
+        // shrinking from five to three, member 4 (outside the new three)
+        // does not stand; in one shrinking to two, the votes of 2, 3, 4
+        // are a majority of five but not of the new two.
+        let shrinking = |new_size: u8| Configuration {
+            state: verbatim_core::membership::ConfigState::Transitional,
+            size: 5,
+            new_size,
+            active: MemberMask::first(5),
+        };
+        let mut l = logs(false);
+        l[4].configuration = shrinking(3);
+        assert!(check_electable_completeness(0, &l, &c).is_empty());
+        let mut l = logs(false);
+        l[4].log = vec![e(1, 1, 1)];
+        l[3].log = vec![e(1, 1, 1)];
+        l[2].log = vec![e(1, 1, 1)];
+        for m in l.iter_mut() {
+            m.configuration = shrinking(2);
+        }
+        l[0].log = vec![e(1, 1, 1), e(2, 2, 2)];
+        l[1].log = vec![e(1, 1, 1), e(2, 2, 2)];
+        // Members 2, 3, 4 lack index 2; they would vote for each other
+        // (three of five) but only 0 and 1 are the new group.
+        assert!(check_electable_completeness(0, &l, &c).is_empty());
+        for m in l.iter_mut() {
+            m.configuration = Configuration::initial(5);
+        }
+        assert_eq!(
+            check_electable_completeness(0, &l, &c).len(),
+            3,
+            "in a stable group of five, 2, 3 and 4 could each win"
+        );
     }
 }
