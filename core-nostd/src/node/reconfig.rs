@@ -227,6 +227,18 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         }
     }
 
+    /// True when this member may stand for election: it is a voter of
+    /// the latest configuration in its log, or of the one committed (a
+    /// removal of it that has not committed may never commit: its log
+    /// may be the only one that holds entries a new leader must have, and
+    /// if it did not stand nobody could win). Votes are counted in the
+    /// latest configuration either way, where a removed member's own vote
+    /// does not count.
+    pub(super) fn may_stand(&self) -> bool {
+        self.configuration.voters().contains(self.me)
+            || self.applied_configuration.voters().contains(self.me)
+    }
+
     /// Retries a phase the full log refused (leader tick).
     pub(super) fn retry_pending_phase(&mut self) {
         if !self.phase_pending || self.role != Role::Leader {
