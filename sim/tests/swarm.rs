@@ -110,6 +110,18 @@ fn seeds_that_once_failed_stay_fixed() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Seeds with reconfigurations that once failed (liveness: a member whose
+/// removal never committed did not stand, and its log was the only one a
+/// leader could be elected with).
+#[test]
+fn reconfiguration_seeds_that_once_failed_stay_fixed() {
+    let mut failures = Vec::new();
+    for seed in [1972, 5709] {
+        failures.extend(run_seeds(seed..seed + 1, Mutation::None));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 #[test]
 fn one_seed_reproduces_exactly() {
     let a = run_seed(12345, Mutation::None, false);
