@@ -70,14 +70,23 @@ pub enum Mutation {
     /// anyway: after every stall of the whole machine the leader is
     /// suspected although it was stopped with everyone else.
     ActOnOwnStall,
+    /// A transitional configuration counts the new group's majority only
+    /// (DARE §3.4 asks for both): while a group shrinks, the new group's
+    /// majority commits without the old group's.
+    TransitionalNewMajorityOnly,
 }
 
 /// Configuration of one member. Construct with [`Config::new`], adjust
 /// fields, then hand it to [`crate::Node::new`], which validates it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
-    /// Number of members in the group (P), 1 to [`MAX_MEMBERS`].
+    /// Most members the group can have (memory, rows and peers are laid
+    /// out for them), 1 to [`MAX_MEMBERS`]: member ids are below it.
     pub member_count: u8,
+    /// Size P of the group's first configuration (DARE §3.4), 1 to
+    /// `member_count`: members `0 .. initial_members`. The others start
+    /// outside the group and join when the leader adds them.
+    pub initial_members: u8,
     /// This member's id, below `member_count`.
     pub self_id: MemberId,
     /// Bytes of the log ring (DARE §3.1.1), a multiple of 64, at least
@@ -149,6 +158,7 @@ impl Config {
     pub fn new(member_count: u8, self_id: MemberId) -> Config {
         Config {
             member_count,
+            initial_members: member_count,
             self_id,
             log_ring_bytes: 1 << 20,
             entry_payload_bytes_max: 8 * 1024,
@@ -192,6 +202,14 @@ impl Config {
                 value: u64::from(self.member_count),
                 min: 1,
                 max: MAX_MEMBERS as u64,
+            });
+        }
+        if self.initial_members == 0 || self.initial_members > self.member_count {
+            return Err(OutOfRange {
+                field: "initial_members",
+                value: u64::from(self.initial_members),
+                min: 1,
+                max: u64::from(self.member_count),
             });
         }
         if self.self_id.0 >= self.member_count {

@@ -143,6 +143,12 @@ pub struct SnapshotHeader {
     pub sm_bytes: u64,
     /// Checksum of the payload (sessions image then state machine bytes).
     pub payload_checksum: u64,
+    /// The group configuration as of `apply_index` (DARE §3.4), encoded
+    /// ([`crate::membership::Configuration::encode`]; the joiner decodes
+    /// and validates it), and the index of its CONFIG entry (0: initial).
+    pub configuration: [u8; crate::membership::CONFIGURATION_BYTES],
+    /// See `configuration`.
+    pub config_index: u64,
 }
 
 /// Progress of a snapshot in a donor's region.
@@ -163,10 +169,10 @@ pub enum SnapshotState {
 impl SnapshotHeader {
     /// Bytes from the start of the region to the payload.
     pub const PAYLOAD_OFFSET: u64 = 128;
-    const MAGIC: u64 = u64::from_le_bytes(*b"VBSNAP01");
+    const MAGIC: u64 = u64::from_le_bytes(*b"VBSNAP02");
     const DOMAIN: u64 = 0x534E_4150_4844; // "SNAPHD"
     /// Words of the encoded header.
-    pub const WORDS: usize = 10;
+    pub const WORDS: usize = 12;
 
     /// The encoded header (its last word checks the others).
     pub fn encode(&self) -> [u64; Self::WORDS] {
@@ -180,16 +186,18 @@ impl SnapshotHeader {
             self.sessions_bytes,
             self.sm_bytes,
             self.payload_checksum,
+            u64::from_le_bytes(self.configuration),
+            self.config_index,
             0,
         ];
-        w[9] = crate::checksum::checksum_words(Self::DOMAIN, &w[..9]);
+        w[11] = crate::checksum::checksum_words(Self::DOMAIN, &w[..11]);
         w
     }
 
     /// Decodes a copy; `None` for anything that is not a whole, consistent
     /// header (torn, corrupt, or never written).
     pub fn decode(w: &[u64; Self::WORDS]) -> Option<SnapshotHeader> {
-        if w[0] != Self::MAGIC || crate::checksum::checksum_words(Self::DOMAIN, &w[..9]) != w[9] {
+        if w[0] != Self::MAGIC || crate::checksum::checksum_words(Self::DOMAIN, &w[..11]) != w[11] {
             return None;
         }
         let state = match w[2] {
@@ -208,6 +216,8 @@ impl SnapshotHeader {
             sessions_bytes: w[6],
             sm_bytes: w[7],
             payload_checksum: w[8],
+            configuration: w[9].to_le_bytes(),
+            config_index: w[10],
         })
     }
 
@@ -461,6 +471,8 @@ mod tests {
             sessions_bytes: 512,
             sm_bytes: 77,
             payload_checksum: 0xABCD,
+            configuration: crate::membership::Configuration::initial(3).encode(),
+            config_index: 7,
         };
         let w = h.encode();
         assert_eq!(SnapshotHeader::decode(&w), Some(h));

@@ -254,6 +254,12 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
         &self.engines.log
     }
 
+    /// The log engine, for an operator's request outside the loop's own
+    /// work (a reconfiguration, DARE §3.4).
+    pub fn log_mut(&mut self) -> &mut Node<M, S> {
+        &mut self.engines.log
+    }
+
     /// The driver's counters.
     pub fn counters(&self) -> DriverCounters {
         self.counters

@@ -7,6 +7,7 @@ use crate::check::committed::CommittedLog;
 use crate::check::completeness::{
     check_electable_completeness, check_leader_completeness, MemberLog,
 };
+use crate::check::configurations::ConfigurationAgreement;
 use crate::check::counters::CounterAccuracy;
 use crate::check::election::ElectionSafety;
 use crate::check::linearizability::{check_history_measured, Verdict, DEFAULT_STEPS_PER_KEY};
@@ -31,7 +32,7 @@ use verbatim_core::fabric::{
 use verbatim_core::heartbeat::CounterEvent;
 use verbatim_core::kv::{KvError, KvLimits, KvOp, KvReply};
 use verbatim_core::log::Ring;
-use verbatim_core::node::{Event, Role};
+use verbatim_core::node::{Event, ReconfigOp, Role};
 use verbatim_core::rng::SplitMix64;
 use verbatim_core::stream::{
     encode_pairs, pairs_iter, range_entries, IdSpec, StreamId, StreamOp, StreamReply,
@@ -157,6 +158,15 @@ pub enum Fault {
         /// Then the leader is cut off this long.
         isolate_ns: u64,
     },
+    /// DARE §3.4: the member leading at `at_ns` is asked to reconfigure
+    /// the group (it may refuse: one at a time, or it does not fit; the
+    /// run goes on).
+    Reconfigure {
+        /// When.
+        at_ns: u64,
+        /// What.
+        op: ReconfigFault,
+    },
     /// Extra latency on one directed link.
     Delay {
         /// Source.
@@ -170,6 +180,19 @@ pub enum Fault {
         /// Added latency.
         extra_ns: u64,
     },
+}
+
+/// A reconfiguration the simulator asks for (DARE §3.4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReconfigFault {
+    /// Take this member out.
+    Remove(u8),
+    /// Take the leader of the moment out (it steps down once done).
+    RemoveLeader,
+    /// Put this member in (a free slot, or the next slot of a full group).
+    Add(u8),
+    /// Shrink to this size.
+    Resize(u8),
 }
 
 impl Fault {
@@ -333,6 +356,11 @@ pub struct RunReport {
     pub snapshots_served: u64,
     /// Recoveries completed.
     pub recoveries: u64,
+    /// Reconfigurations a leader started (DARE §3.4), and the last
+    /// configuration committed.
+    pub reconfigurations: u64,
+    /// See `reconfigurations`.
+    pub configuration: Option<verbatim_core::membership::Configuration>,
     /// True when the linearizability search gave up (budget): the seed
     /// is undecided, which is not a pass.
     pub linearizability_unknown: bool,
@@ -603,6 +631,13 @@ pub struct Cluster {
     needs_recovery: u64,
     /// Members some leader reported as needing state transfer.
     needing_recovery: std::collections::BTreeSet<usize>,
+    /// Configurations applied (DARE §3.4), and reconfigurations started.
+    configurations: ConfigurationAgreement,
+    reconfigurations: u64,
+    /// The latest configuration in the log [`Cluster::read_log`] read last,
+    /// and per member, the one in its log to its tail as last read.
+    read_configuration: verbatim_core::membership::Configuration,
+    log_configurations: Vec<verbatim_core::membership::Configuration>,
     /// Snapshots written by donors, and recoveries completed (DARE §3.4).
     snapshots_served: u64,
     recoveries: u64,
@@ -727,6 +762,8 @@ impl Cluster {
             .collect();
         let end_ns = opts.safety_ns + opts.liveness_ns;
         let seed = opts.seed;
+        let initial_members = opts.config.initial_members;
+        let n_members = usize::from(opts.members);
         Cluster {
             ring: Ring::new(&layout.log),
             payload_buf: vec![0u8; opts.config.entry_payload_bytes_max as usize],
@@ -753,6 +790,17 @@ impl Cluster {
             violations: Vec::new(),
             needs_recovery: 0,
             needing_recovery: Default::default(),
+            configurations: ConfigurationAgreement::initial(
+                verbatim_core::membership::Configuration::initial(initial_members),
+            ),
+            reconfigurations: 0,
+            read_configuration: verbatim_core::membership::Configuration::initial(initial_members),
+            log_configurations: vec![
+                verbatim_core::membership::Configuration::initial(
+                    initial_members
+                );
+                n_members
+            ],
             snapshots_served: 0,
             recoveries: 0,
             depose_armed: Vec::new(),
@@ -827,6 +875,7 @@ impl Cluster {
                 Fault::Depose { from_ns, .. } => (*from_ns, None),
                 Fault::IsolateLeader { from_ns, .. } => (*from_ns, None),
                 Fault::LoseAckedLog { from_ns, .. } => (*from_ns, None),
+                Fault::Reconfigure { at_ns, .. } => (*at_ns, None),
                 Fault::Pause { from_ns, to_ns, .. }
                 | Fault::PauseMidCopy { from_ns, to_ns, .. }
                 | Fault::Partition { from_ns, to_ns, .. }
@@ -1006,8 +1055,37 @@ impl Cluster {
                 isolate_ns,
                 ..
             } => self.lose_acked_log(lag_ns, down_ns, isolate_ns),
+            Fault::Reconfigure { op, .. } => self.reconfigure(op),
             Fault::Partition { .. } | Fault::Delay { .. } => {}
         }
+    }
+
+    /// Asks the leader of the moment for `op` (DARE §3.4).
+    fn reconfigure(&mut self, op: ReconfigFault) {
+        let n = self.nodes.len();
+        let Some(leader) = (0..n)
+            .filter(|&i| {
+                self.nodes[i].state == NodeState::Running
+                    && self.nodes[i].driver.log().role() == Role::Leader
+            })
+            .max_by_key(|&i| self.nodes[i].driver.log().term())
+        else {
+            self.log(|| format!("reconfigure {op:?}: no leader"));
+            return;
+        };
+        let op = match op {
+            ReconfigFault::Remove(m) => ReconfigOp::Remove(MemberId(m)),
+            ReconfigFault::RemoveLeader => ReconfigOp::Remove(MemberId(leader as u8)),
+            ReconfigFault::Add(m) => ReconfigOp::Add(MemberId(m)),
+            ReconfigFault::Resize(s) => ReconfigOp::Resize(s),
+        };
+        let local = self.local(leader, self.now);
+        let r = self.nodes[leader].driver.log_mut().reconfigure(local, op);
+        self.log(|| format!("node {leader}: reconfigure {op:?}: {r:?}"));
+        if r.is_ok() {
+            self.reconfigurations += 1;
+        }
+        self.wake(leader, self.now);
     }
 
     fn isolate_leader(&mut self, to_ns: u64, companions: usize) {
@@ -1127,6 +1205,7 @@ impl Cluster {
         if self.nodes[i].state != NodeState::Crashed {
             return;
         }
+        self.configurations.restarted(i);
         let layout = Layout::new(&self.opts.config).expect("simulator configuration is valid");
         let mem = SimMemory::new(&layout);
         let incarnation = self.net.nic(i).incarnation + 1;
@@ -1521,21 +1600,56 @@ impl Cluster {
                 self.log(|| format!("node {i}: peer {} reachable", peer.0))
             }
             // Answered by the driver.
+            Event::ConfigurationChanged {
+                configuration,
+                index,
+            } => self.log(|| format!("node {i}: goes by {configuration:?} (entry {index})")),
+            Event::ConfigurationApplied {
+                configuration,
+                index,
+            } => self.on_configuration_applied(i, index, configuration),
+            Event::Reconfigured { op, configuration } => {
+                self.log(|| format!("node {i}: {op:?} done: {configuration:?}"))
+            }
             Event::Reply { .. } | Event::ReadReady { .. } | Event::ReadAborted { .. } => {}
         }
     }
 
+    fn on_configuration_applied(
+        &mut self,
+        i: usize,
+        index: u64,
+        c: verbatim_core::membership::Configuration,
+    ) {
+        self.log(|| format!("node {i}: applied {c:?} (entry {index})"));
+        for v in self.configurations.observe_applied(self.now, i, index, c) {
+            self.violation(v);
+        }
+    }
+
     /// Reads `[from_pos, to_pos)` of a member's log as entry identities.
+    /// The latest configuration among them (DARE §3.4), or the one
+    /// applied before them, is left in `read_configuration`.
     fn read_log(&mut self, i: usize, from_pos: u64, from_index: u64, to_pos: u64) -> Vec<EntryId> {
         let mem = self.nodes[i].driver.log().memory().clone();
         let max = self.opts.config.entry_payload_bytes_max;
         let mut out = Vec::new();
         let mut pos = from_pos;
         let mut index = from_index;
+        self.read_configuration = self.nodes[i].driver.log().applied_configuration();
         while pos < to_pos {
             match self.ring.read_entry(&mem, pos, max, &mut self.payload_buf) {
                 Ok((h, _, end)) if h.index == index && end <= to_pos => {
-                    out.push(EntryId::of(&h, &self.payload_buf[..h.payload_len as usize]));
+                    let payload = &self.payload_buf[..h.payload_len as usize];
+                    if h.kind == verbatim_core::log::EntryKind::Config {
+                        if let Ok(c) = verbatim_core::membership::Configuration::decode(
+                            payload,
+                            self.opts.members,
+                        ) {
+                            self.read_configuration = c;
+                        }
+                    }
+                    out.push(EntryId::of(&h, payload));
                     pos = end;
                     index += 1;
                 }
@@ -1684,6 +1798,7 @@ impl Cluster {
             if self.nodes[i].state != NodeState::Crashed {
                 let st = self.nodes[i].driver.log().status();
                 let log = self.read_log(i, st.apply_pos, st.apply_index, st.tail_pos);
+                self.log_configurations[i] = self.read_configuration;
                 logs.push((i, log));
             }
         }
@@ -1705,10 +1820,10 @@ impl Cluster {
                 // restarted votes once it says it may (caught up).
                 voter: matches!(self.nodes[i].state, NodeState::Running | NodeState::Paused)
                     && node.can_vote(),
+                configuration: self.log_configurations[i],
             });
         }
-        let quorum = usize::from(self.opts.members) / 2 + 1;
-        for v in check_electable_completeness(self.now, &members, quorum, &self.committed) {
+        for v in check_electable_completeness(self.now, &members, &self.committed) {
             self.violation(v);
         }
     }
@@ -1728,6 +1843,7 @@ impl Cluster {
                 self.violation(v);
             }
             let log = self.read_log(i, st.apply_pos, st.apply_index, st.tail_pos);
+            self.log_configurations[i] = self.read_configuration;
             logs.push((i, log));
         }
         for v in check_log_matching(self.now, &logs) {
@@ -2119,7 +2235,27 @@ impl Cluster {
                 self.nodes[*i].state == NodeState::Running && !self.needing_recovery.contains(i)
             })
             .count();
-        let liveness_expected = live > usize::from(self.opts.members) / 2 && recoverable >= 1;
+        // Running members that may vote (a member restarted with empty
+        // memory may not until its log holds what it acknowledged) must
+        // hold a majority of every group of the configuration committed
+        // last (DARE §3.4), and of the one each running member goes by if
+        // a reconfiguration was under way.
+        let running = (0..self.nodes.len())
+            .filter(|&i| {
+                self.nodes[i].state == NodeState::Running && self.nodes[i].driver.log().can_vote()
+            })
+            .fold(verbatim_core::sst::MemberMask::NONE, |m, i| {
+                m.with(MemberId(i as u8))
+            });
+        let committed = self
+            .configurations
+            .latest()
+            .expect("the initial configuration is known");
+        let in_effect = (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].state == NodeState::Running)
+            .map(|i| self.nodes[i].driver.log().configuration())
+            .all(|c| c.is_quorum(running));
+        let liveness_expected = committed.is_quorum(running) && in_effect && recoverable >= 1;
         if !liveness_expected && self.first_ack_after_heal.is_none() {
             let (needing, n) = (self.needing_recovery.len(), self.nodes.len());
             self.log(|| {
@@ -2148,6 +2284,8 @@ impl Cluster {
             needs_recovery: self.needs_recovery,
             snapshots_served: self.snapshots_served,
             recoveries: self.recoveries,
+            reconfigurations: self.reconfigurations,
+            configuration: Some(committed),
             linearizability_unknown: unknown,
             linearizability_steps,
             rows_refused: self

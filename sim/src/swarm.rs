@@ -2,7 +2,7 @@
 //! network, the workload and the faults; a safety phase with faults is
 //! followed by a liveness phase that must elect a leader and commit.
 
-use crate::cluster::{run, ClusterOptions, Fault, RunReport};
+use crate::cluster::{run, ClusterOptions, Fault, ReconfigFault, RunReport};
 use verbatim_core::config::Mutation;
 use verbatim_core::rng::SplitMix64;
 
@@ -113,7 +113,43 @@ pub fn options_for_seed(seed: u64) -> ClusterOptions {
         }
     }
     hard_cases(seed, &mut o);
+    reconfigurations(seed, &mut o);
     o
+}
+
+/// The options of `seed` as they were before reconfigurations were drawn
+/// (the seeds that once failed keep the scenario they failed in).
+pub fn options_for_seed_before_reconfiguration(seed: u64) -> ClusterOptions {
+    let mut o = options_for_seed(seed);
+    o.faults.retain(|f| !matches!(f, Fault::Reconfigure { .. }));
+    o.config.initial_members = o.members;
+    o
+}
+
+/// Group reconfigurations (DARE §3.4), from a stream of their own: a
+/// third of the seeds start with fewer members than the memory holds and
+/// ask whoever leads to add, remove (also itself) and shrink, at random
+/// times of the safety phase, among the other faults.
+fn reconfigurations(seed: u64, o: &mut ClusterOptions) {
+    let mut g = SplitMix64::new(seed ^ 0x5245_434F_4E46); // "RECONF"
+    if !g.chance(1, 3) {
+        return;
+    }
+    let members = u64::from(o.members);
+    // Start one or two members short of the most (never below three).
+    let short = g.range_inclusive(0, 2).min(members - 3);
+    o.config.initial_members = (members - short) as u8;
+    for _ in 0..g.range_inclusive(1, 6) {
+        let at_ns = g.range_inclusive(MS, o.safety_ns - MS / 2);
+        let node = g.range_inclusive(0, members - 1) as u8;
+        let op = match g.range_inclusive(0, 5) {
+            0 | 1 => ReconfigFault::Add(node),
+            2 => ReconfigFault::Remove(node),
+            3 => ReconfigFault::RemoveLeader,
+            _ => ReconfigFault::Resize(g.range_inclusive(3, members.max(4) - 1) as u8),
+        };
+        o.faults.push(Fault::Reconfigure { at_ns, op });
+    }
 }
 
 /// Faults aimed at rules that the faults above rarely exercise (issue 12:

@@ -101,6 +101,22 @@ fn seeds_that_once_failed_stay_fixed() {
     for seed in [
         5108, 2668, 4386, 7421, 8398, 9523, 9614, 9997, 641770780, 641772312,
     ] {
+        // In the scenario they failed in (drawn before reconfigurations).
+        let r = run(verbatim_sim::swarm::options_for_seed_before_reconfiguration(seed));
+        if !r.violations.is_empty() || r.linearizability_unknown {
+            failures.push(format!("seed {seed}: {:?}", r.violations));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Seeds with reconfigurations that once failed (liveness: a member whose
+/// removal never committed did not stand, and its log was the only one a
+/// leader could be elected with).
+#[test]
+fn reconfiguration_seeds_that_once_failed_stay_fixed() {
+    let mut failures = Vec::new();
+    for seed in [1972, 5709] {
         failures.extend(run_seeds(seed..seed + 1, Mutation::None));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -607,5 +623,78 @@ fn acting_on_the_own_stall_is_caught() {
     assert!(
         suspected > 0,
         "suspecting a leader after a stall of everyone went unnoticed"
+    );
+}
+
+/// Five members, the leader cut off with one other, and right after the
+/// cut it is asked to shrink the group to three (DARE §3.4). The
+/// transitional configuration needs a majority of the five and of the
+/// three: the cut-off side has neither, the other side elects a leader
+/// and goes on.
+fn shrink_while_cut_off_scenario(seed: u64, mutation: Mutation) -> ClusterOptions {
+    use verbatim_sim::cluster::ReconfigFault;
+    let mut o = ClusterOptions::new(1_300 + seed, 5).with_mutation(mutation);
+    o.safety_ns = 14_000_000;
+    o.trace = std::env::var("SWARM_TRACE").is_ok();
+    o.faults.push(Fault::IsolateLeader {
+        from_ns: 3_000_000,
+        to_ns: 9_000_000,
+        companions: 1,
+    });
+    o.faults.push(Fault::Reconfigure {
+        at_ns: 3_000_000 + 5_000 * (1 + seed % 4),
+        op: ReconfigFault::Resize(3),
+    });
+    o
+}
+
+/// Counting a transitional configuration's new group alone lets the
+/// cut-off side commit with two of five members while the other side
+/// elects its own leader: committed entries vanish, histories stop being
+/// linearizable.
+#[test]
+fn counting_one_majority_while_shrinking_is_caught() {
+    let hits = (0..24)
+        .filter(|&seed| {
+            let r = run(shrink_while_cut_off_scenario(
+                seed,
+                Mutation::TransitionalNewMajorityOnly,
+            ));
+            r.violations.iter().any(|v| {
+                [
+                    "committed entries never vanish",
+                    "state machine safety",
+                    "linearizability",
+                    "electable completeness",
+                    "election safety",
+                ]
+                .contains(&v.invariant)
+            })
+        })
+        .count();
+    assert!(
+        hits > 0,
+        "committing with the new group alone went unnoticed"
+    );
+}
+
+/// The same scenario without the mutation keeps every invariant: the
+/// cut-off leader starts the shrink, which never commits.
+#[test]
+fn the_shrink_while_cut_off_scenario_is_fine_without_the_mutation() {
+    let mut started = 0;
+    for seed in 0..24 {
+        let r = run(shrink_while_cut_off_scenario(seed, Mutation::None));
+        assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+        started += r.reconfigurations;
+        assert_ne!(
+            r.configuration.map(|c| c.size),
+            Some(3),
+            "seed {seed}: shrunk without a majority of five"
+        );
+    }
+    assert!(
+        started > 0,
+        "no cut-off leader started the shrink: the scenario is void"
     );
 }

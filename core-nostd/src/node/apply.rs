@@ -127,7 +127,24 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                         self.head_pos = self.head_pos.max(new_head.min(end));
                     }
                 }
-                EntryKind::Noop | EntryKind::Config => {}
+                EntryKind::Config => {
+                    // Validated with the entry; a CONFIG entry that does not
+                    // decode is no configuration (a bug of the writer).
+                    let c = (h.payload_len as usize == crate::membership::CONFIGURATION_BYTES)
+                        .then(|| {
+                            crate::membership::Configuration::decode(
+                                &self.payload[..crate::membership::CONFIGURATION_BYTES],
+                                self.member_count as u8,
+                            )
+                            .ok()
+                        })
+                        .flatten();
+                    if let Some(c) = c {
+                        self.applied_config_index = h.index;
+                        self.on_config_applied(c, h.index);
+                    }
+                }
+                EntryKind::Noop => {}
             }
             self.apply_pos = end;
             self.apply_index += 1;
@@ -181,6 +198,9 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         let mut last_term = self.last_applied_term;
         let mut commit_index = None;
         let mut items = 0u64;
+        // The latest configuration in the log, committed or not (DARE
+        // §3.4), from what was applied on.
+        let mut configuration = (self.applied_configuration, self.applied_config_index);
         for _ in 0..=self.layout.log.adjust_capacity {
             if pos == commit {
                 commit_index = Some(index);
@@ -190,6 +210,17 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             }
             match self.ring.verify_entry(&self.mem, pos, max_payload) {
                 Ok((h, _, end)) if h.index == index && end <= limit => {
+                    if h.kind == EntryKind::Config {
+                        match self.read_config_entry(pos) {
+                            Some(c) => configuration = (c, h.index),
+                            None => {
+                                // Valid entry, no configuration in it: the
+                                // log is not ours to trust.
+                                self.counters.entries_rejected += 1;
+                                return None;
+                            }
+                        }
+                    }
                     if pos >= commit {
                         let at = items_at.add(items * crate::layout::ADJUST_ITEM_BYTES);
                         self.mem.store_u64(at, h.index);
@@ -221,6 +252,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             self.mem.store_u64(self.layout.log_tail(), pos);
         }
         self.tail_index = index;
+        self.adopt_configuration(configuration.0, configuration.1);
         Some(Walk {
             commit_index,
             tail_pos: pos,

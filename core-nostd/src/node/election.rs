@@ -325,6 +325,12 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                     return;
                 }
                 let Some(w) = self.walk_log() else { return };
+                if !self.may_stand() {
+                    // Our log says we are not one of the group's voters
+                    // (removed, or added but not yet counted): no campaign.
+                    self.set_role(Role::Follower, None);
+                    return;
+                }
                 self.tail_pos = w.tail_pos;
                 self.tail_index = w.tail_index;
                 self.last_term = w.last_term;
@@ -434,7 +440,9 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 // must not lead (it would serve from it): it votes, and
                 // waits for a snapshot. Nor does one that has not read its
                 // votes back yet (restart.rs).
-                _ if !self.state_intact() || !self.votes_known() => {
+                _ if !self.state_intact() || !self.votes_known() || !self.may_stand() => {
+                    // (Outside the group's voters, as far as we know: we do
+                    // not stand; a walk of our log may tell us otherwise.)
                     let t = self.random_election_timeout();
                     self.set_timer(Timer::Election, Some(self.now + t));
                 }

@@ -77,7 +77,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         }
     }
 
-    fn step_down_same_term(&mut self) {
+    pub(super) fn step_down_same_term(&mut self) {
         self.leader_cleanup();
         self.counters.step_downs += 1;
         self.set_role(Role::Follower, None);
@@ -235,11 +235,21 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
 
     pub(super) fn leader_tick(&mut self) {
         self.try_append_noop();
+        self.retry_pending_phase();
         let me = Ballot::new(self.term, self.me);
+        let replicas = self.configuration.replicas();
         for p in self.others() {
+            // A member outside the group (removed, or a slot not in use)
+            // is not taken on: no adjustment, no recovery. One we already
+            // replicate to keeps receiving the log, so that it learns of
+            // its removal (it then never stands for election) and is up
+            // to date if it is added back; it does not count and does not
+            // hold the log back from pruning.
+            let member = replicas.contains(p);
             match self.peers[p.index()].repl.state {
                 ReplState::AwaitGrant
-                    if self.peers[p.index()].row.grant == me
+                    if member
+                        && self.peers[p.index()].row.grant == me
                         && self.channel_ok(p, Channel::Log)
                         && self.can_post(1) =>
                 {
@@ -274,7 +284,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                     r.batches_inflight = 0;
                 }
                 ReplState::Replicating => self.send_entries(p),
-                ReplState::NeedsRecovery => self.check_recovered(p),
+                ReplState::NeedsRecovery if member => self.check_recovered(p),
                 _ => {}
             }
         }
@@ -651,7 +661,10 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         if self.cfg.mutation == crate::config::Mutation::CommitOnMinority {
             minority_of = 1;
         }
-        let Some(candidate) = self.configuration.quorum_position(acked_pos, minority_of) else {
+        let Some(candidate) = self
+            .counting_configuration()
+            .quorum_position(acked_pos, minority_of)
+        else {
             return;
         };
         // Entries of earlier terms commit only with the no-op of ours: a
@@ -694,7 +707,8 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         // unreachable for a moment (a partition) does: pruning past it
         // would turn a transient fault into a lost replica.
         let mut holders = MemberMask::NONE;
-        for p in self.others() {
+        let replicas = self.configuration.replicas();
+        for p in self.others().filter(|&p| replicas.contains(p)) {
             let peer = &self.peers[p.index()];
             // A member that needs recovery holds the log only while it
             // fetches a snapshot (its row then shows the snapshot's apply

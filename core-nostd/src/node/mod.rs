@@ -10,12 +10,14 @@ mod apply;
 mod election;
 mod io;
 mod leader;
+mod reconfig;
 mod recovery;
 mod restart;
 #[cfg(test)]
 mod tests;
 
 pub use election::FD_TIMELY_CHECKS_TO_SHRINK;
+pub use reconfig::{ReconfigError, ReconfigOp};
 pub use recovery::RecoveryStatus;
 
 use crate::config::{Config, ConfigError, ENTRY_PAYLOAD_BYTES_CAP, REPLY_BYTES_CAP};
@@ -136,6 +138,31 @@ pub enum Event {
         /// Bytes copied (session table and state machine).
         bytes: u64,
     },
+    /// The configuration this member goes by changed (DARE §3.4): the
+    /// latest in its log, committed or not.
+    ConfigurationChanged {
+        /// The new configuration.
+        configuration: crate::membership::Configuration,
+        /// Index of its CONFIG entry (0: the initial one, or a snapshot's).
+        index: u64,
+    },
+    /// A CONFIG entry was applied here (it is committed): the group's
+    /// configuration as of `index`, the same on every member that applies
+    /// that index.
+    ConfigurationApplied {
+        /// The configuration.
+        configuration: crate::membership::Configuration,
+        /// Index of its CONFIG entry.
+        index: u64,
+    },
+    /// A reconfiguration this leader started is done: the CONFIG entry of
+    /// its last phase committed.
+    Reconfigured {
+        /// What was asked.
+        op: ReconfigOp,
+        /// The configuration now.
+        configuration: crate::membership::Configuration,
+    },
 }
 
 /// Accepted submissions.
@@ -231,6 +258,8 @@ pub struct Counters {
     /// Times Δ came back down (halfway to its configured value) after
     /// enough timely heartbeats.
     pub fd_period_shrinks: u64,
+    /// Reconfigurations this member started as leader (DARE §3.4).
+    pub reconfigurations: u64,
     /// Timeouts that fired late by half their length or more, so that
     /// this member was not running when they were due (descheduled, a CPU
     /// quota spent, a stopped VM), and were given a fresh window instead
@@ -578,8 +607,17 @@ pub struct Node<M: Memory, S: StateMachine> {
     rng: SplitMix64,
     me: MemberId,
     member_count: usize,
-    /// The group configuration every majority is counted in (DARE §3.4).
+    /// The group configuration every majority is counted in (DARE §3.4):
+    /// the latest in our log, committed or not, and its entry's index.
     configuration: crate::membership::Configuration,
+    config_index: u64,
+    /// The configuration as of the apply pointer, and its entry's index.
+    applied_configuration: crate::membership::Configuration,
+    applied_config_index: u64,
+    /// The leader's reconfiguration under way, and whether its next phase
+    /// waits for room in the log.
+    reconfig: Option<reconfig::Reconfig>,
+    phase_pending: bool,
     now: u64,
 
     role: Role,
@@ -724,7 +762,14 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             timely_checks: 0,
             suspicion: None,
             last_false_suspicion: None,
-            configuration: crate::membership::Configuration::initial(config.member_count),
+            configuration: crate::membership::Configuration::initial(config.initial_members),
+            config_index: 0,
+            applied_configuration: crate::membership::Configuration::initial(
+                config.initial_members,
+            ),
+            applied_config_index: 0,
+            reconfig: None,
+            phase_pending: false,
             me,
             member_count,
             layout,
@@ -1318,7 +1363,25 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         } else {
             agree.without(self.me)
         };
-        self.configuration.is_quorum(agree)
+        self.counting_configuration().is_quorum(agree)
+    }
+
+    /// The configuration majorities are counted in (a mutation may count
+    /// a transitional one as its new group alone).
+    fn counting_configuration(&self) -> crate::membership::Configuration {
+        #[cfg(feature = "mutation-testing")]
+        if self.cfg.mutation == crate::config::Mutation::TransitionalNewMajorityOnly
+            && self.configuration.state == crate::membership::ConfigState::Transitional
+        {
+            let c = self.configuration;
+            return crate::membership::Configuration {
+                state: crate::membership::ConfigState::Stable,
+                size: c.new_size,
+                new_size: c.new_size,
+                active: c.active.and(MemberMask::first(c.new_size.into())),
+            };
+        }
+        self.configuration
     }
 
     fn others_mask(&self) -> MemberMask {

@@ -129,6 +129,8 @@ impl Recovery {
             sessions_bytes: 0,
             sm_bytes: 0,
             payload_checksum: 0,
+            configuration: [0; crate::membership::CONFIGURATION_BYTES],
+            config_index: 0,
         },
         requested: 0,
         landed: 0,
@@ -515,11 +517,14 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             sum.bytes(&self.payload[..n]);
             offset += n as u64;
         }
-        if sum.finish() != h.payload_checksum {
+        // The group configuration as of the snapshot (DARE §3.4).
+        let configuration =
+            crate::membership::Configuration::decode(&h.configuration, self.member_count as u8);
+        let (Ok(configuration), true) = (configuration, sum.finish() == h.payload_checksum) else {
             self.counters.entries_rejected += 1;
             self.abandon_recovery();
             return;
-        }
+        };
         assert!(
             !self.never_back()
                 || h.apply_index > self.apply_index
@@ -565,6 +570,9 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.last_term = h.last_term;
         self.corrupt = false;
         self.bad_entry_since_ns = None;
+        self.applied_configuration = configuration;
+        self.applied_config_index = h.config_index;
+        self.adopt_configuration(configuration, h.config_index);
         self.mem.store_u64(self.layout.log_commit(), h.apply_pos);
         self.mem.store_u64(self.layout.log_tail(), h.apply_pos);
         self.row.apply_pos = h.apply_pos;
@@ -654,6 +662,8 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             sessions_bytes,
             sm_bytes: 0,
             payload_checksum: 0,
+            configuration: self.applied_configuration.encode(),
+            config_index: self.applied_config_index,
         };
         crate::mem::write_words(&self.mem, self.layout.snapshot_header(), &header.encode());
         if sessions_bytes > self.layout.snapshot_bytes - SnapshotHeader::PAYLOAD_OFFSET {

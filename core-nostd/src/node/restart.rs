@@ -22,10 +22,9 @@ use crate::sst::{Row, RowError};
 impl<M: Memory, S: StateMachine> Node<M, S> {
     /// Peers whose rows must be read: P - q + 1 (at most every peer).
     fn read_back_needed(&self) -> usize {
-        // Before the read-back a restarted member knows no configuration
-        // but the one it starts in; P - q + 1 of its rows' copies meet
-        // every majority of it.
-        let quorum = usize::from(self.configuration.size) / 2 + 1;
+        // A restarted member knows no configuration: its row was stored
+        // at a majority of all slots (io.rs), which P - q + 1 copies meet.
+        let quorum = self.member_count / 2 + 1;
         (self.member_count - quorum + 1).min(self.member_count - 1)
     }
 

@@ -1614,3 +1614,200 @@ fn an_idle_leader_adjusts_a_restarted_follower_afresh() {
     );
     assert_eq!(h.nodes[2].apply_index(), h.nodes[0].apply_index());
 }
+
+// ----- reconfiguration (DARE §3.4) -----------------------------------------
+
+use crate::membership::{ConfigState, Configuration};
+use crate::node::{ReconfigError, ReconfigOp};
+
+fn reconfigured(h: &mut Harness, i: usize) -> Option<Configuration> {
+    h.events(i).into_iter().find_map(|e| match e {
+        Event::Reconfigured { configuration, .. } => Some(configuration),
+        _ => None,
+    })
+}
+
+/// Removing a member is one CONFIG entry; once it commits every member
+/// goes by it, the removed member is no longer replicated to, and a
+/// majority is still counted in P (two of the three slots).
+#[test]
+fn removing_a_member_keeps_majorities_of_p() {
+    let mut h = Harness::new(3);
+    h.elect_zero();
+    h.settle(3);
+    let c = h.nodes[0]
+        .reconfigure(h.now, ReconfigOp::Remove(MemberId(2)))
+        .unwrap();
+    assert_eq!(c.active.count(), 2);
+    assert_eq!(
+        h.nodes[0].reconfigure(h.now, ReconfigOp::Remove(MemberId(1))),
+        Err(ReconfigError::InProgress),
+        "one at a time"
+    );
+    h.settle(6);
+    let done = reconfigured(&mut h, 0).expect("the removal completes");
+    assert_eq!(done, c);
+    for i in 0..3 {
+        assert_eq!(h.nodes[i].configuration(), c, "member {i}");
+    }
+    // Removing another would leave one of three slots: refused.
+    assert!(matches!(
+        h.nodes[0].reconfigure(h.now, ReconfigOp::Remove(MemberId(1))),
+        Err(ReconfigError::Invalid(_))
+    ));
+    // The removed member is not needed for commits, the other one is.
+    h.down[2] = true;
+    let r = h.nodes[0]
+        .submit_write(h.now, 9, 1, &set(b"k", b"v"))
+        .unwrap();
+    let Submitted::Appended { index } = r else {
+        panic!("{r:?}")
+    };
+    h.settle(4);
+    assert!(h.nodes[0].commit_index() > index, "committed by 0 and 1");
+    h.down[1] = true;
+    let r = h.nodes[0]
+        .submit_write(h.now, 9, 2, &set(b"k", b"w"))
+        .unwrap();
+    let Submitted::Appended { index } = r else {
+        panic!("{r:?}")
+    };
+    h.settle(4);
+    assert!(
+        h.nodes[0].commit_index() <= index,
+        "one of three slots is no majority"
+    );
+}
+
+/// Shrinking goes through a transitional configuration (both majorities)
+/// to a stable one of the new size; adding a member to the full group
+/// then goes through extended (it recovers, without a say), transitional
+/// and stable again. Every member ends in the same configuration.
+#[test]
+fn shrinking_and_growing_go_through_the_intermediate_configurations() {
+    let mut h = Harness::new(4);
+    h.elect_zero();
+    h.settle(3);
+    let c = h.nodes[0]
+        .reconfigure(h.now, ReconfigOp::Resize(3))
+        .unwrap();
+    assert_eq!(c.state, ConfigState::Transitional);
+    let mut seen = std::vec![c];
+    for _ in 0..12 {
+        h.settle(1);
+        let now = h.nodes[0].configuration();
+        if *seen.last().unwrap() != now {
+            seen.push(now);
+        }
+    }
+    let stable3 = Configuration::initial(3);
+    assert_eq!(seen, std::vec![c, stable3]);
+    assert_eq!(reconfigured(&mut h, 0), Some(stable3));
+    for i in 0..4 {
+        assert_eq!(h.nodes[i].configuration(), stable3, "member {i}");
+    }
+    // Member 3 is outside the group: it never stands for election.
+    assert!(!h.nodes[3].configuration().voters().contains(MemberId(3)));
+    // Grow back: 3 is the next slot of the full group.
+    let c = h.nodes[0]
+        .reconfigure(h.now, ReconfigOp::Add(MemberId(3)))
+        .unwrap();
+    assert_eq!(c.state, ConfigState::Extended);
+    let mut seen = std::vec![c];
+    for _ in 0..20 {
+        h.settle(1);
+        let now = h.nodes[0].configuration();
+        if *seen.last().unwrap() != now {
+            seen.push(now);
+        }
+    }
+    let states: Vec<ConfigState> = seen.iter().map(|c| c.state).collect();
+    assert_eq!(
+        states,
+        [
+            ConfigState::Extended,
+            ConfigState::Transitional,
+            ConfigState::Stable
+        ]
+    );
+    assert_eq!(*seen.last().unwrap(), Configuration::initial(4));
+    for i in 0..4 {
+        assert_eq!(
+            h.nodes[i].configuration(),
+            Configuration::initial(4),
+            "member {i}"
+        );
+    }
+    assert_eq!(h.nodes[0].role(), Role::Leader);
+    assert_eq!(h.nodes[0].term, 1, "no election on the way");
+}
+
+/// DARE §3.4: a leader outside the new group removes itself once the
+/// operation completes; the rest elect a leader among themselves, and the
+/// removed member does not stand.
+#[test]
+fn a_leader_that_removes_itself_steps_down_and_the_rest_elect() {
+    let mut h = Harness::new(3);
+    h.elect_zero();
+    h.settle(3);
+    h.nodes[0]
+        .reconfigure(h.now, ReconfigOp::Remove(MemberId(0)))
+        .unwrap();
+    h.settle(6);
+    assert_ne!(h.nodes[0].role(), Role::Leader, "stepped down");
+    for _ in 0..200 {
+        h.now += 50_000;
+        h.settle(1);
+        assert_ne!(
+            h.nodes[0].role(),
+            Role::Candidate,
+            "a removed member does not stand"
+        );
+        if [1, 2].iter().any(|&i| h.nodes[i].role() == Role::Leader) {
+            break;
+        }
+    }
+    let leader = (1..3)
+        .find(|&i| h.nodes[i].role() == Role::Leader)
+        .expect("a new leader");
+    let r = h.nodes[leader]
+        .submit_write(h.now, 9, 1, &set(b"k", b"v"))
+        .unwrap();
+    let Submitted::Appended { index } = r else {
+        panic!("{r:?}")
+    };
+    h.settle(4);
+    assert!(h.nodes[leader].commit_index() > index);
+}
+
+/// What does not fit is refused with a reason, and nothing is appended.
+#[test]
+fn reconfigurations_that_do_not_fit_are_refused() {
+    let mut h = Harness::new(3);
+    h.elect_zero();
+    h.settle(3);
+    assert!(matches!(
+        h.nodes[1].reconfigure(h.now, ReconfigOp::Remove(MemberId(2))),
+        Err(ReconfigError::NotLeader {
+            leader: Some(MemberId(0))
+        })
+    ));
+    let tail = h.nodes[0].status().tail_index;
+    for op in [
+        ReconfigOp::Add(MemberId(1)),
+        ReconfigOp::Add(MemberId(3)), // beyond the members laid out
+        ReconfigOp::Resize(3),
+        ReconfigOp::Resize(5),
+        ReconfigOp::Resize(0),
+        ReconfigOp::Remove(MemberId(4)),
+    ] {
+        assert!(
+            matches!(
+                h.nodes[0].reconfigure(h.now, op),
+                Err(ReconfigError::Invalid(_))
+            ),
+            "{op:?}"
+        );
+    }
+    assert_eq!(h.nodes[0].status().tail_index, tail);
+}

@@ -346,6 +346,33 @@ impl Gateway {
                     self.id.0
                 ),
             ),
+            Event::ConfigurationChanged {
+                configuration,
+                index,
+            } => self.event(
+                "configuration",
+                format!(
+                    "member {} goes by {} (entry {index})",
+                    self.id.0,
+                    describe_configuration(&configuration)
+                ),
+            ),
+            Event::ConfigurationApplied {
+                configuration,
+                index,
+            } => tracing::debug!(
+                member = self.id.0,
+                index,
+                configuration = %describe_configuration(&configuration),
+                "configuration committed"
+            ),
+            Event::Reconfigured { op, configuration } => self.event(
+                "reconfigured",
+                format!(
+                    "{op:?} done: the group is {}",
+                    describe_configuration(&configuration)
+                ),
+            ),
         }
     }
 
@@ -1055,4 +1082,24 @@ fn drive<F: HostFabric>(
     segment.unlink();
     r.gw.slots.segment().unlink();
     Ok(())
+}
+
+/// An operator's reading of a configuration: "stable, 3 slots, members
+/// 0 1 2", "transitional 3 -> 4, members 0 1 2 3".
+pub fn describe_configuration(c: &verbatim_core::membership::Configuration) -> String {
+    use verbatim_core::membership::ConfigState;
+    let members: Vec<String> = c.active.iter().map(|m| m.0.to_string()).collect();
+    let members = members.join(" ");
+    match c.state {
+        ConfigState::Stable => format!("stable, {} slots, members {members}", c.size),
+        ConfigState::Extended => format!(
+            "extended {} + {} recovering, members {members}",
+            c.size,
+            c.new_size - c.size
+        ),
+        ConfigState::Transitional => format!(
+            "transitional {} -> {}, members {members}",
+            c.size, c.new_size
+        ),
+    }
 }

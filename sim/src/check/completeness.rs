@@ -4,6 +4,9 @@
 
 use super::committed::CommittedLog;
 use super::{EntryId, Violation};
+use verbatim_core::membership::Configuration;
+use verbatim_core::sst::MemberMask;
+use verbatim_core::MemberId;
 
 /// Checks a member that just became leader: `log` is its log from its
 /// apply pointer (`apply_index`) to its tail.
@@ -50,6 +53,9 @@ pub struct MemberLog {
     /// It can vote and stand, now or after a pause: not crashed, not a
     /// zombie, not waiting to catch up after a restart.
     pub voter: bool,
+    /// The configuration it would count votes in as a candidate: the
+    /// latest in its log, committed or not (DARE §3.4).
+    pub configuration: Configuration,
 }
 
 impl MemberLog {
@@ -73,18 +79,23 @@ impl MemberLog {
 pub fn check_electable_completeness(
     time_ns: u64,
     members: &[MemberLog],
-    quorum: usize,
     committed: &CommittedLog,
 ) -> Vec<Violation> {
     let mut out = Vec::new();
     for x in members.iter().filter(|m| m.voter) {
-        let votes = members
-            .iter()
-            .filter(|y| y.voter && y.last() <= x.last())
-            .count();
-        if votes < quorum {
+        // It stands only as a voter of its configuration, and wins with a
+        // majority of every group of it.
+        if !x.configuration.voters().contains(MemberId(x.node as u8)) {
             continue;
         }
+        let mask = members
+            .iter()
+            .filter(|y| y.voter && y.last() <= x.last())
+            .fold(MemberMask::NONE, |m, y| m.with(MemberId(y.node as u8)));
+        if !x.configuration.is_quorum(mask) {
+            continue;
+        }
+        let votes = mask.count();
         for c in committed.from(x.apply_index) {
             let held = x
                 .log
@@ -152,6 +163,7 @@ mod tests {
             applied_term: 0,
             log,
             voter,
+            configuration: Configuration::initial(5),
         }
     }
 
@@ -178,15 +190,48 @@ mod tests {
                 member(4, vec![e(1, 1, 1), e(2, 3, 9)], true),
             ]
         };
-        let v = check_electable_completeness(0, &logs(false), 3, &c);
+        let v = check_electable_completeness(0, &logs(false), &c);
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(v[0].detail.contains("node 4"));
         // With the term-4 entry on a majority, member 4 cannot win.
-        assert!(check_electable_completeness(0, &logs(true), 3, &c).is_empty());
+        assert!(check_electable_completeness(0, &logs(true), &c).is_empty());
         // Members that cannot vote (crashed, catching up) do not count.
         let mut l = logs(false);
         l[2].voter = false;
         l[3].voter = false;
-        assert!(check_electable_completeness(0, &l, 3, &c).is_empty());
+        assert!(check_electable_completeness(0, &l, &c).is_empty());
+        // A member goes by the configuration in its own log: in a group
+        // shrinking from five to three, member 4 (outside the new three)
+        // does not stand; in one shrinking to two, the votes of 2, 3, 4
+        // are a majority of five but not of the new two.
+        let shrinking = |new_size: u8| Configuration {
+            state: verbatim_core::membership::ConfigState::Transitional,
+            size: 5,
+            new_size,
+            active: MemberMask::first(5),
+        };
+        let mut l = logs(false);
+        l[4].configuration = shrinking(3);
+        assert!(check_electable_completeness(0, &l, &c).is_empty());
+        let mut l = logs(false);
+        l[4].log = vec![e(1, 1, 1)];
+        l[3].log = vec![e(1, 1, 1)];
+        l[2].log = vec![e(1, 1, 1)];
+        for m in l.iter_mut() {
+            m.configuration = shrinking(2);
+        }
+        l[0].log = vec![e(1, 1, 1), e(2, 2, 2)];
+        l[1].log = vec![e(1, 1, 1), e(2, 2, 2)];
+        // Members 2, 3, 4 lack index 2; they would vote for each other
+        // (three of five) but only 0 and 1 are the new group.
+        assert!(check_electable_completeness(0, &l, &c).is_empty());
+        for m in l.iter_mut() {
+            m.configuration = Configuration::initial(5);
+        }
+        assert_eq!(
+            check_electable_completeness(0, &l, &c).len(),
+            3,
+            "in a stable group of five, 2, 3 and 4 could each win"
+        );
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod committed;
 pub mod completeness;
+pub mod configurations;
 pub mod counters;
 pub mod election;
 pub mod linearizability;
