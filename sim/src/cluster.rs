@@ -1060,16 +1060,19 @@ impl Cluster {
         }
     }
 
-    /// Asks the leader of the moment for `op` (DARE §3.4).
-    fn reconfigure(&mut self, op: ReconfigFault) {
-        let n = self.nodes.len();
-        let Some(leader) = (0..n)
+    /// The running member that leads the highest term, if any.
+    fn leader_now(&self) -> Option<usize> {
+        (0..self.nodes.len())
             .filter(|&i| {
                 self.nodes[i].state == NodeState::Running
                     && self.nodes[i].driver.log().role() == Role::Leader
             })
             .max_by_key(|&i| self.nodes[i].driver.log().term())
-        else {
+    }
+
+    /// Asks the leader of the moment for `op` (DARE §3.4).
+    fn reconfigure(&mut self, op: ReconfigFault) {
+        let Some(leader) = self.leader_now() else {
             self.log(|| format!("reconfigure {op:?}: no leader"));
             return;
         };
@@ -1090,13 +1093,7 @@ impl Cluster {
 
     fn isolate_leader(&mut self, to_ns: u64, companions: usize) {
         let n = self.nodes.len();
-        let Some(leader) = (0..n)
-            .filter(|&i| {
-                self.nodes[i].state == NodeState::Running
-                    && self.nodes[i].driver.log().role() == Role::Leader
-            })
-            .max_by_key(|&i| self.nodes[i].driver.log().term())
-        else {
+        let Some(leader) = self.leader_now() else {
             return;
         };
         let mut side = vec![leader];
@@ -1139,13 +1136,7 @@ impl Cluster {
 
     fn lose_acked_log(&mut self, lag_ns: u64, down_ns: u64, isolate_ns: u64) {
         let n = self.nodes.len();
-        let Some(leader) = (0..n)
-            .filter(|&i| {
-                self.nodes[i].state == NodeState::Running
-                    && self.nodes[i].driver.log().role() == Role::Leader
-            })
-            .max_by_key(|&i| self.nodes[i].driver.log().term())
-        else {
+        let Some(leader) = self.leader_now() else {
             return;
         };
         let others: Vec<usize> = (0..n)
