@@ -155,8 +155,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     /// Appends a CONFIG entry and goes by it at once (leader).
     pub(super) fn append_config(&mut self, c: Configuration) -> Result<(), ReconfigError> {
         let payload = c.encode();
-        let (_, _) = self
-            .append_entry(EntryKind::Config, 0, 0, &payload, true)
+        self.append_entry(EntryKind::Config, 0, 0, &payload, true)
             .map_err(|_| ReconfigError::LogFull)?;
         self.adopt_configuration(c, self.tail_index - 1);
         Ok(())
@@ -206,7 +205,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         match next {
             Some(n) => {
                 // If the log is full now, the next apply of this entry
-                // cannot retry: the leader tick retries (pending_phase).
+                // cannot retry: the leader tick retries (`retry_pending_phase`).
                 if self.append_config(n).is_err() {
                     self.phase_pending = true;
                 }
