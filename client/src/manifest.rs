@@ -215,6 +215,12 @@ pub struct ClusterSection {
     /// Seed of the protocol's PRNG (timeouts); each member mixes in its id.
     #[serde(default)]
     pub seed: u64,
+    /// Members of the group's first configuration (DARE §3.4): ids 0 to
+    /// `initial_members - 1`. The others are spares: their processes run
+    /// outside the group until `verbatim member add <id>`. Default: every
+    /// listed member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_members: Option<u8>,
 }
 
 /// `[timing]`: protocol periods in microseconds.
@@ -478,6 +484,7 @@ impl Manifest {
                 resp_output_bytes_max: default_resp_output_bytes_max(),
                 client_slot_count: default_client_slot_count(),
                 seed: 0,
+                initial_members: None,
             },
             timing: TimingSection::default(),
             members: (0..n)
@@ -586,6 +593,7 @@ impl Manifest {
         cfg.counter_increment_period_ns = us_to_ns(t.counter_increment_period_us);
         cfg.counter_read_gap_ns = us_to_ns(t.counter_read_gap_us);
         cfg.seed = c.seed;
+        cfg.initial_members = c.initial_members.unwrap_or(self.member_count());
         cfg
     }
 
@@ -640,6 +648,17 @@ impl Manifest {
                 "members",
                 format!("{n} members: list between 1 and {MAX_MEMBERS} [[members]] (3 or 5 tolerate 1 or 2 failures)"),
             ));
+        }
+        if let Some(initial) = c.initial_members {
+            if initial == 0 || usize::from(initial) > n {
+                return Err(ConfigError::new(
+                    "cluster.initial_members",
+                    format!(
+                        "is {initial}; use 1 to {n} (the members listed): the first configuration \
+                         holds ids 0 to initial_members - 1, the rest are spares to add"
+                    ),
+                ));
+            }
         }
         for (i, m) in self.members.iter().enumerate() {
             if usize::from(m.id) != i {
@@ -900,6 +919,14 @@ id = 2
         )
         .unwrap();
         assert_eq!(m.cluster.resp_password.as_deref(), Some("pw"));
+        let e = Manifest::parse(BASE, &["cluster.initial_members=0".into()]).unwrap_err();
+        assert_eq!(e.field, "cluster.initial_members");
+        let e = Manifest::parse(BASE, &["cluster.initial_members=9".into()]).unwrap_err();
+        assert!(e.to_string().contains("spares"), "{e}");
+        let m = Manifest::parse(BASE, &["cluster.initial_members=2".into()]).unwrap();
+        assert_eq!(m.core_config(0).initial_members, 2);
+        let m = Manifest::parse(BASE, &[]).unwrap();
+        assert_eq!(m.core_config(0).initial_members, m.member_count());
         let e = Manifest::parse(BASE, &["cluster.resp_password=\"\"".into()]).unwrap_err();
         assert_eq!(e.field, "cluster.resp_password");
         let e = Manifest::parse(BASE, &["cluster.resp_output_bytes_max=10".into()]).unwrap_err();

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use verbatim_status::{
-    ConfigSnapshot, LatencySummary, LogPointers, PeerSnapshot, Percentiles, Snapshot,
-    STATUS_VERSION,
+    ConfigSnapshot, GroupConfiguration, LatencySummary, LogPointers, PeerSnapshot, Percentiles,
+    Snapshot, STATUS_VERSION,
 };
 
 /// Group size of [`snapshot`].
@@ -113,6 +113,16 @@ pub fn snapshot(id: u8, role: &str, term: u64, leader: Option<u8>) -> Snapshot {
         events: Vec::new(),
         lease: None,
         recovery: Default::default(),
+        group: GroupConfiguration {
+            state: "stable".into(),
+            size: FAKE_MEMBERS,
+            new_size: FAKE_MEMBERS,
+            members: (0..FAKE_MEMBERS).collect(),
+            index: 0,
+            committed: true,
+            is_member: true,
+            in_progress: false,
+        },
     }
 }
 

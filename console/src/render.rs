@@ -231,7 +231,7 @@ fn render_overview(app: &App, model: &Model, area: Rect, buf: &mut Buffer) {
     render_event_list(model, 0, " Recent events ", events, buf);
 }
 
-/// `demo · 3 members, quorum 2 · shm/adaptive · hb 200µs Δ 1000µs · lease —`.
+/// `demo · 0 1 2 of 3, quorum 2 · shm/adaptive · hb 200µs Δ 1000µs · lease none`.
 fn summary_line(model: &Model) -> Line<'static> {
     let mut spans = Vec::new();
     let leaders = model.leaders_in_current_term();
@@ -252,9 +252,40 @@ fn summary_line(model: &Model) -> Line<'static> {
         BOLD,
     ));
     if let Some(c) = model.config() {
+        // The group (DARE §3.4), compact to fit 80 columns: "0 1 2 of 3"
+        // (members of a 3-slot group), "0 1 2 3 of 3→4 transitional"
+        // while it changes size; yellow until its CONFIG entry commits.
+        let (members, style) = match model.group() {
+            Some(g) => {
+                let ids: Vec<String> = g.members.iter().map(u8::to_string).collect();
+                let phase = match g.state.as_str() {
+                    "extended" => {
+                        format!("{}+{} extended", g.size, g.new_size.saturating_sub(g.size))
+                    }
+                    "transitional" => format!("{}→{} transitional", g.size, g.new_size),
+                    _ => g.size.to_string(),
+                };
+                let changing = !(g.state == "stable" && g.committed && !g.in_progress);
+                (
+                    format!(
+                        "{} of {phase}{}, ",
+                        ids.join(" "),
+                        if changing { " (changing)" } else { "" }
+                    ),
+                    if changing {
+                        Style::new().fg(Color::Yellow)
+                    } else {
+                        Style::new()
+                    },
+                )
+            }
+            None => (format!("{} members, ", c.members), Style::new()),
+        };
+        spans.push(Span::raw(" · "));
+        spans.push(Span::styled(members, style));
         spans.push(Span::raw(format!(
-            " · {} members, quorum {} · {}/{} · hb {}µs Δ {}µs",
-            c.members, c.quorum, c.fabric, c.poll, c.heartbeat_period_us, c.fd_check_period_us
+            "quorum {} · {}/{} · hb {}µs Δ {}µs",
+            c.quorum, c.fabric, c.poll, c.heartbeat_period_us, c.fd_check_period_us
         )));
     } else {
         spans.push(Span::styled(" · no snapshot yet", DIM));
@@ -361,6 +392,10 @@ fn render_replica_table(app: &App, model: &Model, area: Rect, buf: &mut Buffer) 
                     total => format!("recover {}%", r.bytes_copied.saturating_mul(100) / total),
                 };
                 (text, Style::new().fg(Color::Yellow))
+            }
+            // Outside the group: a spare, or a member removed (DARE §3.4).
+            (LinkState::Up { .. }, Some(s)) if s.group.size > 0 && !s.group.is_member => {
+                ("spare".to_string(), DIM)
             }
             (LinkState::Up { .. }, Some(s)) => (s.role.clone(), role_style(&s.role)),
             (LinkState::Up { .. }, None) => (UNKNOWN.to_string(), DIM),
@@ -1094,7 +1129,7 @@ mod tests {
         );
         assert_eq!(
             lines[1],
-            "demo · 3 members, quorum 2 · shm/adaptive · hb 200µs Δ 1000µs · lease none"
+            "demo · 0 1 2 of 3, quorum 2 · shm/adaptive · hb 200µs Δ 1000µs · lease none"
         );
         assert_eq!(
             lines[3],
@@ -1155,6 +1190,34 @@ mod tests {
             "{}",
             lines.join("\n")
         );
+    }
+
+    /// Issue 13: the summary shows the group while it changes size, and a
+    /// replica outside it is a spare.
+    #[test]
+    fn a_changing_group_and_a_spare_are_shown() {
+        let mut app = after_failover();
+        let t = Now {
+            mono: Instant::now(),
+            unix_ms: T0_UNIX_MS + 5_000,
+        };
+        let mut l = snapshot(1, "leader", 4, Some(1));
+        l.group.state = "transitional".into();
+        l.group.new_size = 2;
+        l.group.committed = false;
+        l.group.members = vec![1, 2];
+        app.handle_message(report(1, l), t);
+        let mut s = snapshot(2, "follower", 4, Some(1));
+        s.group.is_member = false;
+        app.handle_message(report(2, s), t);
+        app.tick(t);
+        let lines = draw(&app, 100, 24);
+        assert!(
+            lines[1].starts_with("demo · 1 2 of 3→2 transitional (changing), quorum 2"),
+            "{}",
+            lines.join("\n")
+        );
+        assert!(lines[6].starts_with("│ r2  spare "), "{}", lines.join("\n"));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::link::{LinkMessage, Report};
 use crate::target::{Endpoint, Target};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use verbatim_status::{ConfigSnapshot, Failover, Snapshot};
+use verbatim_status::{ConfigSnapshot, Failover, GroupConfiguration, Snapshot};
 
 /// Samples kept in each history: one per second, one minute.
 pub const HISTORY_SAMPLES: usize = 60;
@@ -618,6 +618,16 @@ impl Model {
             .or_else(|| self.replicas.iter().find_map(ReplicaState::live_snapshot))
             .or_else(|| self.replicas.iter().find_map(|r| r.snapshot.as_ref()))
             .map(|s| &s.config)
+    }
+
+    /// The group configuration (DARE §3.4), as the leader goes by it (or
+    /// any live replica, if none leads). None from replicas that predate
+    /// it (their snapshots have no size).
+    pub fn group(&self) -> Option<&GroupConfiguration> {
+        self.leader_snapshot()
+            .or_else(|| self.replicas.iter().find_map(ReplicaState::live_snapshot))
+            .map(|s| &s.group)
+            .filter(|g| g.size > 0)
     }
 
     /// Lease state, when any replica reports one.

@@ -57,7 +57,7 @@ fn once_prints_the_new_leader_its_term_and_the_lost_replica_at_80x24() {
     );
     assert!(lines[0].ends_with("term 4 · leader r1"), "{}", run.stdout);
     assert!(
-        lines[1].starts_with("demo · 3 members, quorum 2"),
+        lines[1].starts_with("demo · 0 1 2 of 3, quorum 2"),
         "{}",
         run.stdout
     );

@@ -9,6 +9,7 @@ use std::time::Duration;
 use verbatim_client::client::{Client, ClientOptions, Transport};
 use verbatim_client::local::{LocalCluster, LocalOptions};
 use verbatim_client::manifest::{Manifest, PollMode};
+use verbatim_status::MemberChange;
 
 #[derive(Parser)]
 #[command(
@@ -88,6 +89,22 @@ enum Cmd {
         /// it: a new process with empty memory that rejoins the group).
         #[arg(long)]
         no_heal: bool,
+        /// Spare replicas started outside the group (ids after the
+        /// members), ready for `verbatim member add <id>`.
+        #[arg(long, default_value_t = 0)]
+        spares: u8,
+    },
+    /// Change the group's members (DARE §3.4) through its leader; returns
+    /// once the new configuration has committed.
+    Member {
+        /// The cluster manifest (default: the one `verbatim up` wrote).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// How long to wait for the change to commit.
+        #[arg(long, default_value_t = 60_000)]
+        timeout_ms: u64,
+        #[command(subcommand)]
+        op: MemberCmd,
     },
     /// Key-value commands against a cluster.
     Kv {
@@ -124,6 +141,18 @@ enum Cmd {
         #[arg(long, default_value_t = 64)]
         value_bytes: usize,
     },
+}
+
+#[derive(Subcommand)]
+enum MemberCmd {
+    /// Add member <id> (a spare, or one removed before): into a free slot
+    /// below the group's size, or into the next slot (the group grows by
+    /// one, through the extended and transitional configurations).
+    Add { id: u8 },
+    /// Remove member <id> (the leader too: it steps down once done).
+    Remove { id: u8 },
+    /// Shrink the group to <size> slots (members above it leave).
+    Resize { size: u8 },
 }
 
 #[derive(Subcommand)]
@@ -216,10 +245,17 @@ fn main() -> Result<()> {
             base_port,
             poll,
             cores,
-            overrides,
+            mut overrides,
             no_heal,
+            spares,
         } => {
             init_tracing("warn");
+            if spares > 0 {
+                overrides.push(format!("cluster.initial_members={replicas}"));
+            }
+            let replicas = replicas
+                .checked_add(spares)
+                .ok_or_else(|| anyhow!("--replicas plus --spares is too many"))?;
             let binary = std::env::current_exe().context("locating the verbatim binary")?;
             let shutdown = shutdown_flag()?;
             let mut cluster = LocalCluster::start(
@@ -301,12 +337,16 @@ fn main() -> Result<()> {
                                         s.latency.ops_per_sec
                                     ),
                                 };
-                                format!(
-                                    "r{}:{} t{} {progress}{restarted}",
-                                    s.id,
-                                    &s.role[..1].to_uppercase(),
-                                    s.term
-                                )
+                                if !s.group.is_member && !s.recovery.active {
+                                    format!("r{}:spare{restarted}", s.id)
+                                } else {
+                                    format!(
+                                        "r{}:{} t{} {progress}{restarted}",
+                                        s.id,
+                                        &s.role[..1].to_uppercase(),
+                                        s.term
+                                    )
+                                }
                             }
                             None => format!("r{i}:down{restarted}"),
                         }
@@ -360,6 +400,32 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
+        Cmd::Member {
+            config,
+            timeout_ms,
+            op,
+        } => {
+            init_tracing("warn");
+            let manifest = default_manifest(config)?;
+            let sockets: Vec<PathBuf> = (0..manifest.member_count())
+                .map(|id| manifest.status_socket(id))
+                .collect();
+            let change = match op {
+                MemberCmd::Add { id } => MemberChange::Add(id),
+                MemberCmd::Remove { id } => MemberChange::Remove(id),
+                MemberCmd::Resize { size } => MemberChange::Resize(size),
+            };
+            let g =
+                verbatim_status::change_group(&sockets, change, Duration::from_millis(timeout_ms))
+                    .map_err(|e| anyhow!("{}: {e}", change.request_line()))?;
+            println!(
+                "{}: committed (entry {}); the group is {}",
+                change.request_line(),
+                g.index,
+                g.describe()
+            );
+            Ok(())
+        }
         Cmd::Status { config, json } => {
             init_tracing("warn");
             let manifest = default_manifest(config)?;
@@ -380,6 +446,27 @@ fn main() -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&v)?);
                 return Ok(());
             }
+            // The configuration of the leader of the highest term (every
+            // member's own is in --json).
+            if let Some(l) = snaps
+                .iter()
+                .flatten()
+                .filter(|s| s.role == "leader")
+                .max_by_key(|s| s.term)
+            {
+                println!(
+                    "group: {} (entry {}{})",
+                    l.group.describe(),
+                    l.group.index,
+                    if l.group.in_progress {
+                        ", changing"
+                    } else if l.group.committed {
+                        ", committed"
+                    } else {
+                        ", not committed yet"
+                    }
+                );
+            }
             println!(
                 "{:<3} {:<10} {:>5} {:>6} {:>10} {:>10} {:>10} {:>9}  peers",
                 "id", "role", "term", "leader", "apply", "commit", "tail", "ops/s"
@@ -389,7 +476,11 @@ fn main() -> Result<()> {
                     Ok(s) => println!(
                         "{:<3} {:<10} {:>5} {:>6} {:>10} {:>10} {:>10} {:>9.0}  {}",
                         s.id,
-                        s.role,
+                        if s.group.is_member {
+                            s.role.as_str()
+                        } else {
+                            "spare"
+                        },
                         s.term,
                         s.leader.map_or("-".into(), |l| l.to_string()),
                         s.log.apply_index,

@@ -932,6 +932,130 @@ fn a_restarted_replica_recovers_a_snapshot_and_carries_the_group() {
     assert_linearizable(&history);
 }
 
+/// Issue 13 (DARE §3.4): an operator changes the group while a RESP and
+/// a shared-memory client write. Five replicas run, three of them members
+/// and two spares; the spares are added (each grows the group by one,
+/// through the extended and transitional configurations), the leader is
+/// removed (it steps down once that commits) and the group shrinks back
+/// to three slots. Each change is confirmed with the committed
+/// configuration; bad requests are refused with the reason; every running
+/// replica ends on the same configuration; and the history is
+/// linearizable with no acknowledged write lost.
+#[test]
+fn an_operator_adds_removes_and_shrinks_while_the_group_serves() {
+    use verbatim_status::{change_group, GroupChangeError, MemberChange};
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = LocalCluster::start(
+        &LocalOptions {
+            name: format!("itmember{}", std::process::id()),
+            replicas: 5,
+            base_port: free_port_base(),
+            poll: PollMode::Adaptive,
+            cores: Vec::new(),
+            overrides: vec!["cluster.initial_members=3".into()],
+            binary: binary(),
+        },
+        Duration::from_secs(30),
+    )
+    .expect("cluster starts");
+    let (first_leader, _) = cluster
+        .wait_leader(0, Duration::from_secs(10))
+        .expect("a leader");
+    assert!(first_leader < 3, "a spare cannot lead");
+    let sockets: Vec<PathBuf> = (0..5).map(|i| cluster.manifest.status_socket(i)).collect();
+    let epoch = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers = workload_over(
+        &cluster,
+        &[Transport::Tcp, Transport::Shm],
+        6,
+        stop.clone(),
+        epoch,
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let change = |c: MemberChange| change_group(&sockets, c, Duration::from_secs(30));
+
+    let g = change(MemberChange::Add(3)).expect("member 3 joins");
+    assert_eq!((g.state.as_str(), g.size), ("stable", 4), "{g:?}");
+    assert_eq!(g.members, vec![0, 1, 2, 3]);
+    let g = change(MemberChange::Add(4)).expect("member 4 joins");
+    assert_eq!((g.size, g.members.clone()), (5, vec![0, 1, 2, 3, 4]));
+
+    // Refused, with the reason, and nothing changes.
+    for (bad, why) in [
+        (MemberChange::Add(4), "already a member"),
+        (MemberChange::Add(9), "next slot"),
+        (MemberChange::Resize(7), "only shrinks"),
+    ] {
+        match change(bad) {
+            Err(GroupChangeError::Refused { reason, .. }) => {
+                assert!(reason.contains(why), "{bad:?}: {reason}")
+            }
+            other => panic!("{bad:?} was not refused: {other:?}"),
+        }
+    }
+
+    // The leader removes itself, then steps down.
+    let (leader, term) = cluster
+        .wait_leader(0, Duration::from_secs(10))
+        .expect("a leader");
+    let g = change(MemberChange::Remove(leader)).expect("the leader is removed");
+    assert!(
+        !g.members.contains(&leader) && g.members.len() == 4,
+        "{g:?}"
+    );
+    let (next, _) = cluster
+        .wait_leader(term, Duration::from_secs(10))
+        .expect("a leader among the members left");
+    assert_ne!(next, leader);
+
+    // Shrink to three slots: the members of slots 3 and 4 leave.
+    let g = change(MemberChange::Resize(3)).expect("the group shrinks");
+    assert_eq!((g.state.as_str(), g.size), ("stable", 3));
+    let expected: Vec<u8> = (0..3).filter(|&m| m != leader).collect();
+    assert_eq!(g.members, expected);
+
+    // Every member goes by that configuration; the others know they are
+    // out (a member removed earlier, like the old leader, is no longer
+    // written to, so its view stops at its own removal).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let st = cluster.status();
+        let agreed = st.iter().enumerate().all(|(i, s)| {
+            s.as_ref().is_some_and(|s| {
+                if expected.contains(&(i as u8)) {
+                    s.group.is_member
+                        && s.group.size == 3
+                        && s.group.members == expected
+                        && s.group.state == "stable"
+                } else {
+                    !s.group.is_member
+                }
+            })
+        });
+        if agreed {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replicas do not agree on the configuration: {:?}",
+            st.iter()
+                .map(|s| s.as_ref().map(|s| (s.id, s.group.clone())))
+                .collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::Release);
+    let mut history: Vec<Operation> = workers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    final_reads(&cluster, 6, epoch, &mut history);
+    assert!(history.iter().filter(|o| o.output.is_some()).count() > 100);
+    assert_linearizable(&history);
+}
+
 fn free_port_base() -> u16 {
     // Three consecutive free ports: ask the kernel for one and hope its
     // neighbours are free too (retry a few times).

@@ -11,11 +11,13 @@
 #![forbid(unsafe_code)]
 
 mod cluster_file;
+mod member;
 pub mod paths;
 pub mod prometheus;
 mod snapshot;
 
 pub use cluster_file::{ClusterFile, ClusterFileError, ClusterMember};
+pub use member::{change_group, member_change, GroupChangeError};
 pub use snapshot::*;
 
 use std::io::{BufRead, BufReader, Write};

@@ -6,6 +6,9 @@
 //! * `status` (or an empty line): one [`Snapshot`] line.
 //! * `watch <interval_ms>`: a [`Snapshot`] line every interval (at least
 //!   20 ms) until the client closes the connection.
+//! * `member add|remove|resize <n>`: a change of the group (leader only),
+//!   answered by one [`MemberReply`] line once its last CONFIG entry has
+//!   committed (or at once if it is refused).
 //! * anything else: `{"error": "..."}` and the connection stays open.
 //!
 //! Lines longer than 1 KiB or not UTF-8 get an error and the connection is
@@ -212,6 +215,113 @@ pub struct Snapshot {
     /// progress while it copies a snapshot, and its totals.
     #[serde(default)]
     pub recovery: RecoveryProgress,
+    /// The group configuration this replica goes by (DARE §3.4).
+    #[serde(default)]
+    pub group: GroupConfiguration,
+}
+
+/// A group configuration (DARE §3.4) as a replica sees it: the latest
+/// CONFIG entry in its log (committed or not) and the one it applied.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GroupConfiguration {
+    /// "stable", "extended" or "transitional".
+    pub state: String,
+    /// Slots P of the group (majorities are of P).
+    pub size: u8,
+    /// The size it moves to (equal to `size` when stable).
+    pub new_size: u8,
+    /// The members, ascending.
+    pub members: Vec<u8>,
+    /// Log index of the CONFIG entry (0: the initial configuration).
+    pub index: u64,
+    /// The entry has been applied here, so it is committed.
+    pub committed: bool,
+    /// This replica is one of `members`.
+    pub is_member: bool,
+    /// A reconfiguration this replica leads is under way.
+    pub in_progress: bool,
+}
+
+impl GroupConfiguration {
+    /// An operator's reading: "stable, 3 slots, members 0 1 2",
+    /// "transitional 3 -> 4, members 0 1 2 3".
+    pub fn describe(&self) -> String {
+        let members: Vec<String> = self.members.iter().map(u8::to_string).collect();
+        let members = members.join(" ");
+        match self.state.as_str() {
+            "extended" => format!(
+                "extended {} + {} recovering, members {members}",
+                self.size,
+                self.new_size.saturating_sub(self.size)
+            ),
+            "transitional" => format!(
+                "transitional {} -> {}, members {members}",
+                self.size, self.new_size
+            ),
+            _ => format!("stable, {} slots, members {members}", self.size),
+        }
+    }
+}
+
+/// A change of the group's members an operator asks of the leader
+/// (`member add|remove|resize <n>` on the status socket).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemberChange {
+    /// Put member `n` into the group (a free slot, or the next slot).
+    Add(u8),
+    /// Take member `n` out of the group.
+    Remove(u8),
+    /// Shrink the group to `n` slots.
+    Resize(u8),
+}
+
+impl MemberChange {
+    /// The request line: `member add 3`.
+    pub fn request_line(&self) -> String {
+        match self {
+            MemberChange::Add(n) => format!("member add {n}"),
+            MemberChange::Remove(n) => format!("member remove {n}"),
+            MemberChange::Resize(n) => format!("member resize {n}"),
+        }
+    }
+
+    /// Parses the words after `member`.
+    pub fn parse(verb: &str, arg: &str) -> Result<MemberChange, String> {
+        let n: u8 = arg
+            .parse()
+            .map_err(|_| format!("`{arg}` is not a member id or size (0 to 255)"))?;
+        match verb {
+            "add" => Ok(MemberChange::Add(n)),
+            "remove" => Ok(MemberChange::Remove(n)),
+            "resize" => Ok(MemberChange::Resize(n)),
+            _ => Err(format!(
+                "unknown member change `{verb}`: use add, remove or resize"
+            )),
+        }
+    }
+}
+
+/// The answer to a [`MemberChange`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MemberReply {
+    /// The configuration the group committed: the change is done.
+    pub configuration: Option<GroupConfiguration>,
+    /// Why the change was not made (or not confirmed).
+    pub error: Option<String>,
+    /// This replica does not lead; the leader it knows of.
+    pub leader: Option<u8>,
+    /// True when the replica is not the leader (ask `leader`).
+    #[serde(default)]
+    pub not_leader: bool,
+    /// True when the change started but this replica lost leadership
+    /// before it committed: the next leader finishes it.
+    #[serde(default)]
+    pub interrupted: bool,
+    /// Refused for now (another change is under way, the log is full):
+    /// the same request may succeed later.
+    #[serde(default)]
+    pub retry: bool,
 }
 
 /// A replica's recovery by state transfer.

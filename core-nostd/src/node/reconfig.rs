@@ -60,6 +60,17 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.applied_configuration
     }
 
+    /// Log index of the CONFIG entry of [`Node::configuration`] (0 for
+    /// the initial configuration, which no entry carries).
+    pub fn config_index(&self) -> u64 {
+        self.config_index
+    }
+
+    /// True while a reconfiguration this member leads is under way.
+    pub fn reconfiguring(&self) -> bool {
+        self.reconfig.is_some()
+    }
+
     /// Starts a reconfiguration (leader only). Returns the configuration
     /// of its first phase, already in effect here; [`Event::Reconfigured`]
     /// follows when the last phase's CONFIG entry has committed.

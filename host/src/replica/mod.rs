@@ -14,7 +14,7 @@ use crate::fabric::shm::{Segment, ShmFabric, ShmMemory};
 use crate::fabric::HostFabric;
 use crate::gateway::queue::{ServiceHandle, ServiceQueue, ServiceReply, ServiceRequest};
 use crate::replica::failover::FailoverTracker;
-use crate::replica::status_server::{StatusServer, StatusSlot};
+use crate::replica::status_server::{MemberRequest, StatusServer, StatusSlot};
 use crate::replica::storage::{HashBackend, StreamMap};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,14 +26,16 @@ use verbatim_client::slots::{SlotKind, SlotRequest, SlotSegment, SlotServer, Slo
 use verbatim_core::fabric::MemberId;
 use verbatim_core::heartbeat::CounterEvent;
 use verbatim_core::kv::KvStateMachine;
+use verbatim_core::membership::{ConfigState, Configuration};
 use verbatim_core::node::{Event, ReplState, Role};
+use verbatim_core::node::{ReconfigError, ReconfigOp};
 use verbatim_core::service::KvAndStreams;
 use verbatim_core::stream::StreamStateMachine;
 use verbatim_core::Layout;
 use verbatim_driver::{Answer, Driver, DriverEvent, Engines, Host, Incoming};
 use verbatim_status::{
-    ConfigSnapshot, EventRecord, LatencySummary, LogPointers, PeerSnapshot, Percentiles, Snapshot,
-    STATUS_VERSION,
+    ConfigSnapshot, EventRecord, GroupConfiguration, LatencySummary, LogPointers, MemberChange,
+    MemberReply, PeerSnapshot, Percentiles, Snapshot, STATUS_VERSION,
 };
 
 /// Keys a replica holds at most (the store answers "full" beyond).
@@ -221,6 +223,9 @@ struct Gateway {
     last_role: Role,
     /// How a donor writes its state machine's snapshot.
     snapshot_writer: snapshot::SnapshotWriter,
+    /// The operator's change of the group this leader carries out, and
+    /// where its confirmation goes once the last CONFIG entry commits.
+    member_waiting: Option<(ReconfigOp, std::sync::mpsc::Sender<MemberReply>)>,
 }
 
 impl Gateway {
@@ -296,6 +301,20 @@ impl Gateway {
                     self.event("leader-change", detail);
                 }
                 self.last_role = role;
+                if role != Role::Leader {
+                    if let Some((op, reply)) = self.member_waiting.take() {
+                        let _ = reply.send(MemberReply {
+                            error: Some(format!(
+                                "{op:?} started, but member {} lost leadership before it committed; \
+                                 the next leader finishes it",
+                                self.id.0
+                            )),
+                            leader: leader.map(|l| l.0),
+                            interrupted: true,
+                            ..MemberReply::default()
+                        });
+                    }
+                }
             }
             Event::LogFull => self.event(
                 "log-full",
@@ -354,7 +373,7 @@ impl Gateway {
                 format!(
                     "member {} goes by {} (entry {index})",
                     self.id.0,
-                    describe_configuration(&configuration)
+                    group_configuration(&configuration, index, false, self.id, false).describe()
                 ),
             ),
             Event::ConfigurationApplied {
@@ -363,16 +382,33 @@ impl Gateway {
             } => tracing::debug!(
                 member = self.id.0,
                 index,
-                configuration = %describe_configuration(&configuration),
+                configuration = %group_configuration(&configuration, index, true, self.id, false).describe(),
                 "configuration committed"
             ),
-            Event::Reconfigured { op, configuration } => self.event(
-                "reconfigured",
-                format!(
-                    "{op:?} done: the group is {}",
-                    describe_configuration(&configuration)
-                ),
-            ),
+            Event::Reconfigured { op, configuration } => {
+                let log = &engines.log;
+                let group = group_configuration(
+                    &configuration,
+                    log.config_index(),
+                    true,
+                    self.id,
+                    false,
+                );
+                self.event(
+                    "reconfigured",
+                    format!("{op:?} done: the group is {}", group.describe()),
+                );
+                if let Some((waiting, reply)) = self.member_waiting.take() {
+                    if waiting == op {
+                        let _ = reply.send(MemberReply {
+                            configuration: Some(group),
+                            ..MemberReply::default()
+                        });
+                    } else {
+                        self.member_waiting = Some((waiting, reply));
+                    }
+                }
+            }
         }
     }
 
@@ -672,7 +708,7 @@ impl<F: HostFabric> Replica<F> {
             config: ConfigSnapshot {
                 cluster: m.cluster.name.clone(),
                 members: st.member_count,
-                quorum: st.member_count / 2 + 1,
+                quorum: log.configuration().size / 2 + 1,
                 fabric: self.fabric.name().to_string(),
                 poll: m.cluster.poll.to_string(),
                 core: member.core,
@@ -701,6 +737,81 @@ impl<F: HostFabric> Replica<F> {
                     served: st.counters.snapshots_served,
                 }
             },
+            group: group_configuration(
+                &log.configuration(),
+                log.config_index(),
+                log.config_index() < st.apply_index || log.config_index() == 0,
+                self.id,
+                log.reconfiguring(),
+            ),
+        }
+    }
+
+    /// Starts an operator's change of the group (leader only); the answer
+    /// goes out now if it is refused, else once it has committed.
+    fn member_change(&mut self, now: u64, req: MemberRequest) {
+        let refuse = |reply: &std::sync::mpsc::Sender<MemberReply>, r: MemberReply| {
+            let _ = reply.send(r);
+        };
+        if self.gw.member_waiting.is_some() {
+            refuse(
+                &req.reply,
+                MemberReply {
+                    error: Some(
+                        "another change of the group is under way; try again once it has committed"
+                            .into(),
+                    ),
+                    retry: true,
+                    ..MemberReply::default()
+                },
+            );
+            return;
+        }
+        let op = match req.change {
+            MemberChange::Add(n) => ReconfigOp::Add(MemberId(n)),
+            MemberChange::Remove(n) => ReconfigOp::Remove(MemberId(n)),
+            MemberChange::Resize(n) => ReconfigOp::Resize(n),
+        };
+        match self.driver.log_mut().reconfigure(now, op) {
+            Ok(first) => {
+                let first = group_configuration(
+                    &first,
+                    self.driver.log().config_index(),
+                    false,
+                    self.id,
+                    true,
+                );
+                self.gw.event(
+                    "reconfiguring",
+                    format!("operator asked {op:?}: first phase {}", first.describe()),
+                );
+                self.gw.member_waiting = Some((op, req.reply));
+            }
+            Err(e) => {
+                let reply = match e {
+                    ReconfigError::NotLeader { leader } => MemberReply {
+                        error: Some(format!("member {} does not lead", self.id.0)),
+                        leader: leader.map(|l| l.0),
+                        not_leader: true,
+                        ..MemberReply::default()
+                    },
+                    ReconfigError::InProgress => MemberReply {
+                        error: Some("a change of the group is under way (its CONFIG entry has not committed); try again once it has".into()),
+                        retry: true,
+                        ..MemberReply::default()
+                    },
+                    ReconfigError::Invalid(why) => MemberReply {
+                        error: Some(why.to_string()),
+                        ..MemberReply::default()
+                    },
+                    ReconfigError::LogFull => MemberReply {
+                        error: Some("the log is full; try again once it has been pruned".into()),
+                        retry: true,
+                        ..MemberReply::default()
+                    },
+                };
+                refuse(&req.reply, reply);
+            }
         }
     }
 
@@ -712,6 +823,9 @@ impl<F: HostFabric> Replica<F> {
         let now = now_i.saturating_duration_since(self.clock).as_nanos() as u64;
         self.gw.begin_step(now_i);
         let work = self.driver.step(now, &mut self.fabric, &mut self.gw);
+        for req in self.status.take_requests() {
+            self.member_change(now, req);
+        }
         let log = self.driver.log();
         if log.role() == Role::Leader {
             self.gw.failovers.commit_advanced(now, log.commit_index());
@@ -1008,6 +1122,7 @@ fn drive<F: HostFabric>(
                 verbatim_client::manifest::FabricKind::Shm => snapshot::SnapshotWriter::Fork,
                 verbatim_client::manifest::FabricKind::Verbs => snapshot::SnapshotWriter::Inline,
             },
+            member_waiting: None,
         },
         layout,
         id,
@@ -1084,22 +1199,27 @@ fn drive<F: HostFabric>(
     Ok(())
 }
 
-/// An operator's reading of a configuration: "stable, 3 slots, members
-/// 0 1 2", "transitional 3 -> 4, members 0 1 2 3".
-pub fn describe_configuration(c: &verbatim_core::membership::Configuration) -> String {
-    use verbatim_core::membership::ConfigState;
-    let members: Vec<String> = c.active.iter().map(|m| m.0.to_string()).collect();
-    let members = members.join(" ");
-    match c.state {
-        ConfigState::Stable => format!("stable, {} slots, members {members}", c.size),
-        ConfigState::Extended => format!(
-            "extended {} + {} recovering, members {members}",
-            c.size,
-            c.new_size - c.size
-        ),
-        ConfigState::Transitional => format!(
-            "transitional {} -> {}, members {members}",
-            c.size, c.new_size
-        ),
+/// A configuration as the status schema shows it.
+pub fn group_configuration(
+    c: &Configuration,
+    index: u64,
+    committed: bool,
+    me: MemberId,
+    in_progress: bool,
+) -> GroupConfiguration {
+    GroupConfiguration {
+        state: match c.state {
+            ConfigState::Stable => "stable",
+            ConfigState::Extended => "extended",
+            ConfigState::Transitional => "transitional",
+        }
+        .to_string(),
+        size: c.size,
+        new_size: c.new_size,
+        members: c.active.iter().map(|m| m.0).collect(),
+        index,
+        committed,
+        is_member: c.active.contains(me),
+        in_progress,
     }
 }

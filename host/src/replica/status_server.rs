@@ -9,17 +9,37 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use verbatim_status::{ErrorReply, Snapshot};
+use verbatim_status::{ErrorReply, MemberChange, MemberReply, Snapshot};
 
 /// Status connections served at once; more are refused.
 pub const STATUS_CONNECTIONS_MAX: usize = 32;
 /// Longest request line.
 pub const STATUS_LINE_MAX: usize = 1024;
+/// Member changes waiting for the poll loop at most; more are refused
+/// (the leader runs one reconfiguration at a time anyway).
+pub const MEMBER_CHANGES_QUEUED_MAX: usize = 4;
+/// How long a member change waits for its CONFIG entries to commit
+/// before the server answers that it is still under way.
+pub const MEMBER_CHANGE_WAIT: Duration = Duration::from_secs(60);
 
-/// Where the poll loop publishes and the server reads.
+/// An operator's change of the group, on its way to the poll loop, and
+/// where its answer goes.
+pub struct MemberRequest {
+    /// What to change.
+    pub change: MemberChange,
+    /// Where the answer goes (the server thread waits on it).
+    pub reply: std::sync::mpsc::Sender<MemberReply>,
+}
+
+/// Where the poll loop publishes and the server reads, and where the
+/// server leaves operators' requests for the poll loop.
 #[derive(Default)]
 pub struct StatusSlot {
     latest: spin::Mutex<Option<Arc<Snapshot>>>,
+    requests: spin::Mutex<Vec<MemberRequest>>,
+    /// Set while `requests` is not empty: the poll loop reads one atomic
+    /// per step.
+    requested: AtomicBool,
 }
 
 impl StatusSlot {
@@ -38,6 +58,28 @@ impl StatusSlot {
     /// The latest snapshot.
     pub fn get(&self) -> Option<Arc<Snapshot>> {
         self.latest.lock().clone()
+    }
+
+    /// Leaves a request for the poll loop; false if too many wait.
+    pub fn request(&self, r: MemberRequest) -> Result<(), MemberRequest> {
+        let mut q = self.requests.lock();
+        if q.len() >= MEMBER_CHANGES_QUEUED_MAX {
+            return Err(r);
+        }
+        q.push(r);
+        self.requested.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// The requests waiting (poll loop): one atomic load when none do.
+    pub fn take_requests(&self) -> Vec<MemberRequest> {
+        if !self.requested.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        // The server holds the lock only to push: never long.
+        let mut q = self.requests.lock();
+        self.requested.store(false, Ordering::Release);
+        std::mem::take(&mut *q)
     }
 }
 
@@ -150,6 +192,9 @@ fn serve(stream: UnixStream, slot: &StatusSlot, stop: &AtomicBool) {
         let mut words = text.split_whitespace();
         let reply = match (words.next(), words.next(), words.next()) {
             (None | Some("status"), None, None) => snapshot_line(slot),
+            (Some("member"), Some(verb), Some(arg)) if words.next().is_none() => {
+                member_change(slot, verb, arg)
+            }
             (Some("watch"), interval, None) => {
                 let interval_ms = match interval.map(str::parse::<u64>) {
                     None => Ok(200),
@@ -164,12 +209,48 @@ fn serve(stream: UnixStream, slot: &StatusSlot, stop: &AtomicBool) {
                     Err(()) => error_line("usage: watch <interval_ms>"),
                 }
             }
-            _ => error_line("unknown request: send `status` or `watch <interval_ms>`"),
+            _ => error_line(
+                "unknown request: send `status`, `watch <interval_ms>` or `member add|remove|resize <n>`",
+            ),
         };
         if writeln!(out, "{reply}").is_err() {
             return;
         }
     }
+}
+
+/// Hands a member change to the poll loop and waits for its answer.
+fn member_change(slot: &StatusSlot, verb: &str, arg: &str) -> String {
+    let change = match MemberChange::parse(verb, arg) {
+        Ok(c) => c,
+        Err(e) => return error_line(&e),
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    if slot.request(MemberRequest { change, reply: tx }).is_err() {
+        return serde_json::to_string(&MemberReply {
+            error: Some("too many member changes waiting; try again".into()),
+            retry: true,
+            ..MemberReply::default()
+        })
+        .expect("serialisable");
+    }
+    let reply = match rx.recv_timeout(MEMBER_CHANGE_WAIT) {
+        Ok(r) => r,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => MemberReply {
+            error: Some(format!(
+                "not committed within {} s; it is still under way (see `verbatim status`)",
+                MEMBER_CHANGE_WAIT.as_secs()
+            )),
+            interrupted: true,
+            ..MemberReply::default()
+        },
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => MemberReply {
+            error: Some("the replica stopped before it answered".into()),
+            interrupted: true,
+            ..MemberReply::default()
+        },
+    };
+    serde_json::to_string(&reply).expect("serialisable")
 }
 
 fn watch(out: &mut UnixStream, slot: &StatusSlot, stop: &AtomicBool, interval_ms: u64) {
@@ -287,5 +368,59 @@ mod tests {
         }
         drop(server);
         assert!(!path.exists(), "socket removed on shutdown");
+    }
+
+    /// A member change reaches the poll loop and its answer the operator;
+    /// a malformed one is refused by the server without reaching it.
+    #[test]
+    fn member_changes_go_to_the_loop_and_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sock");
+        let slot = Arc::new(StatusSlot::default());
+        let _server = StatusServer::start(&path, slot.clone()).unwrap();
+        assert!(slot.take_requests().is_empty());
+        for (line, why) in [
+            ("member frob 3", "unknown member change"),
+            ("member add x", "not a member id"),
+            ("member add 300", "not a member id"),
+            ("member add", "unknown request"),
+        ] {
+            let mut c = UnixStream::connect(&path).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            writeln!(c, "{line}").unwrap();
+            let mut reply = String::new();
+            BufReader::new(c).read_line(&mut reply).unwrap();
+            assert!(reply.contains(why), "{line}: {reply}");
+        }
+        assert!(slot.take_requests().is_empty());
+        // The "loop": answers the request it takes.
+        let loop_slot = slot.clone();
+        let lp = std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            loop {
+                let reqs = loop_slot.take_requests();
+                if let Some(r) = reqs.into_iter().next() {
+                    assert_eq!(r.change, MemberChange::Remove(2));
+                    let _ = r.reply.send(MemberReply {
+                        configuration: Some(verbatim_status::GroupConfiguration {
+                            state: "stable".into(),
+                            size: 3,
+                            new_size: 3,
+                            members: vec![0, 1],
+                            ..Default::default()
+                        }),
+                        ..MemberReply::default()
+                    });
+                    return;
+                }
+                assert!(std::time::Instant::now() < deadline, "no request came");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        let r =
+            verbatim_status::member_change(&path, MemberChange::Remove(2), Duration::from_secs(5))
+                .unwrap();
+        lp.join().unwrap();
+        assert_eq!(r.configuration.unwrap().members, vec![0, 1]);
     }
 }
