@@ -247,6 +247,11 @@ pub struct TimingSection {
     pub prune_period_us: u64,
     /// Members silent for this long are left out of pruning.
     pub prune_grace_us: u64,
+    /// A member silent this long is removed from the group and added
+    /// back when it returns (DARE's zombies). 0: never (the default): the
+    /// log is pruned past a silent member anyway, and a member removed
+    /// while away cannot help elect a leader until it is added back.
+    pub zombie_remove_us: u64,
     /// Wait before re-establishing a failed channel.
     pub reconnect_backoff_us: u64,
     /// Heartbeat-counter engine: the counter is bumped at least this often
@@ -276,6 +281,7 @@ impl Default for TimingSection {
             apply_publish_period_us: 500,
             prune_period_us: 1_000,
             prune_grace_us: 2_000_000,
+            zombie_remove_us: 0,
             reconnect_backoff_us: 1_000,
             // A parked follower wakes for every bump, on the core the
             // leader spins on: each wake is a context switch in the
@@ -589,6 +595,7 @@ impl Manifest {
         cfg.apply_publish_period_ns = us_to_ns(t.apply_publish_period_us);
         cfg.prune_period_ns = us_to_ns(t.prune_period_us);
         cfg.prune_grace_ns = us_to_ns(t.prune_grace_us);
+        cfg.zombie_remove_ns = us_to_ns(t.zombie_remove_us);
         cfg.reconnect_backoff_ns = us_to_ns(t.reconnect_backoff_us);
         cfg.counter_increment_period_ns = us_to_ns(t.counter_increment_period_us);
         cfg.counter_read_gap_ns = us_to_ns(t.counter_read_gap_us);
@@ -801,6 +808,7 @@ impl Manifest {
             "apply_publish_period_ns" => ("timing.apply_publish_period_us", true),
             "prune_period_ns" => ("timing.prune_period_us", true),
             "prune_grace_ns" => ("timing.prune_grace_us", true),
+            "zombie_remove_ns" => ("timing.zombie_remove_us", true),
             "reconnect_backoff_ns" => ("timing.reconnect_backoff_us", true),
             "counter_increment_period_ns" => ("timing.counter_increment_period_us", true),
             "counter_read_gap_ns" => ("timing.counter_read_gap_us", true),

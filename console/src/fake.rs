@@ -118,6 +118,7 @@ pub fn snapshot(id: u8, role: &str, term: u64, leader: Option<u8>) -> Snapshot {
             size: FAKE_MEMBERS,
             new_size: FAKE_MEMBERS,
             members: (0..FAKE_MEMBERS).collect(),
+            away: Vec::new(),
             index: 0,
             committed: true,
             is_member: true,

@@ -74,6 +74,8 @@ pub enum Mutation {
     /// (DARE §3.4 asks for both): while a group shrinks, the new group's
     /// majority commits without the old group's.
     TransitionalNewMajorityOnly,
+    /// A member removed as a zombie is never added back when it returns.
+    NeverReaddZombies,
 }
 
 /// Configuration of one member. Construct with [`Config::new`], adjust
@@ -124,6 +126,15 @@ pub struct Config {
     /// A member whose row has not changed for this long is left out of the
     /// pruning minimum (it will need recovery if it falls behind the head).
     pub prune_grace_ns: u64,
+    /// A member silent for this long (its row has not changed, or its
+    /// process is known dead) is removed from the group by a CONFIG entry,
+    /// and added back once its row moves again (DARE §3.3.2, zombies).
+    /// 0: never (the default). At least `prune_grace_ns`: the log is
+    /// pruned past a silent member before that anyway, so it never fills;
+    /// the removal only stops replication to it. It costs availability: a
+    /// member removed while away cannot help elect a leader until it is
+    /// added back, which takes a leader (see README, Limits).
+    pub zombie_remove_ns: u64,
     /// Wait before re-establishing a channel that failed.
     pub reconnect_backoff_ns: u64,
     /// Entries applied per call at most (bounds the work of one call).
@@ -174,6 +185,7 @@ impl Config {
             apply_publish_period_ns: 200_000,
             prune_period_ns: 1_000_000,
             prune_grace_ns: 50_000_000,
+            zombie_remove_ns: 0,
             reconnect_backoff_ns: 1_000_000,
             apply_batch_max: 256,
             snapshot_bytes_max: 0,
@@ -319,6 +331,12 @@ impl Config {
             return Err(Inconsistent {
                 field: "election_timeout_max_ns",
                 reason: "must be at least election_timeout_min_ns",
+            });
+        }
+        if self.zombie_remove_ns != 0 && self.zombie_remove_ns < self.prune_grace_ns {
+            return Err(Inconsistent {
+                field: "zombie_remove_ns",
+                reason: "must be 0 (never remove) or at least prune_grace_ns",
             });
         }
         if self.leader_quorum_timeout_ns < self.fd_check_period_ns {

@@ -39,6 +39,11 @@ pub struct Configuration {
     pub new_size: u8,
     /// Members that are part of the group: bit `m` for member `m`.
     pub active: MemberMask,
+    /// Members the leader removed because they fell silent (zombies, DARE
+    /// §3.3.2), to be added back when they return. Never in `active`.
+    /// Carried in the configuration so that any later leader adds them
+    /// back, and never a member an operator removed.
+    pub away: MemberMask,
 }
 
 /// Why an encoded configuration was refused.
@@ -51,6 +56,8 @@ pub enum ConfigurationError {
     Size,
     /// An active member outside every group's slots.
     Active,
+    /// A member both in the group and away from it, or away from no slot.
+    Away,
 }
 
 /// Bytes of an encoded configuration (in CONFIG entries and snapshots).
@@ -65,6 +72,7 @@ impl Configuration {
             size,
             new_size: size,
             active: MemberMask::first(size as usize),
+            away: MemberMask::NONE,
         }
     }
 
@@ -161,11 +169,15 @@ impl Configuration {
         if self.active.0 & !self.slots().0 != 0 {
             return Err(ConfigurationError::Active);
         }
+        if self.away.0 & self.active.0 != 0 || self.away.0 & !self.slots().0 != 0 {
+            return Err(ConfigurationError::Away);
+        }
         Ok(())
     }
 
     /// The encoding in CONFIG entries and snapshot headers: state, P, P',
-    /// a reserved byte, then the active mask (little-endian).
+    /// the away mask (8 bits: `MAX_MEMBERS` is 8), then the active mask
+    /// (little-endian).
     pub fn encode(&self) -> [u8; CONFIGURATION_BYTES] {
         let mut b = [0u8; CONFIGURATION_BYTES];
         b[0] = match self.state {
@@ -175,6 +187,8 @@ impl Configuration {
         };
         b[1] = self.size;
         b[2] = self.new_size;
+        const _: () = assert!(MAX_MEMBERS <= 8, "the away mask is one byte");
+        b[3] = self.away.0 as u8;
         b[4..8].copy_from_slice(&self.active.0.to_le_bytes());
         b
     }
@@ -195,6 +209,7 @@ impl Configuration {
             size: b[1],
             new_size: b[2],
             active: MemberMask(u32::from_le_bytes([b[4], b[5], b[6], b[7]])),
+            away: MemberMask(u32::from(b[3])),
         };
         c.validate(members_max)?;
         Ok(c)
@@ -243,6 +258,7 @@ mod tests {
             size: 3,
             new_size: 5,
             active: MemberMask::first(5),
+            away: MemberMask::NONE,
         };
         assert!(grow.is_quorum(mask(&[0, 1, 2])), "3 of 5 and 3 of 3");
         assert!(!grow.is_quorum(mask(&[0, 3, 4])), "3 of 5 but 1 of 3");
@@ -253,6 +269,7 @@ mod tests {
             size: 5,
             new_size: 3,
             active: MemberMask::first(5),
+            away: MemberMask::NONE,
         };
         assert!(!shrink.is_quorum(mask(&[2, 3, 4])), "3 of 5 but 1 of 3");
         assert!(shrink.is_quorum(mask(&[0, 1, 4])));
@@ -266,6 +283,7 @@ mod tests {
             size: 3,
             new_size: 4,
             active: MemberMask::first(4),
+            away: MemberMask::NONE,
         };
         assert!(!c.is_quorum(mask(&[0, 3])));
         assert!(c.is_quorum(mask(&[0, 1])));
@@ -285,6 +303,7 @@ mod tests {
             size: 3,
             new_size: 5,
             active: MemberMask::first(5),
+            away: MemberMask::NONE,
         };
         let pos = [10u64, 9, 8, 2, 1];
         // Old group: 9; new group (3 of 5): 8.
@@ -301,8 +320,23 @@ mod tests {
             size: 3,
             new_size: 5,
             active: mask(&[0, 1, 3, 4]),
+            away: MemberMask::NONE,
         };
         assert_eq!(Configuration::decode(&c.encode(), 5), Ok(c));
+        // Members away (zombies) travel with it; one both away and in the
+        // group, or away from no slot, is refused.
+        let z = Configuration {
+            away: mask(&[2]),
+            active: mask(&[0, 1, 3, 4]),
+            ..c
+        };
+        assert_eq!(Configuration::decode(&z.encode(), 5), Ok(z));
+        let mut b = z.encode();
+        b[3] = 0b1;
+        assert_eq!(Configuration::decode(&b, 5), Err(ConfigurationError::Away));
+        let mut b = Configuration::initial(3).encode();
+        b[3] = 0b1000;
+        assert_eq!(Configuration::decode(&b, 5), Err(ConfigurationError::Away));
         assert_eq!(
             Configuration::decode(&c.encode(), 4),
             Err(ConfigurationError::Size),

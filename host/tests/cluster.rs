@@ -1056,6 +1056,85 @@ fn an_operator_adds_removes_and_shrinks_while_the_group_serves() {
     assert_linearizable(&history);
 }
 
+/// DARE §3.3.2 with `timing.zombie_remove_us`: a follower SIGSTOPped for
+/// longer than that is removed from the group (marked away) while the
+/// others go on serving; once continued it is added back and catches up.
+#[test]
+fn a_stopped_follower_is_removed_as_a_zombie_and_added_back() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = start_with(
+        "itzombie",
+        0,
+        vec![
+            "timing.prune_grace_us=200000".into(),
+            "timing.zombie_remove_us=400000".into(),
+            // Not fenced (SIGKILLed) while stopped: this test continues it.
+            "cluster.fence_stopped_writer_ms=0".into(),
+        ],
+    );
+    let (leader, _) = cluster
+        .wait_leader(0, Duration::from_secs(10))
+        .expect("a leader");
+    let victim = (leader + 1) % 3;
+    let mut client = Client::new(&cluster.manifest, ClientOptions::default());
+    client.set(b"before", b"1").unwrap();
+    cluster.pause(victim, true).unwrap();
+    let wait_group = |what: &str, ok: &dyn Fn(&verbatim_status::GroupConfiguration) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let st = cluster.status();
+            let lead = st
+                .iter()
+                .flatten()
+                .filter(|s| s.role == "leader")
+                .max_by_key(|s| s.term);
+            if let Some(l) = lead {
+                if ok(&l.group) && l.group.committed {
+                    return l.group.clone();
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: {:?}",
+                lead.map(|l| l.group.clone())
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let g = wait_group("the stopped follower is removed", &|g| g.away == vec![victim]);
+    assert!(!g.members.contains(&victim));
+    // The other two commit without it.
+    client.set(b"during", b"2").unwrap();
+    cluster.pause(victim, false).unwrap();
+    let g = wait_group("the follower is added back", &|g| {
+        g.away.is_empty() && g.members.contains(&victim)
+    });
+    assert_eq!(g.members.len(), 3);
+    // It catches up: it holds what was written while it was away.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let st = cluster.status();
+        let (Some(v), Some(l)) = (
+            st[usize::from(victim)].as_ref(),
+            st.iter().flatten().find(|s| s.role == "leader"),
+        ) else {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        };
+        if v.group.is_member && v.log.apply_index >= l.log.commit_index {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "member {victim} did not catch up: {:?} vs {:?}",
+            v.log,
+            l.log
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(client.get(b"during").unwrap().as_deref(), Some(&b"2"[..]));
+}
+
 fn free_port_base() -> u16 {
     // Three consecutive free ports: ask the kernel for one and hope its
     // neighbours are free too (retry a few times).

@@ -361,6 +361,10 @@ pub struct RunReport {
     pub reconfigurations: u64,
     /// See `reconfigurations`.
     pub configuration: Option<verbatim_core::membership::Configuration>,
+    /// Members leaders removed as silent (zombies), and added back.
+    pub zombies_removed: u64,
+    /// See `zombies_removed`.
+    pub zombies_readded: u64,
     /// True when the linearizability search gave up (budget): the seed
     /// is undecided, which is not a pass.
     pub linearizability_unknown: bool,
@@ -2247,6 +2251,21 @@ impl Cluster {
             .map(|i| self.nodes[i].driver.log().configuration())
             .all(|c| c.is_quorum(running));
         let liveness_expected = committed.is_quorum(running) && in_effect && recoverable >= 1;
+        if liveness_expected {
+            // Members removed as silent that run again are back.
+            let running_now = (0..self.nodes.len())
+                .filter(|&i| self.nodes[i].state == NodeState::Running)
+                .fold(verbatim_core::sst::MemberMask::NONE, |m, i| {
+                    m.with(MemberId(i as u8))
+                });
+            for v in crate::check::configurations::check_zombies_returned(
+                self.now,
+                &committed,
+                running_now,
+            ) {
+                self.violation(v);
+            }
+        }
         if !liveness_expected && self.first_ack_after_heal.is_none() {
             let (needing, n) = (self.needing_recovery.len(), self.nodes.len());
             self.log(|| {
@@ -2276,6 +2295,16 @@ impl Cluster {
             snapshots_served: self.snapshots_served,
             recoveries: self.recoveries,
             reconfigurations: self.reconfigurations,
+            zombies_removed: self
+                .nodes
+                .iter()
+                .map(|n| n.driver.log().counters().zombies_removed)
+                .sum(),
+            zombies_readded: self
+                .nodes
+                .iter()
+                .map(|n| n.driver.log().counters().zombies_readded)
+                .sum(),
             configuration: Some(committed),
             linearizability_unknown: unknown,
             linearizability_steps,

@@ -114,7 +114,19 @@ pub fn options_for_seed(seed: u64) -> ClusterOptions {
     }
     hard_cases(seed, &mut o);
     reconfigurations(seed, &mut o);
+    zombie_removal(seed, &mut o);
     o
+}
+
+/// Zombie removal (DARE §3.3.2), from a stream of its own: a quarter of
+/// the seeds let the leader remove a member silent for one to three prune
+/// graces and add it back when it returns; the crashes, zombies, pauses
+/// and partitions above are what makes members silent.
+fn zombie_removal(seed: u64, o: &mut ClusterOptions) {
+    let mut z = SplitMix64::new(seed ^ 0x5A4F_4D42_4945); // "ZOMBIE"
+    if z.chance(1, 4) {
+        o.config.zombie_remove_ns = o.config.prune_grace_ns * z.range_inclusive(1, 3);
+    }
 }
 
 /// The options of `seed` as they were before reconfigurations were drawn
@@ -123,6 +135,7 @@ pub fn options_for_seed_before_reconfiguration(seed: u64) -> ClusterOptions {
     let mut o = options_for_seed(seed);
     o.faults.retain(|f| !matches!(f, Fault::Reconfigure { .. }));
     o.config.initial_members = o.members;
+    o.config.zombie_remove_ns = 0;
     o
 }
 
@@ -279,11 +292,14 @@ pub fn run_seed(seed: u64, mutation: Mutation, trace: bool) -> SeedResult {
 /// A one-line summary of a seed's options.
 pub fn describe(o: &ClusterOptions) -> String {
     format!(
-        "P={} clients={} keys={} ring={}KiB tearing={} interleaving={} reordering={} notify={} drift={} latency×{:.2} faults={:?}",
+        "P={} initial={} clients={} keys={} ring={}KiB prune_grace={}ms zombie_remove={}ms tearing={} interleaving={} reordering={} notify={} drift={} latency×{:.2} faults={:?}",
         o.members,
+        o.config.initial_members,
         o.clients,
         o.keys,
         o.config.log_ring_bytes / 1024,
+        o.config.prune_grace_ns / 1_000_000,
+        o.config.zombie_remove_ns / 1_000_000,
         o.tearing,
         o.interleaving,
         o.reordering,

@@ -698,3 +698,49 @@ fn the_shrink_while_cut_off_scenario_is_fine_without_the_mutation() {
         "no cut-off leader started the shrink: the scenario is void"
     );
 }
+
+/// Zombie removal (DARE §3.3.2): member `2` of three is paused long
+/// enough to be removed as silent, then runs again. The leader adds it
+/// back; the group commits throughout.
+fn zombie_returns_scenario(seed: u64, mutation: Mutation) -> ClusterOptions {
+    let mut o = ClusterOptions::new(1_700 + seed, 3).with_mutation(mutation);
+    o.safety_ns = 16_000_000;
+    o.config.prune_grace_ns = 2_000_000;
+    o.config.zombie_remove_ns = 3_000_000;
+    o.trace = std::env::var("SWARM_TRACE").is_ok();
+    o.faults.push(Fault::Pause {
+        node: (seed % 3) as u8,
+        from_ns: 2_000_000,
+        to_ns: 2_000_000 + 4_000_000 + 200_000 * (seed % 8),
+    });
+    o
+}
+
+/// The paused member is removed and added back, every invariant holds,
+/// and the group ends with all three members.
+#[test]
+fn a_paused_member_is_removed_as_a_zombie_and_added_back() {
+    let (mut removed, mut readded) = (0, 0);
+    for seed in 0..12 {
+        let r = run(zombie_returns_scenario(seed, Mutation::None));
+        assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+        removed += r.zombies_removed;
+        readded += r.zombies_readded;
+        let c = r.configuration.expect("a configuration");
+        assert_eq!(c.active.count(), 3, "seed {seed}: {c:?}");
+    }
+    assert!(removed > 0, "no paused member was removed: the scenario is void");
+    assert!(readded > 0);
+}
+
+/// A leader that never adds a returned zombie back is caught.
+#[test]
+fn never_adding_zombies_back_is_caught() {
+    let hits = (0..12)
+        .filter(|&seed| {
+            let r = run(zombie_returns_scenario(seed, Mutation::NeverReaddZombies));
+            r.violations.iter().any(|v| v.invariant == "zombies return")
+        })
+        .count();
+    assert!(hits > 0, "a zombie left out of the group went unnoticed");
+}

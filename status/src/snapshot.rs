@@ -232,6 +232,10 @@ pub struct GroupConfiguration {
     pub new_size: u8,
     /// The members, ascending.
     pub members: Vec<u8>,
+    /// Members the leader removed because they fell silent (zombies), to
+    /// be added back when they return.
+    #[serde(default)]
+    pub away: Vec<u8>,
     /// Log index of the CONFIG entry (0: the initial configuration).
     pub index: u64,
     /// The entry has been applied here, so it is committed.
@@ -244,9 +248,14 @@ pub struct GroupConfiguration {
 
 impl GroupConfiguration {
     /// An operator's reading: "stable, 3 slots, members 0 1 2",
-    /// "transitional 3 -> 4, members 0 1 2 3".
+    /// "transitional 3 -> 4, members 0 1 2 3", "stable, 3 slots, members
+    /// 0 1 (away: 2)".
     pub fn describe(&self) -> String {
-        let members: Vec<String> = self.members.iter().map(u8::to_string).collect();
+        let mut members: Vec<String> = self.members.iter().map(u8::to_string).collect();
+        if !self.away.is_empty() {
+            let away: Vec<String> = self.away.iter().map(u8::to_string).collect();
+            members.push(format!("(away: {})", away.join(" ")));
+        }
         let members = members.join(" ");
         match self.state.as_str() {
             "extended" => format!(

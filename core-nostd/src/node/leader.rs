@@ -236,6 +236,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     pub(super) fn leader_tick(&mut self) {
         self.try_append_noop();
         self.retry_pending_phase();
+        self.tend_zombies();
         let me = Ballot::new(self.term, self.me);
         let replicas = self.configuration.replicas();
         for p in self.others() {

@@ -260,6 +260,10 @@ pub struct Counters {
     pub fd_period_shrinks: u64,
     /// Reconfigurations this member started as leader (DARE §3.4).
     pub reconfigurations: u64,
+    /// Members this leader removed because they fell silent (zombies).
+    pub zombies_removed: u64,
+    /// Members away as zombies this leader added back when they returned.
+    pub zombies_readded: u64,
     /// Timeouts that fired late by half their length or more, so that
     /// this member was not running when they were due (descheduled, a CPU
     /// quota spent, a stopped VM), and were given a fresh window instead
@@ -1379,6 +1383,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 size: c.new_size,
                 new_size: c.new_size,
                 active: c.active.and(MemberMask::first(c.new_size.into())),
+                away: MemberMask::NONE,
             };
         }
         self.configuration

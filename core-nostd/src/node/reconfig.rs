@@ -120,6 +120,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 if m.0 < c.size {
                     Configuration {
                         active: c.active.with(m),
+                        away: c.away.without(m),
                         ..c
                     }
                 } else if m.0 == c.size && c.size < max {
@@ -130,6 +131,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                         size: c.size,
                         new_size: c.size + 1,
                         active: c.active.with(m),
+                        away: c.away,
                     }
                 } else {
                     return Err(ReconfigError::Invalid(
@@ -154,6 +156,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                     size: c.size,
                     new_size: n,
                     active: c.active,
+                    away: c.away,
                 }
             }
         };
@@ -210,6 +213,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 size: c.new_size,
                 new_size: c.new_size,
                 active: c.active.and(MemberMask::first(c.new_size.into())),
+                away: c.away.and(MemberMask::first(c.new_size.into())),
             }),
             ConfigState::Stable => None,
         };
@@ -247,6 +251,78 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     pub(super) fn may_stand(&self) -> bool {
         self.configuration.voters().contains(self.me)
             || self.applied_configuration.voters().contains(self.me)
+    }
+
+    /// Zombies (DARE §3.3.2), when `zombie_remove_ns` is set (leader
+    /// tick): a member silent for that long is removed by a CONFIG entry
+    /// and marked away; a member away whose row moves again (it runs: rows
+    /// are pushed at least every quarter of the prune grace) is added back.
+    /// One change at a time, only from a committed stable configuration,
+    /// and never one that the group's majority rule forbids.
+    pub(super) fn tend_zombies(&mut self) {
+        let c = self.configuration;
+        if self.cfg.zombie_remove_ns == 0
+            || self.role != Role::Leader
+            || self.reconfig.is_some()
+            || self.phase_pending
+            || self.config_index >= self.apply_index
+            || c.state != ConfigState::Stable
+        {
+            return;
+        }
+        let now = self.now;
+        let silent_for = |p: &Peer| now.saturating_sub(p.row_changed_ns);
+        #[cfg(feature = "mutation-testing")]
+        let readd = self.cfg.mutation != crate::config::Mutation::NeverReaddZombies;
+        #[cfg(not(feature = "mutation-testing"))]
+        let readd = true;
+        if readd {
+            for m in c.away.iter() {
+                let p = &self.peers[m.index()];
+                if m != self.me
+                    && !p.down
+                    && p.row_changed_ns > 0
+                    && silent_for(p) <= self.cfg.prune_grace_ns / 2
+                {
+                    let next = Configuration {
+                        active: c.active.with(m),
+                        away: c.away.without(m),
+                        ..c
+                    };
+                    if self.append_config(next).is_ok() {
+                        self.reconfig = Some(Reconfig {
+                            op: ReconfigOp::Add(m),
+                        });
+                        self.counters.zombies_readded += 1;
+                    }
+                    return;
+                }
+            }
+        }
+        for m in c.active.iter() {
+            let p = &self.peers[m.index()];
+            if m == self.me || !(p.down || silent_for(p) > self.cfg.zombie_remove_ns) {
+                continue;
+            }
+            let active = c.active.without(m);
+            // The rest must still be a majority of P (as for an operator's
+            // removal); if not, removing would not help anyway.
+            if active.count() <= usize::from(c.size) / 2 {
+                return;
+            }
+            let next = Configuration {
+                active,
+                away: c.away.with(m),
+                ..c
+            };
+            if self.append_config(next).is_ok() {
+                self.reconfig = Some(Reconfig {
+                    op: ReconfigOp::Remove(m),
+                });
+                self.counters.zombies_removed += 1;
+            }
+            return;
+        }
     }
 
     /// Retries a phase the full log refused (leader tick).

@@ -1811,3 +1811,99 @@ fn reconfigurations_that_do_not_fit_are_refused() {
     }
     assert_eq!(h.nodes[0].status().tail_index, tail);
 }
+
+/// Zombies (DARE §3.3.2), when `zombie_remove_ns` is set: a member that
+/// falls silent is removed by a CONFIG entry and marked away; the group
+/// commits without it (two of three slots); once it runs again (its row
+/// moves) the leader adds it back and it catches up.
+#[test]
+fn a_silent_member_is_removed_and_added_back_when_it_returns() {
+    let mut h = Harness::with(3, |c| {
+        c.prune_grace_ns = 2_000_000;
+        c.zombie_remove_ns = 4_000_000;
+    });
+    h.elect_zero();
+    h.settle(3);
+    h.down[2] = true;
+    let stopped_at = h.now;
+    let mut removed_at = None;
+    for _ in 0..200 {
+        h.now += 100_000;
+        h.settle(2);
+        if h.nodes[0].configuration().away.contains(MemberId(2)) {
+            removed_at = Some(h.now);
+            break;
+        }
+    }
+    let removed_at = removed_at.expect("the silent member is removed");
+    assert!(
+        removed_at - stopped_at > h.nodes[0].config().zombie_remove_ns,
+        "not before it was silent for zombie_remove_ns"
+    );
+    let c = h.nodes[0].configuration();
+    assert!(!c.active.contains(MemberId(2)));
+    assert_eq!(h.nodes[0].counters().zombies_removed, 1);
+    h.settle(4);
+    assert_eq!(h.nodes[1].configuration(), c, "the follower goes by it");
+    let r = h.nodes[0]
+        .submit_write(h.now, 9, 1, &set(b"k", b"v"))
+        .unwrap();
+    let Submitted::Appended { index } = r else {
+        panic!("{r:?}")
+    };
+    h.settle(4);
+    assert!(h.nodes[0].commit_index() > index, "committed without it");
+    // It runs again: its row moves, and the leader adds it back.
+    h.down[2] = false;
+    let mut back = false;
+    for _ in 0..200 {
+        h.now += 100_000;
+        h.settle(2);
+        let c = h.nodes[0].configuration();
+        if c.active.contains(MemberId(2)) && c.away == MemberMask::NONE {
+            back = true;
+            break;
+        }
+    }
+    assert!(back, "the member that returned is added back");
+    assert_eq!(h.nodes[0].counters().zombies_readded, 1);
+    // It may campaign first (it heard no leader while away); its log is
+    // behind, so a member that has the write leads, and it catches up.
+    for _ in 0..400 {
+        if h.nodes[2].state_machine().backend().get(b"k") == Some(&b"v"[..]) {
+            break;
+        }
+        h.now += 100_000;
+        h.settle(2);
+    }
+    let leader = (0..3)
+        .find(|&i| h.nodes[i].role() == Role::Leader)
+        .expect("a leader");
+    let st = h.nodes[leader].status();
+    assert_eq!(
+        h.nodes[2].state_machine().backend().get(b"k"),
+        Some(&b"v"[..]),
+        "it caught up: {:?} / {:?} role {:?} term {}",
+        st.peers[2],
+        h.nodes[2].configuration(),
+        h.nodes[2].role(),
+        h.nodes[2].term()
+    );
+    assert_eq!(h.nodes[2].configuration(), h.nodes[leader].configuration());
+}
+
+/// Without `zombie_remove_ns` (the default) a silent member stays in the
+/// group however long it is silent.
+#[test]
+fn a_silent_member_stays_without_zombie_removal() {
+    let mut h = Harness::with(3, |c| c.prune_grace_ns = 2_000_000);
+    h.elect_zero();
+    h.settle(3);
+    h.down[2] = true;
+    for _ in 0..200 {
+        h.now += 100_000;
+        h.settle(2);
+    }
+    assert_eq!(h.nodes[0].configuration(), Configuration::initial(3));
+    assert_eq!(h.nodes[0].counters().zombies_removed, 0);
+}

@@ -659,6 +659,9 @@ impl<F: HostFabric> Replica<F> {
             ("fd_period_shrinks", c.fd_period_shrinks),
             ("late_timeouts_forgiven", c.late_timeouts_forgiven),
             ("restarts_read_back", c.restarts_read_back),
+            ("reconfigurations", c.reconfigurations),
+            ("zombies_removed", c.zombies_removed),
+            ("zombies_readded", c.zombies_readded),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -1217,6 +1220,7 @@ pub fn group_configuration(
         size: c.size,
         new_size: c.new_size,
         members: c.active.iter().map(|m| m.0).collect(),
+        away: c.away.iter().map(|m| m.0).collect(),
         index,
         committed,
         is_member: c.active.contains(me),

@@ -209,6 +209,7 @@ mod tests {
             size: 5,
             new_size,
             active: MemberMask::first(5),
+            away: MemberMask::NONE,
         };
         let mut l = logs(false);
         l[4].configuration = shrinking(3);

@@ -97,24 +97,42 @@ impl ConfigurationAgreement {
 /// may also be cut short by nothing but a new leader finishing them).
 pub fn allowed_step(b: &Configuration, c: &Configuration) -> bool {
     use ConfigState::*;
-    let flipped = (b.active.0 ^ c.active.0).count_ones();
+    let flipped = b.active.0 ^ c.active.0;
+    let away_kept = c.away == b.away;
+    let flipped_member = verbatim_core::MemberId(flipped.trailing_zeros() as u8);
+    let flipped = flipped.count_ones();
     match (b.state, c.state) {
-        // Remove or add one member in a slot below P.
-        (Stable, Stable) => c.size == b.size && flipped == 1,
+        // Remove or add one member in a slot below P. A removal may mark
+        // it away (a zombie); an addition clears its mark.
+        (Stable, Stable) => {
+            c.size == b.size
+                && flipped == 1
+                && if c.active.contains(flipped_member) {
+                    c.away == b.away.without(flipped_member)
+                } else {
+                    away_kept || c.away == b.away.with(flipped_member)
+                }
+        }
         // A full group takes one member into slot P.
         (Stable, Extended) => {
             c.size == b.size
                 && c.new_size == b.size + 1
                 && flipped == 1
                 && c.active.contains(verbatim_core::MemberId(b.size))
+                && away_kept
         }
         // Shrinking starts.
-        (Stable, Transitional) => c.size == b.size && c.new_size < b.size && flipped == 0,
-        (Extended, Transitional) => c.size == b.size && c.new_size == b.new_size && flipped == 0,
+        (Stable, Transitional) => {
+            c.size == b.size && c.new_size < b.size && flipped == 0 && away_kept
+        }
+        (Extended, Transitional) => {
+            c.size == b.size && c.new_size == b.new_size && flipped == 0 && away_kept
+        }
         // Both groups agreed: the new size alone decides; the members
-        // beyond it are out.
+        // beyond it are out, and so are their marks.
         (Transitional, Stable) => {
-            c.size == b.new_size && c.active.0 == b.active.0 & ((1u32 << b.new_size) - 1)
+            let kept = (1u32 << b.new_size) - 1;
+            c.size == b.new_size && c.active.0 == b.active.0 & kept && c.away.0 == b.away.0 & kept
         }
         _ => false,
     }
@@ -131,6 +149,7 @@ mod tests {
             size,
             new_size: size,
             active: MemberMask(active),
+            away: MemberMask::NONE,
         }
     }
 
@@ -175,6 +194,7 @@ mod tests {
             size: 3,
             new_size: 4,
             active: MemberMask(0b1111),
+            away: MemberMask::NONE,
         };
         let tr = Configuration {
             state: ConfigState::Transitional,
@@ -189,11 +209,105 @@ mod tests {
             size: 4,
             new_size: 2,
             active: MemberMask(0b1111),
+            away: MemberMask::NONE,
         };
         assert!(allowed_step(&s4, &shrink));
         assert!(allowed_step(&shrink, &stable(2, 0b11)));
         assert!(!allowed_step(&shrink, &stable(2, 0b1111)));
         assert!(allowed_step(&s3, &stable(3, 0b101)));
         assert!(!allowed_step(&s3, &s4));
+    }
+
+    /// Zombies: a removal may mark the member away and its addition
+    /// clears the mark; no other step may touch the marks.
+    #[test]
+    fn away_marks_change_only_with_their_member() {
+        let s3 = stable(3, 0b111);
+        let away2 = Configuration {
+            away: MemberMask(0b100),
+            ..stable(3, 0b011)
+        };
+        assert!(allowed_step(&s3, &away2), "removed as a zombie");
+        assert!(allowed_step(&away2, &s3), "added back");
+        let still_away = Configuration {
+            away: MemberMask(0b100),
+            ..s3
+        };
+        assert!(!allowed_step(&away2, &still_away), "added but still away");
+        let wrong = Configuration {
+            away: MemberMask(0b001),
+            ..stable(3, 0b110)
+        };
+        assert!(!allowed_step(&s3, &wrong), "a member left away is marked");
+        let marked_alone = Configuration {
+            away: MemberMask(0b001),
+            ..stable(3, 0b011)
+        };
+        assert!(!allowed_step(&away2, &marked_alone));
+        let shrink = Configuration {
+            state: ConfigState::Transitional,
+            new_size: 2,
+            ..away2
+        };
+        assert!(allowed_step(&away2, &shrink));
+        assert!(
+            allowed_step(&shrink, &stable(2, 0b011)),
+            "slot 2 is gone, and its mark"
+        );
+        assert!(!allowed_step(&shrink, &away2));
+    }
+}
+
+/// Zombies return (DARE §3.3.2 with `zombie_remove_ns`): at the end of a
+/// run whose group could make progress, no member the committed
+/// configuration marks away is running: a member removed as silent that
+/// runs again has been added back.
+pub fn check_zombies_returned(
+    time_ns: u64,
+    committed: &Configuration,
+    running: verbatim_core::sst::MemberMask,
+) -> Vec<Violation> {
+    committed
+        .away
+        .and(running)
+        .iter()
+        .map(|m| Violation {
+            invariant: "zombies return",
+            time_ns,
+            detail: format!(
+                "member {} runs but is still away from the group (removed as silent, never added back): {committed:?}",
+                m.0
+            ),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod zombie_tests {
+    use super::*;
+    use verbatim_core::sst::MemberMask;
+
+    #[test]
+    fn a_running_member_left_away_is_caught() {
+        let c = Configuration {
+            state: ConfigState::Stable,
+            size: 3,
+            new_size: 3,
+            active: MemberMask(0b011),
+            away: MemberMask(0b100),
+        };
+        let v = check_zombies_returned(7, &c, MemberMask(0b111));
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].invariant, "zombies return");
+        assert!(v[0].detail.contains("member 2"));
+        // Still silent (crashed, stopped): nothing to add back yet.
+        assert!(check_zombies_returned(7, &c, MemberMask(0b011)).is_empty());
+        // Added back: nothing away.
+        let back = Configuration {
+            active: MemberMask(0b111),
+            away: MemberMask::NONE,
+            ..c
+        };
+        assert!(check_zombies_returned(7, &back, MemberMask(0b111)).is_empty());
     }
 }
