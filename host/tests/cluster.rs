@@ -1101,7 +1101,9 @@ fn a_stopped_follower_is_removed_as_a_zombie_and_added_back() {
             std::thread::sleep(Duration::from_millis(20));
         }
     };
-    let g = wait_group("the stopped follower is removed", &|g| g.away == vec![victim]);
+    let g = wait_group("the stopped follower is removed", &|g| {
+        g.away == vec![victim]
+    });
     assert!(!g.members.contains(&victim));
     // The other two commit without it.
     client.set(b"during", b"2").unwrap();

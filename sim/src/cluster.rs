@@ -923,11 +923,29 @@ impl Cluster {
             self.digest.word(item.ev.code());
             self.dispatch(item.ev);
             if let Some(t) = self.first_ack_after_heal {
-                // Liveness shown; let the group settle a little, then stop.
-                self.end_ns = self.end_ns.min(t + 2_000_000);
+                // Liveness shown; let the group settle a little, then stop
+                // (with zombie removal, once no running member is away:
+                // the "zombies return" check needs the time to add back).
+                if self.opts.config.zombie_remove_ns == 0 {
+                    self.end_ns = self.end_ns.min(t + 2_000_000);
+                } else if !self.running_member_away() {
+                    self.end_ns = self.end_ns.min(self.now.max(t) + 2_000_000);
+                }
             }
         }
         self.finish()
+    }
+
+    /// True when the configuration committed last marks a running
+    /// member away (removed as a zombie, not added back yet).
+    fn running_member_away(&self) -> bool {
+        self.configurations.latest().is_some_and(|c| {
+            c.away.iter().any(|m| {
+                self.nodes
+                    .get(m.index())
+                    .is_some_and(|n| n.state == NodeState::Running)
+            })
+        })
     }
 
     fn dispatch(&mut self, ev: Ev) {

@@ -729,7 +729,10 @@ fn a_paused_member_is_removed_as_a_zombie_and_added_back() {
         let c = r.configuration.expect("a configuration");
         assert_eq!(c.active.count(), 3, "seed {seed}: {c:?}");
     }
-    assert!(removed > 0, "no paused member was removed: the scenario is void");
+    assert!(
+        removed > 0,
+        "no paused member was removed: the scenario is void"
+    );
     assert!(readded > 0);
 }
 
