@@ -168,6 +168,36 @@ fn assert_linearizable(history: &[Operation]) {
     }
 }
 
+/// Stops the workload, adds the final reads of its `keys` keys, and
+/// asserts that the history has real work and is linearizable.
+fn stop_and_judge(
+    cluster: &LocalCluster,
+    stop: Arc<AtomicBool>,
+    workers: Vec<std::thread::JoinHandle<Vec<Operation>>>,
+    keys: u64,
+    epoch: Instant,
+) {
+    stop.store(true, Ordering::Release);
+    let history: Vec<Operation> = workers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    judge_with_final_reads(cluster, keys, epoch, history);
+}
+
+/// Adds the final reads of `keys` keys to `history` and asserts that it
+/// has real work and is linearizable (no acknowledged write lost).
+fn judge_with_final_reads(
+    cluster: &LocalCluster,
+    keys: u64,
+    epoch: Instant,
+    mut history: Vec<Operation>,
+) {
+    final_reads(cluster, keys, epoch, &mut history);
+    assert!(history.iter().filter(|o| o.output.is_some()).count() > 100);
+    assert_linearizable(&history);
+}
+
 /// Final reads of every key, appended to the history: an acknowledged
 /// write that vanished would contradict them.
 fn final_reads(cluster: &LocalCluster, keys: u64, epoch: Instant, history: &mut Vec<Operation>) {
@@ -887,7 +917,7 @@ fn a_restarted_replica_recovers_a_snapshot_and_carries_the_group() {
     // give it a snapshot (a recovering member never asks the leader: see
     // README, Limits).
     stop.store(true, Ordering::Release);
-    let mut history: Vec<Operation> = workers
+    let history: Vec<Operation> = workers
         .into_iter()
         .flat_map(|w| w.join().unwrap())
         .collect();
@@ -927,9 +957,7 @@ fn a_restarted_replica_recovers_a_snapshot_and_carries_the_group() {
             .expect("a new leader with the recovered member's vote");
         assert_ne!(new_leader, doomed);
     }
-    final_reads(&cluster, 6, epoch, &mut history);
-    assert!(history.iter().filter(|o| o.output.is_some()).count() > 100);
-    assert_linearizable(&history);
+    judge_with_final_reads(&cluster, 6, epoch, history);
 }
 
 /// Issue 13 (DARE §3.4): an operator changes the group while a RESP and
@@ -1046,14 +1074,7 @@ fn an_operator_adds_removes_and_shrinks_while_the_group_serves() {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(200));
-    stop.store(true, Ordering::Release);
-    let mut history: Vec<Operation> = workers
-        .into_iter()
-        .flat_map(|w| w.join().unwrap())
-        .collect();
-    final_reads(&cluster, 6, epoch, &mut history);
-    assert!(history.iter().filter(|o| o.output.is_some()).count() > 100);
-    assert_linearizable(&history);
+    stop_and_judge(&cluster, stop, workers, 6, epoch);
 }
 
 /// DARE §3.3.2 with `timing.zombie_remove_us`: a follower SIGSTOPped for

@@ -289,10 +289,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                         away: c.away.without(m),
                         ..c
                     };
-                    if self.append_config(next).is_ok() {
-                        self.reconfig = Some(Reconfig {
-                            op: ReconfigOp::Add(m),
-                        });
+                    if self.start_zombie_change(next, ReconfigOp::Add(m)) {
                         self.counters.zombies_readded += 1;
                     }
                     return;
@@ -315,14 +312,21 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 away: c.away.with(m),
                 ..c
             };
-            if self.append_config(next).is_ok() {
-                self.reconfig = Some(Reconfig {
-                    op: ReconfigOp::Remove(m),
-                });
+            if self.start_zombie_change(next, ReconfigOp::Remove(m)) {
                 self.counters.zombies_removed += 1;
             }
             return;
         }
+    }
+
+    /// Appends the CONFIG entry of a zombie's removal or return; false if
+    /// the log has no room now (the next tick tries again).
+    fn start_zombie_change(&mut self, next: Configuration, op: ReconfigOp) -> bool {
+        let started = self.append_config(next).is_ok();
+        if started {
+            self.reconfig = Some(Reconfig { op });
+        }
+        started
     }
 
     /// Retries a phase the full log refused (leader tick).
