@@ -623,6 +623,9 @@ pub struct Cluster {
     end_ns: u64,
     healed: bool,
     first_ack_after_heal: Option<u64>,
+    /// Since when the group, having shown liveness, has nothing left to
+    /// finish (see the run loop).
+    quiet_since: Option<u64>,
     ops_issued: u64,
     election: ElectionSafety,
     votes: OneVotePerTerm,
@@ -783,6 +786,7 @@ impl Cluster {
             end_ns,
             healed: false,
             first_ack_after_heal: None,
+            quiet_since: None,
             ops_issued: 0,
             election: ElectionSafety::default(),
             votes: OneVotePerTerm::default(),
@@ -923,17 +927,35 @@ impl Cluster {
             self.digest.word(item.ev.code());
             self.dispatch(item.ev);
             if let Some(t) = self.first_ack_after_heal {
-                // Liveness shown; let the group settle a little, then stop
-                // (with zombie removal, once no running member is away:
-                // the "zombies return" check needs the time to add back).
-                if self.opts.config.zombie_remove_ns == 0 {
-                    self.end_ns = self.end_ns.min(t + 2_000_000);
-                } else if !self.running_member_away() {
-                    self.end_ns = self.end_ns.min(self.now.max(t) + 2_000_000);
+                // Liveness shown; let the group settle a little, then stop:
+                // once no change of the group is between phases and (with
+                // zombie removal) no running member is away, since the
+                // checks at the end need the time to finish those.
+                let zombies_off = self.opts.config.zombie_remove_ns == 0;
+                let quiet =
+                    self.configuration_settled() && (zombies_off || !self.running_member_away());
+                if !quiet {
+                    self.quiet_since = None;
+                    self.end_ns = self.opts.safety_ns + self.opts.liveness_ns;
+                } else {
+                    let since = *self.quiet_since.get_or_insert(if zombies_off {
+                        t
+                    } else {
+                        self.now.max(t)
+                    });
+                    self.end_ns = self.end_ns.min(since + 2_000_000);
                 }
             }
         }
         self.finish()
+    }
+
+    /// True when the configuration committed last is stable (no change of
+    /// the group is between phases).
+    fn configuration_settled(&self) -> bool {
+        self.configurations
+            .latest()
+            .is_none_or(|c| c.state == verbatim_core::membership::ConfigState::Stable)
     }
 
     /// True when the configuration committed last marks a running
@@ -2269,6 +2291,18 @@ impl Cluster {
             .map(|i| self.nodes[i].driver.log().configuration())
             .all(|c| c.is_quorum(running));
         let liveness_expected = committed.is_quorum(running) && in_effect && recoverable >= 1;
+        if liveness_expected && committed.state != verbatim_core::membership::ConfigState::Stable {
+            // A change between phases is finished by whoever leads (DARE
+            // §3.4: a new leader goes on where its predecessor stopped).
+            self.violation(Violation {
+                invariant: "reconfigurations finish",
+                time_ns: self.now,
+                detail: format!(
+                    "the group was still {committed:?} at the end; leader {:?}",
+                    self.leader_now()
+                ),
+            });
+        }
         if liveness_expected {
             // Members removed as silent that run again are back.
             let running_now = (0..self.nodes.len())
@@ -2276,11 +2310,32 @@ impl Cluster {
                 .fold(verbatim_core::sst::MemberMask::NONE, |m, i| {
                     m.with(MemberId(i as u8))
                 });
-            for v in crate::check::configurations::check_zombies_returned(
+            for mut v in crate::check::configurations::check_zombies_returned(
                 self.now,
                 &committed,
                 running_now,
             ) {
+                // What the leader of the moment knows of the members away.
+                if let Some(l) = self.leader_now() {
+                    let log = self.nodes[l].driver.log();
+                    v.detail += &format!(
+                        "; leader {l}: reconfiguring {}, config entry {}, apply index {}",
+                        log.reconfiguring(),
+                        log.config_index(),
+                        log.apply_index()
+                    );
+                    let st = log.status();
+                    for m in committed.away.iter() {
+                        let p = &st.peers[m.index()];
+                        v.detail += &format!(
+                            "; leader {l} sees member {}: row changed at {:.3} ms, reachable {}, replication {:?}",
+                            m.0,
+                            p.row_changed_ns as f64 / 1e6,
+                            p.reachable,
+                            p.repl
+                        );
+                    }
+                }
                 self.violation(v);
             }
         }

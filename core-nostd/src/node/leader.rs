@@ -38,6 +38,11 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.row_dirty = true;
         self.read_round = None;
         self.log_full_reported = false;
+        // A reconfiguration a predecessor left between phases (DARE §3.4):
+        // if its latest CONFIG entry is applied here already, no apply
+        // will start the next phase; the leader tick does.
+        self.phase_pending = self.configuration.state != crate::membership::ConfigState::Stable
+            && self.config_index < self.apply_index;
         // A new leader appends an entry of its own term so that every
         // earlier entry commits with it, and so that it learns its commit
         // point before serving reads (DARE §3.3).
@@ -71,6 +76,10 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             self.peers[p.index()].repl = Repl::IDLE;
         }
         self.noop_end_pos = 0;
+        // What this leader was changing is finished by the next one; it
+        // must not block this member's own changes if it leads again.
+        self.reconfig = None;
+        self.phase_pending = false;
         if self.row.recover_mask != 0 {
             self.row.recover_mask = 0;
             self.row_dirty = true;

@@ -200,6 +200,13 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             // Not seen by a walk yet: the latest we know of.
             self.adopt_configuration(c, index);
         }
+        self.next_phase(c, index);
+    }
+
+    /// The leader starts the phase after the committed configuration `c`
+    /// (at `index`), if `c` is the latest and not stable; once the last
+    /// phase has committed, it reports its own operation done.
+    fn next_phase(&mut self, c: Configuration, index: u64) {
         if self.role != Role::Leader || index != self.config_index {
             return;
         }
@@ -217,6 +224,9 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             }),
             ConfigState::Stable => None,
         };
+        // This apply starts the next phase: nothing is pending any more
+        // unless the log refuses it.
+        self.phase_pending = false;
         match next {
             Some(n) => {
                 // If the log is full now, the next apply of this entry
@@ -329,15 +339,15 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         started
     }
 
-    /// Retries a phase the full log refused (leader tick).
+    /// Starts a phase the full log refused, or one a predecessor left
+    /// after its CONFIG entry was applied here (leader tick).
     pub(super) fn retry_pending_phase(&mut self) {
         if !self.phase_pending || self.role != Role::Leader {
             return;
         }
         if self.config_index < self.apply_index {
-            self.phase_pending = false;
             let (c, index) = (self.configuration, self.config_index);
-            self.on_config_applied(c, index);
+            self.next_phase(c, index);
         }
     }
 

@@ -1907,3 +1907,59 @@ fn a_silent_member_stays_without_zombie_removal() {
     assert_eq!(h.nodes[0].configuration(), Configuration::initial(3));
     assert_eq!(h.nodes[0].counters().zombies_removed, 0);
 }
+
+/// A leader that loses leadership in the middle of a change forgets it:
+/// when it leads again it can change the group again (swarm seed 4015: a
+/// stale change blocked every later one, zombies were never added back).
+#[test]
+fn a_change_cut_short_does_not_block_the_next_leadership() {
+    let mut h = Harness::new(3);
+    h.elect_zero();
+    h.settle(3);
+    // The change starts but never leaves member 0.
+    h.down[0] = true;
+    h.nodes[0]
+        .reconfigure(h.now, ReconfigOp::Remove(MemberId(2)))
+        .unwrap();
+    assert!(h.nodes[0].reconfiguring());
+    // Member 1 leads meanwhile.
+    let mut led = false;
+    for _ in 0..400 {
+        h.now += 100_000;
+        h.settle(1);
+        if h.nodes[1].role() == Role::Leader || h.nodes[2].role() == Role::Leader {
+            led = true;
+            break;
+        }
+    }
+    assert!(led, "a new leader");
+    // Member 0 returns as a follower; its change is gone with its term.
+    h.down[0] = false;
+    for _ in 0..50 {
+        h.now += 100_000;
+        h.settle(1);
+    }
+    assert_ne!(h.nodes[0].role(), Role::Leader);
+    assert!(
+        !h.nodes[0].reconfiguring(),
+        "the change left with the leadership"
+    );
+    // Its log is adjusted to the leader's: the entry of the change is gone
+    // (the walk of the log before it would vote or campaign finds it so).
+    let leader = (1..3).find(|&i| h.nodes[i].role() == Role::Leader).unwrap();
+    h.nodes[leader]
+        .submit_write(h.now, 9, 1, &set(b"k", b"v"))
+        .unwrap();
+    for _ in 0..50 {
+        h.now += 100_000;
+        h.settle(1);
+    }
+    assert_eq!(
+        h.nodes[0].state_machine().backend().get(b"k"),
+        Some(&b"v"[..])
+    );
+    assert_eq!(
+        h.nodes[0].applied_configuration(),
+        Configuration::initial(3)
+    );
+}

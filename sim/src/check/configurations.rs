@@ -234,11 +234,15 @@ mod tests {
             ..s3
         };
         assert!(!allowed_step(&away2, &still_away), "added but still away");
+        // Member 3 was removed by an operator; removing 2 must not mark 3.
         let wrong = Configuration {
-            away: MemberMask(0b001),
-            ..stable(3, 0b110)
+            away: MemberMask(0b1000),
+            ..stable(4, 0b0011)
         };
-        assert!(!allowed_step(&s3, &wrong), "a member left away is marked");
+        assert!(
+            !allowed_step(&stable(4, 0b0111), &wrong),
+            "a member other than the one removed is marked"
+        );
         let marked_alone = Configuration {
             away: MemberMask(0b001),
             ..stable(3, 0b011)
