@@ -19,6 +19,24 @@
 //! in the poll loop, which pauses for as long as that takes.
 
 use std::io;
+use std::sync::Mutex;
+
+/// The writer child running now, if any (one replica per process). Its
+/// pid cannot be reused while it is here: the reaper takes it out before
+/// it reaps the child.
+static RUNNING_WRITER: Mutex<Option<libc::pid_t>> = Mutex::new(None);
+
+/// Stops the writer child of an earlier request, if it still runs: its
+/// snapshot is superseded (the joiner asks with a new generation), and two
+/// writers would tear each other's payload in the one snapshot region.
+fn stop_running_writer() {
+    let slot = RUNNING_WRITER.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(pid) = *slot {
+        // SAFETY: kill(2) on our own child, not reaped yet (the reaper
+        // clears the slot before it reaps), so the pid is still its own.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}
 
 /// How the state machine's bytes are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,24 +57,59 @@ pub fn run(how: SnapshotWriter, write: impl FnOnce()) -> io::Result<()> {
             Ok(())
         }
         SnapshotWriter::Fork => {
+            stop_running_writer();
+            // SAFETY: getpid has no preconditions.
+            let parent = unsafe { libc::getpid() };
             // SAFETY: fork has no preconditions; the child only runs
             // `write` (no allocation, locks or I/O beyond stores into a
-            // shared mapping, see the module documentation) and `_exit`.
+            // shared mapping, see the module documentation), prctl,
+            // getppid and `_exit`, all async-signal-safe.
             let pid = unsafe { libc::fork() };
             if pid < 0 {
                 return Err(io::Error::last_os_error());
             }
             if pid == 0 {
+                // A writer never outlives its replica: killed with it, and
+                // gone at once if the replica died before this line.
+                // SAFETY: prctl with PR_SET_PDEATHSIG takes a signal
+                // number; getppid has no preconditions.
+                unsafe {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                    if libc::getppid() != parent {
+                        libc::_exit(1);
+                    }
+                }
                 write();
                 // SAFETY: ends the child without running the parent's
                 // destructors or atexit handlers (they are not its own).
                 unsafe { libc::_exit(0) };
             }
+            *RUNNING_WRITER.lock().unwrap_or_else(|p| p.into_inner()) = Some(pid);
             std::thread::Builder::new()
                 .name("verbatim-snapshot-reaper".into())
                 .spawn(move || {
+                    // Wait for the exit without reaping, take the pid out
+                    // of the slot (so nobody signals it any more), then
+                    // reap: the pid is never reused while it is listed.
+                    // SAFETY: a zeroed siginfo_t is a valid out-parameter.
+                    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+                    // SAFETY: waits for our own child; `info` is valid.
+                    unsafe {
+                        libc::waitid(
+                            libc::P_PID,
+                            pid as libc::id_t,
+                            &mut info,
+                            libc::WEXITED | libc::WNOWAIT,
+                        )
+                    };
+                    {
+                        let mut slot = RUNNING_WRITER.lock().unwrap_or_else(|p| p.into_inner());
+                        if *slot == Some(pid) {
+                            *slot = None;
+                        }
+                    }
                     let mut status = 0;
-                    // SAFETY: waits for our own child; `status` is valid.
+                    // SAFETY: reaps our own child; `status` is valid.
                     unsafe { libc::waitpid(pid, &mut status, 0) };
                 })
                 .map(drop)
@@ -98,6 +151,36 @@ mod tests {
             map.word(0).load(Ordering::SeqCst),
             7,
             "the state as of the fork"
+        );
+        // A writer still running when the next request comes is stopped:
+        // only the newest writes the region.
+        run(SnapshotWriter::Fork, || {
+            std::thread::sleep(std::time::Duration::from_secs(30));
+            map.word(16).store(1, Ordering::SeqCst);
+        })
+        .unwrap();
+        let first = RUNNING_WRITER.lock().unwrap().expect("a writer runs");
+        run(SnapshotWriter::Fork, || {
+            map.word(24).store(1, Ordering::SeqCst)
+        })
+        .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            // SAFETY: kill with signal 0 only checks that the pid exists.
+            let gone = unsafe { libc::kill(first, 0) } != 0;
+            if gone && map.word(24).load(Ordering::SeqCst) == 1 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the first writer was not stopped, or the second never wrote"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(
+            map.word(16).load(Ordering::SeqCst),
+            0,
+            "the first never finished"
         );
         let inline = AtomicU64::new(0);
         run(SnapshotWriter::Inline, || inline.store(1, Ordering::SeqCst)).unwrap();
