@@ -5,6 +5,7 @@ use crate::compare::CompareReport;
 use crate::failover::{FailoverReport, KillRecord, PhaseDists};
 use crate::floor::FloorReport;
 use crate::latency::LatencyReport;
+use crate::reconfig::ReconfigReport;
 use crate::setup::Setup;
 use crate::stats::{us, Dist, Summary};
 use crate::throughput::ThroughputReport;
@@ -53,6 +54,10 @@ pub struct Report {
     /// `compare`, whose latencies are then shown as multiples of it).
     #[serde(default)]
     pub floor: Option<FloorReport>,
+    /// `reconfig`: write throughput while the group changes (DARE §6,
+    /// figure 9a).
+    #[serde(default)]
+    pub reconfig: Option<ReconfigReport>,
     /// Goals this run has figures for.
     pub goals: Vec<Goal>,
 }
@@ -76,6 +81,7 @@ impl Report {
         self.failover = self.failover.take().or(other.failover);
         self.compare = self.compare.take().or(other.compare);
         self.floor = self.floor.take().or(other.floor);
+        self.reconfig = self.reconfig.take().or(other.reconfig);
         for g in other.setup.group_sizes {
             if !self.setup.group_sizes.contains(&g) {
                 self.setup.group_sizes.push(g);
@@ -599,6 +605,114 @@ pub fn render_compare(c: &CompareReport, floor: Option<&FloorReport>) -> String 
     out
 }
 
+fn rate(v: Option<f64>) -> String {
+    v.map_or("—".into(), |v| format!("{v:.0}"))
+}
+
+fn ms(v: Option<f64>) -> String {
+    v.map_or("—".into(), |v| format!("{v:.1}"))
+}
+
+/// `reconfig` tables.
+pub fn render_reconfig(r: &ReconfigReport) -> String {
+    let mut out = format!(
+        "\nRECONFIG ({} replica slots, {} members at the start, first leader {}; {} client \
+         thread(s), {} B SETs over {} keys each, closed loop, wait {}; writes counted in {} ms \
+         buckets by completion time; {:.1} s)\nclients: {}; attempt timeout {} µs; heartbeat {} \
+         µs, Δ {} µs\n",
+        r.replicas,
+        r.initial_members,
+        r.first_leader,
+        r.clients,
+        r.value_bytes,
+        r.keys_per_client,
+        r.client_wait,
+        r.bucket_ms,
+        r.duration_ms / 1000.0,
+        r.client_placement,
+        r.client_attempt_timeout_us,
+        r.timing.heartbeat_period_us,
+        r.timing.fd_check_period_us,
+    );
+    let mut t = Table::new(&[
+        "change",
+        "asked ms",
+        "took ms",
+        "leader",
+        "configuration committed",
+        "before /s",
+        "during /s",
+        "after /s",
+        "min /s",
+        "stall ms",
+    ]);
+    for c in &r.changes {
+        t.row(vec![
+            format!("{} ({})", c.scheduled, c.request),
+            format!("{:.0}", c.asked_ms),
+            ms(c.took_ms),
+            format!(
+                "{}→{}",
+                c.leader_before.map_or("?".into(), |l| l.to_string()),
+                c.leader_after.map_or("?".into(), |l| l.to_string())
+            ),
+            match (&c.configuration, &c.error) {
+                (Some(g), _) => g.clone(),
+                (None, Some(e)) => format!("FAILED: {e}"),
+                (None, None) => "—".into(),
+            },
+            rate(c.ops_per_s_before),
+            rate(c.ops_per_s_during),
+            rate(c.ops_per_s_after),
+            rate(c.ops_per_s_min),
+            format!("{:.0}", c.stall_ms),
+        ]);
+    }
+    out.push_str(&t.render());
+    let _ = writeln!(
+        out,
+        "before/after: mean over {:.0} ms before the change was asked and after it was \
+         confirmed (cut at the next change); min and stall (longest run of empty buckets): from \
+         asked to the next change",
+        r.window_ms
+    );
+    let mut sorted = r.bucket_ops.clone();
+    sorted.sort_unstable();
+    let per_s = |ops: u64| ops as f64 * 1000.0 / r.bucket_ms;
+    if !sorted.is_empty() {
+        let _ = writeln!(
+            out,
+            "throughput over the run: mean {:.0}/s; buckets min {:.0}, median {:.0}, max {:.0} /s",
+            r.mean_rate(),
+            per_s(sorted[0]),
+            per_s(sorted[sorted.len() / 2]),
+            per_s(sorted[sorted.len() - 1]),
+        );
+    }
+    if let Some(g) = &r.final_configuration {
+        let _ = writeln!(out, "final configuration: {g}");
+    }
+    let w = &r.writes;
+    let _ = writeln!(
+        out,
+        "writes: {} acknowledged ({} of them completed after the last full bucket), {} failed \
+         (in doubt); {} keys read back: {} lost{}",
+        w.acknowledged,
+        w.after_last_bucket,
+        w.failed,
+        w.keys_checked,
+        w.lost,
+        if w.lost == 0 { "" } else { " — LOST WRITES" }
+    );
+    if let Some(f) = &w.last_failure {
+        let _ = writeln!(out, "last failed write: {f}");
+    }
+    for e in &w.lost_examples {
+        let _ = writeln!(out, "lost: {e}");
+    }
+    out
+}
+
 /// Goals table.
 pub fn render_goals(goals: &[Goal]) -> String {
     if goals.is_empty() {
@@ -643,6 +757,9 @@ pub fn render(r: &Report) -> String {
     }
     if let Some(c) = &r.compare {
         out.push_str(&render_compare(c, r.floor.as_ref()));
+    }
+    if let Some(c) = &r.reconfig {
+        out.push_str(&render_reconfig(c));
     }
     out.push_str(&render_goals(&r.goals));
     out

@@ -4,6 +4,7 @@
 use verbatim_bench::compare::{ratios, CompareReport, CompareSeries};
 use verbatim_bench::failover::{FailoverReport, KillRecord, PhaseDists};
 use verbatim_bench::latency::{LatencyPoint, LatencyReport};
+use verbatim_bench::reconfig::{ChangeRecord, ReconfigReport, WriteCheck};
 use verbatim_bench::report::{render, Report};
 use verbatim_bench::setup::{CpuState, Machine, Setup};
 use verbatim_bench::stats::{cdf, histogram, record, Summary};
@@ -180,6 +181,84 @@ fn sample() -> Report {
         ratios: ratios(&series, 64),
         series,
     });
+    let group = |size: u8, members: Vec<u8>| verbatim_status::GroupConfiguration {
+        state: "stable".into(),
+        size,
+        new_size: size,
+        members,
+        index: 7,
+        committed: true,
+        is_member: true,
+        in_progress: false,
+    };
+    let changes: Vec<ChangeRecord> = [
+        ("add 3", "member add 3", group(4, vec![0, 1, 2, 3]), 0, 0),
+        ("add 4", "member add 4", group(5, vec![0, 1, 2, 3, 4]), 0, 0),
+        (
+            "remove leader",
+            "member remove 0",
+            group(5, vec![1, 2, 3, 4]),
+            0,
+            3,
+        ),
+        ("resize 3", "member resize 3", group(3, vec![1, 2]), 3, 1),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, (scheduled, request, g, before, after))| {
+        let asked = 1000.0 * (i + 1) as f64;
+        ChangeRecord {
+            index: i,
+            scheduled: scheduled.into(),
+            request: request.into(),
+            scheduled_ms: asked,
+            asked_ms: asked,
+            confirmed_ms: Some(asked + 12.0),
+            took_ms: Some(12.0),
+            leader_before: Some(before),
+            leader_after: Some(after),
+            leader_after_ms: Some(asked + 15.0),
+            configuration: Some(g.describe()),
+            group: Some(g),
+            error: None,
+            ops_per_s_before: Some(500_000.0),
+            ops_per_s_during: Some(400_000.0),
+            ops_per_s_after: Some(450_000.0),
+            ops_per_s_min: Some(0.0),
+            stall_ms: 10.0,
+        }
+    })
+    .collect();
+    r.reconfig = Some(ReconfigReport {
+        replicas: 5,
+        initial_members: 3,
+        clients: 1,
+        client_wait: "spin".into(),
+        client_placement: "pinned".into(),
+        client_attempt_timeout_us: 10_000,
+        value_bytes: 64,
+        keys_per_client: 1000,
+        timing: Default::default(),
+        first_leader: 0,
+        bucket_ms: 10.0,
+        window_ms: 200.0,
+        duration_ms: 5000.0,
+        bucket_ops: (0..500u64)
+            .map(|i| if i % 100 == 31 { 0 } else { 4000 + i })
+            .collect(),
+        final_configuration: changes.last().and_then(|c| c.configuration.clone()),
+        final_group: changes.last().and_then(|c| c.group.clone()),
+        changes,
+        writes: WriteCheck {
+            acknowledged: 2_000_000,
+            after_last_bucket: 1,
+            failed: 0,
+            last_failure: None,
+            keys_checked: 1000,
+            lost: 0,
+            lost_examples: Vec::new(),
+        },
+    });
     r.evaluate_goals();
     r
 }
@@ -207,7 +286,14 @@ fn the_json_document_round_trips() {
         .as_u64()
         .is_some());
     assert!(v["compare"]["ratios"][0]["p50"].as_f64().unwrap() > 1.0);
+    assert_eq!(v["reconfig"]["changes"][2]["leader_after"], 3);
+    assert_eq!(v["reconfig"]["changes"][3]["group"]["members"][0], 1);
     assert_eq!(v["goals"].as_array().unwrap().len(), 6);
+    // A document written before the section existed still loads.
+    let mut old = v.clone();
+    old.as_object_mut().unwrap().remove("reconfig");
+    let back: Report = serde_json::from_value(old).unwrap();
+    assert!(back.reconfig.is_none());
 }
 
 #[test]
@@ -222,6 +308,10 @@ fn the_terminal_report_has_every_section_and_the_setup() {
         "WORKLOAD",
         "FAILOVER",
         "COMPARE",
+        "RECONFIG",
+        "remove leader (member remove 0)",
+        "stable, 3 slots, members 1 2",
+        "0 lost",
         "GOALS",
         "p98 µs",
     ] {
@@ -244,7 +334,8 @@ fn every_plot_is_well_formed_svg_with_text() {
             "latency_cdf.svg",
             "throughput_vs_clients.svg",
             "failover_timeline.svg",
-            "compare_cdf.svg"
+            "compare_cdf.svg",
+            "reconfig_throughput.svg"
         ]
     );
     for f in &files {
@@ -273,4 +364,8 @@ fn every_plot_is_well_formed_svg_with_text() {
     }
     let timeline = std::fs::read_to_string(dir.path().join("failover_timeline.svg")).unwrap();
     assert!(timeline.contains("SIGKILL #1") && timeline.contains("SIGSTOP #3"));
+    let reconfig = std::fs::read_to_string(dir.path().join("reconfig_throughput.svg")).unwrap();
+    for label in ["add 3", "add 4", "remove leader (0)", "resize 3"] {
+        assert!(reconfig.contains(label), "no marker labelled {label:?}");
+    }
 }
