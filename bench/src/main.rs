@@ -11,6 +11,7 @@ use verbatim_bench::failover::FailoverOptions;
 use verbatim_bench::latency::{LatencyOptions, SIZES_DEFAULT};
 use verbatim_bench::progress::Progress;
 use verbatim_bench::reconfig::{ReconfigOptions, RemoveTarget, SCHEDULE_DEFAULT};
+use verbatim_bench::recovery::{RecoveryOptions, FILL_VALUE_BYTES_DEFAULT};
 use verbatim_bench::report::{self, Report};
 use verbatim_bench::setup::{CpuState, Machine, Setup};
 use verbatim_bench::throughput::ThroughputOptions;
@@ -309,6 +310,36 @@ struct ReconfigArgs {
     change_timeout_ms: u64,
 }
 
+#[derive(Args, Debug, Clone)]
+struct RecoveryArgs {
+    /// Group size.
+    #[arg(long, default_value_t = 3)]
+    replicas: u8,
+    /// State to fill the store with before the transfer (MiB of values).
+    #[arg(long, default_value_t = 1024)]
+    state_mib: u64,
+    /// Value size of the fill (bytes; at most about 32 KB: an entry holds
+    /// a key and two values of the largest size).
+    #[arg(long, default_value_t = FILL_VALUE_BYTES_DEFAULT)]
+    fill_value_bytes: usize,
+    /// Value size of the measured SETs (bytes).
+    #[arg(long, default_value_t = 64)]
+    value_bytes: usize,
+    /// Measured window before the kill (ms).
+    #[arg(long, default_value_t = 3_000)]
+    baseline_ms: u64,
+    /// How long the follower stays down before its restart (ms).
+    #[arg(long, default_value_t = 200)]
+    down_ms: u64,
+    /// Log ring of each replica (bytes; default: a quarter of the state,
+    /// 1 to 256 MiB, so that the fill wraps it).
+    #[arg(long)]
+    log_ring_bytes: Option<u64>,
+    /// How long restart → caught up may take (s).
+    #[arg(long, default_value_t = 300)]
+    recovery_timeout_s: u64,
+}
+
 #[derive(Args, Debug)]
 struct FloorArgs {
     /// memcpy sizes in bytes.
@@ -332,6 +363,9 @@ enum Cmd {
     /// §6, figure 9a): spares join, a member (the leader) leaves, the
     /// group shrinks; every acknowledged write is checked at the end.
     Reconfig(ReconfigArgs),
+    /// The leader's write latency while a follower restarts and copies a
+    /// large snapshot (state transfer), against a baseline.
+    Recovery(RecoveryArgs),
     /// The machine's floor: the cross-core round trip of one cache line
     /// and memcpy of entry sizes (latency and compare measure it too and
     /// show their latencies as multiples of it).
@@ -516,6 +550,7 @@ fn run() -> anyhow::Result<()> {
         Cmd::Failover(a) => vec![a.replicas],
         Cmd::Compare(a) => vec![a.replicas],
         Cmd::Reconfig(a) => vec![a.initial_members, a.replicas],
+        Cmd::Recovery(a) => vec![a.replicas],
         Cmd::Floor(_) => Vec::new(),
         Cmd::Report { .. } => unreachable!("handled above"),
     };
@@ -713,6 +748,25 @@ fn run() -> anyhow::Result<()> {
                 &progress,
             )?);
         }
+        Cmd::Recovery(a) => {
+            report.recovery = Some(verbatim_bench::recovery::run(
+                &spec,
+                &RecoveryOptions {
+                    replicas: a.replicas,
+                    state_mib: a.state_mib,
+                    fill_value_bytes: a.fill_value_bytes,
+                    probe_value_bytes: a.value_bytes,
+                    baseline: Duration::from_millis(a.baseline_ms),
+                    down: Duration::from_millis(a.down_ms),
+                    recovery_timeout: Duration::from_secs(a.recovery_timeout_s),
+                    log_ring_bytes: a.log_ring_bytes,
+                    client_core,
+                    wait,
+                    attempt_timeout: attempt(50_000),
+                },
+                &progress,
+            )?);
+        }
         Cmd::Report { .. } => unreachable!("handled above"),
         Cmd::Compare(a) => {
             report.compare = Some(verbatim_bench::compare::run(
@@ -741,6 +795,13 @@ fn run() -> anyhow::Result<()> {
     report.evaluate_goals();
     output(&report, c)?;
     // After the output, so that a failed run still shows what happened.
+    if let Some(f) = report
+        .recovery
+        .as_ref()
+        .and_then(|r| r.transfer.failure.as_ref())
+    {
+        bail!("{f}");
+    }
     if let Some(r) = &report.reconfig {
         if r.writes.lost > 0 {
             bail!(

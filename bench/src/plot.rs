@@ -589,6 +589,32 @@ pub fn write_all(r: &Report, dir: &Path) -> Result<Vec<PathBuf>> {
             reconfig_timeline(c, &setup_line)?,
         ));
     }
+    if let Some(c) = &r.recovery {
+        let series: Vec<(String, &[CdfPoint])> = c
+            .windows
+            .iter()
+            .filter(|w| !w.cdf.is_empty())
+            .map(|w| {
+                (
+                    format!("{} (p99 {} µs)", w.name, crate::stats::us(w.latency.p99_ns)),
+                    w.cdf.as_slice(),
+                )
+            })
+            .collect();
+        if !series.is_empty() {
+            files.push((
+                "recovery_cdf.svg".into(),
+                cdfs(
+                    &format!(
+                        "Leader write latency while a follower recovers {} MiB ({} B SETs, one client)",
+                        c.state_mib, c.probe_value_bytes
+                    ),
+                    &series,
+                    &setup_line,
+                )?,
+            ));
+        }
+    }
     let mut written = Vec::new();
     for (name, svg) in files {
         let path = dir.join(name);

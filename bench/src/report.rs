@@ -6,6 +6,7 @@ use crate::failover::{FailoverReport, KillRecord, PhaseDists};
 use crate::floor::FloorReport;
 use crate::latency::LatencyReport;
 use crate::reconfig::ReconfigReport;
+use crate::recovery::RecoveryReport;
 use crate::setup::Setup;
 use crate::stats::{us, Dist, Summary};
 use crate::throughput::ThroughputReport;
@@ -58,6 +59,10 @@ pub struct Report {
     /// figure 9a).
     #[serde(default)]
     pub reconfig: Option<ReconfigReport>,
+    /// `recovery`: the leader's latency while a follower copies a large
+    /// snapshot.
+    #[serde(default)]
+    pub recovery: Option<RecoveryReport>,
     /// Goals this run has figures for.
     pub goals: Vec<Goal>,
 }
@@ -82,6 +87,7 @@ impl Report {
         self.compare = self.compare.take().or(other.compare);
         self.floor = self.floor.take().or(other.floor);
         self.reconfig = self.reconfig.take().or(other.reconfig);
+        self.recovery = self.recovery.take().or(other.recovery);
         for g in other.setup.group_sizes {
             if !self.setup.group_sizes.contains(&g) {
                 self.setup.group_sizes.push(g);
@@ -164,6 +170,26 @@ impl Report {
                     "×",
                     |v| v >= 50.0,
                 );
+            }
+        }
+        if let Some(r) = &self.recovery {
+            goal(
+                &format!(
+                    "leader write p99 while a follower recovers {} MiB / without",
+                    r.state_mib
+                ),
+                "≤ 2×",
+                r.p99_ratio,
+                "×",
+                |v| v <= 2.0,
+            );
+            // A transfer that never completed meets nothing, whatever the
+            // latencies were meanwhile.
+            if r.transfer.failure.is_some() {
+                if let Some(g) = goals.last_mut() {
+                    g.met = Some(false);
+                    g.name.push_str(" (the transfer did not complete)");
+                }
             }
         }
         self.goals = goals;
@@ -713,6 +739,88 @@ pub fn render_reconfig(r: &ReconfigReport) -> String {
     out
 }
 
+/// `recovery` tables.
+pub fn render_recovery(r: &RecoveryReport) -> String {
+    let mut out = format!(
+        "\nRECOVERY ({} replicas; {} MiB of state: {} values of {} B, filled in {:.1} s at {:.0} \
+         MB/s; snapshot region {} MiB, log ring {} MiB; one client, sequential {} B SETs to \
+         member {} (the leader), closed loop)\n",
+        r.replicas,
+        r.state_mib,
+        r.fill_keys,
+        r.fill_value_bytes,
+        r.fill_s,
+        r.fill_mb_per_s,
+        r.snapshot_bytes_max >> 20,
+        r.log_ring_bytes >> 20,
+        r.probe_value_bytes,
+        r.leader,
+    );
+    let mut headers = vec!["window"];
+    headers.extend(SUMMARY_HEADERS);
+    headers.extend(["ms", "ops/s"]);
+    let mut t = Table::new(&headers);
+    for w in &r.windows {
+        let mut row = vec![w.name.clone()];
+        row.extend(summary_cells(&w.latency));
+        row.push(format!("{:.0}", w.duration_ms));
+        row.push(format!("{:.0}", w.ops_per_sec));
+        t.row(row);
+    }
+    out.push_str(&t.render());
+    for w in &r.windows {
+        if w.leader_counters.is_empty() {
+            continue;
+        }
+        let counters: Vec<String> = w
+            .leader_counters
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let _ = writeln!(out, "leader during {}: {}", w.name, counters.join(", "));
+    }
+    let ratio = |v: Option<f64>| v.map_or("—".into(), |v| format!("{v:.2}×"));
+    let _ = writeln!(
+        out,
+        "recovering / baseline: p99 {}, p99.9 {}",
+        ratio(r.p99_ratio),
+        ratio(r.p999_ratio)
+    );
+    let x = &r.transfer;
+    let _ = writeln!(
+        out,
+        "transfer: member {} from donor {} (leader {}); after its restart: status up {} ms, \
+         snapshot ready {} ms, copied and restored {} ms, caught up {} ms",
+        x.member,
+        x.donor.map_or("?".into(), |d| d.to_string()),
+        x.leader_at_copy.map_or("?".into(), |d| d.to_string()),
+        ms(x.started_ms),
+        ms(x.snapshot_ready_ms),
+        ms(x.completed_ms),
+        ms(x.caught_up_ms),
+    );
+    let _ = writeln!(
+        out,
+        "          {} of {} bytes copied ({:.1} MiB); copy {} ms at {} MB/s; {} MB/s from the \
+         restart; {} recoveries completed, {} abandoned",
+        x.bytes_copied,
+        x.bytes_total,
+        x.bytes_total as f64 / (1u64 << 20) as f64,
+        ms(x.copy_ms),
+        rate(x.copy_mb_per_s),
+        rate(x.end_to_end_mb_per_s),
+        x.completed,
+        x.abandoned,
+    );
+    if let Some(f) = &x.failure {
+        let _ = writeln!(out, "FAILED: {f}");
+    }
+    for n in &r.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    out
+}
+
 /// Goals table.
 pub fn render_goals(goals: &[Goal]) -> String {
     if goals.is_empty() {
@@ -760,6 +868,9 @@ pub fn render(r: &Report) -> String {
     }
     if let Some(c) = &r.reconfig {
         out.push_str(&render_reconfig(c));
+    }
+    if let Some(c) = &r.recovery {
+        out.push_str(&render_recovery(c));
     }
     out.push_str(&render_goals(&r.goals));
     out
