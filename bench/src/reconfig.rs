@@ -196,11 +196,15 @@ pub struct ChangeRecord {
     pub took_ms: Option<f64>,
     /// The leader when it was asked.
     pub leader_before: Option<u8>,
-    /// The leader once it was confirmed (another one after the leader
-    /// removed itself).
+    /// The first leader seen after the confirmation that is a member of
+    /// the configuration committed (another one after the leader removed
+    /// itself: it leads until it steps down).
     pub leader_after: Option<u8>,
     /// When `leader_after` was first seen leading (ms from the start).
     pub leader_after_ms: Option<f64>,
+    /// Its term.
+    #[serde(default)]
+    pub leader_after_term: Option<u64>,
     /// The committed configuration, as an operator reads it.
     pub configuration: Option<String>,
     /// The committed configuration.
@@ -449,9 +453,18 @@ fn writer(
 
 /// Waits (bounded) for a leader above `min_term`.
 fn wait_leader_above(cluster: &BenchCluster, min_term: u64) -> Option<Snapshot> {
+    wait_leader_among(cluster, min_term, &[])
+}
+
+/// Waits (bounded) for a leader above `min_term` that is one of `members`
+/// (any member when empty).
+fn wait_leader_among(cluster: &BenchCluster, min_term: u64, members: &[u8]) -> Option<Snapshot> {
     let deadline = Instant::now() + crate::cluster::LEADER_TIMEOUT;
     loop {
-        if let Some(s) = cluster.leader_now().filter(|s| s.term > min_term) {
+        if let Some(s) = cluster
+            .leader_now()
+            .filter(|s| s.term > min_term && (members.is_empty() || members.contains(&s.id)))
+        {
             return Some(s);
         }
         if Instant::now() > deadline || crate::signals::interrupted() {
@@ -634,9 +647,15 @@ pub fn run(spec: &ClusterSpec, o: &ReconfigOptions, progress: &Progress) -> Resu
                             .as_ref()
                             .is_some_and(|g| !g.members.contains(&leader.id));
                     let min_term = if removed_leader { leader.term } else { 0 };
-                    if let Some(l) = wait_leader_above(&cluster, min_term) {
+                    let members = rec
+                        .group
+                        .as_ref()
+                        .map(|g| g.members.clone())
+                        .unwrap_or_default();
+                    if let Some(l) = wait_leader_among(&cluster, min_term, &members) {
                         rec.leader_after = Some(l.id);
                         rec.leader_after_ms = Some(shared.since_ms());
+                        rec.leader_after_term = Some(l.term);
                     }
                 }
                 Err(e) => rec.error = Some(e.to_string()),

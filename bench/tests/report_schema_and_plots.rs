@@ -219,6 +219,7 @@ fn sample() -> Report {
             leader_before: Some(before),
             leader_after: Some(after),
             leader_after_ms: Some(asked + 15.0),
+            leader_after_term: Some(2),
             configuration: Some(g.describe()),
             group: Some(g),
             error: None,
