@@ -64,6 +64,10 @@ fn a_reconfiguration_run_commits_every_change_and_loses_no_write() {
         assert!(c["configuration"]
             .as_str()
             .is_some_and(|s| s.starts_with("stable")));
+        let after = c["leader_after"]
+            .as_u64()
+            .expect("a leader after the change");
+        assert!(members(g).contains(&after), "{c}");
     }
     // Two spares join: 4, then 5 slots.
     assert_eq!(changes[0]["group"]["size"], 4);
