@@ -801,11 +801,11 @@ pub fn render_recovery(r: &RecoveryReport) -> String {
     );
     let _ = writeln!(
         out,
-        "          {} of {} bytes copied ({:.1} MiB); copy {} ms at {} MB/s; {} MB/s from the \
-         restart; {} recoveries completed, {} abandoned",
-        x.bytes_copied,
+        "          snapshot {} bytes ({:.1} MiB), {} bytes copied over every attempt; copy {} \
+         ms at {} MB/s; {} MB/s from the restart; {} recoveries completed, {} abandoned",
         x.bytes_total,
         x.bytes_total as f64 / (1u64 << 20) as f64,
+        x.bytes_copied,
         ms(x.copy_ms),
         rate(x.copy_mb_per_s),
         rate(x.end_to_end_mb_per_s),
