@@ -39,6 +39,8 @@ static CLUSTER_SEQ: AtomicU32 = AtomicU32::new(0);
 pub struct BenchCluster {
     inner: LocalCluster,
     owner: u64,
+    /// Registrations of replicas restarted since the start.
+    restarted_owners: Vec<u64>,
 }
 
 impl BenchCluster {
@@ -75,7 +77,11 @@ impl BenchCluster {
         paths.push(inner.log_dir().to_path_buf());
         let owner = crate::signals::register(pids, paths);
         tracing::debug!(cluster = %inner.manifest.cluster.name, replicas, "cluster started");
-        Ok(BenchCluster { inner, owner })
+        Ok(BenchCluster {
+            inner,
+            owner,
+            restarted_owners: Vec::new(),
+        })
     }
 
     /// The cluster.
@@ -86,6 +92,19 @@ impl BenchCluster {
     /// The cluster, mutably (to kill replicas).
     pub fn local_mut(&mut self) -> &mut LocalCluster {
         &mut self.inner
+    }
+
+    /// Starts replica `id` again (a new process with empty memory, which
+    /// rejoins the group, by recovery if the log was pruned past it) and
+    /// registers it with the Ctrl-C handler like the first ones.
+    pub fn restart(&mut self, id: u8) -> Result<()> {
+        crate::signals::check()?;
+        self.inner.restart(id).map_err(BenchError::Cluster)?;
+        if let Some(pid) = self.inner.pid(id) {
+            self.restarted_owners
+                .push(crate::signals::register(vec![pid], Vec::new()));
+        }
+        Ok(())
     }
 
     /// Waits for a leader above `min_term` that has committed in its term;
@@ -113,6 +132,17 @@ impl BenchCluster {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// The leader of the highest term among the replicas that answer now
+    /// (a deposed one may not know yet; `None` during an election).
+    pub fn leader_now(&self) -> Option<Snapshot> {
+        self.inner
+            .status()
+            .into_iter()
+            .flatten()
+            .filter(|s| s.role == "leader")
+            .max_by_key(|s| s.term)
     }
 
     /// The status of one replica (`None` if it does not answer within
@@ -173,9 +203,58 @@ impl BenchCluster {
 impl Drop for BenchCluster {
     fn drop(&mut self) {
         self.inner.stop();
+        // A replica that served a snapshot forked a writer (host/src/
+        // replica/snapshot.rs); one still writing outlives its replica,
+        // reparented to init, and keeps a core busy until it is done. Its
+        // command line names this cluster's manifest, which no process
+        // outside this run has.
+        let leftover = kill_processes_naming(&self.inner.manifest_path);
+        if leftover > 0 {
+            tracing::warn!(
+                leftover,
+                cluster = %self.inner.manifest.cluster.name,
+                "killed snapshot writers left running by stopped replicas"
+            );
+        }
         let _ = std::fs::remove_dir_all(self.inner.log_dir());
         crate::signals::unregister(self.owner);
+        for &owner in &self.restarted_owners {
+            crate::signals::unregister(owner);
+        }
     }
+}
+
+/// SIGKILLs every process whose command line has `path` as one of its
+/// arguments (a replica of this run, or a child it forked); returns how
+/// many there were.
+pub fn kill_processes_naming(path: &Path) -> usize {
+    let want = path.as_os_str().as_encoded_bytes();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut killed = 0;
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        if cmdline.split(|&b| b == 0).any(|arg| arg == want) {
+            // SAFETY: kill(2) on a process of this run (its command line
+            // names this run's own manifest); a pid that exited meanwhile
+            // gives ESRCH.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+            killed += 1;
+        }
+    }
+    killed
 }
 
 /// The timing section of a manifest, in the report's terms.

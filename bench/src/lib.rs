@@ -9,7 +9,8 @@
 //! `latency --rate`, with latency counted from the intended send time).
 //!
 //! Layout: one module per benchmark ([`latency`], [`throughput`],
-//! [`workload`], [`failover`], [`compare`], [`floor`]), the loops they share
+//! [`workload`], [`failover`], [`compare`], [`floor`], [`reconfig`],
+//! [`recovery`]), the loops they share
 //! ([`measure`]), statistics ([`stats`]), key choice ([`zipf`]), local
 //! clusters and cores ([`cluster`]), Redis ([`redis`], [`resp`]), the
 //! result document and its tables ([`report`]), SVG plots ([`plot`]), and
@@ -24,6 +25,8 @@ pub mod latency;
 pub mod measure;
 pub mod plot;
 pub mod progress;
+pub mod reconfig;
+pub mod recovery;
 pub mod redis;
 pub mod report;
 pub mod resp;

@@ -10,6 +10,8 @@ use verbatim_bench::compare::CompareOptions;
 use verbatim_bench::failover::FailoverOptions;
 use verbatim_bench::latency::{LatencyOptions, SIZES_DEFAULT};
 use verbatim_bench::progress::Progress;
+use verbatim_bench::reconfig::{ReconfigOptions, RemoveTarget, SCHEDULE_DEFAULT};
+use verbatim_bench::recovery::{RecoveryOptions, FILL_VALUE_BYTES_DEFAULT};
 use verbatim_bench::report::{self, Report};
 use verbatim_bench::setup::{CpuState, Machine, Setup};
 use verbatim_bench::throughput::ThroughputOptions;
@@ -256,6 +258,88 @@ struct CompareArgs {
     no_redis: bool,
 }
 
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Remove {
+    Leader,
+    Follower,
+}
+
+#[derive(Args, Debug, Clone)]
+struct ReconfigArgs {
+    /// Replica processes (slots of the manifest).
+    #[arg(long, default_value_t = 5)]
+    replicas: u8,
+    /// Members of the first configuration (ids 0 to N-1); the others run
+    /// as spares outside the group until added.
+    #[arg(long, default_value_t = 3)]
+    initial_members: u8,
+    /// The changes: comma-separated MS:add:ID, MS:remove[:ID|leader|follower]
+    /// or MS:resize:SIZE, MS from the start of the run, in time order.
+    #[arg(long, default_value = SCHEDULE_DEFAULT)]
+    schedule: String,
+    /// Whom a bare `remove` in the schedule takes out: the leader of the
+    /// moment (DARE: "the leader removes itself") or the lowest-numbered
+    /// member that does not lead.
+    #[arg(long, value_enum, default_value_t = Remove::Leader)]
+    remove: Remove,
+    /// Length of the run (ms); it goes on for at least --window-ms after
+    /// the last change is confirmed.
+    #[arg(long, default_value_t = 5_000)]
+    duration_ms: u64,
+    /// Length of one throughput sample (ms; DARE samples every 10 ms).
+    #[arg(long, default_value_t = 10)]
+    bucket_ms: u64,
+    /// Window averaged before and after each change (ms).
+    #[arg(long, default_value_t = 200)]
+    window_ms: u64,
+    /// Writing client threads.
+    #[arg(long, default_value_t = 1)]
+    clients: usize,
+    /// Cores for the client threads, round-robin, or "none" (default:
+    /// every core without a replica).
+    #[arg(long, value_name = "LIST")]
+    client_cores: Option<String>,
+    /// Value size (bytes, at least 16: a value carries its write's number).
+    #[arg(long, default_value_t = 64)]
+    value_bytes: usize,
+    /// Distinct keys per client thread.
+    #[arg(long, default_value_t = 1_000)]
+    keys: u64,
+    /// How long one change may take to be confirmed (ms).
+    #[arg(long, default_value_t = 30_000)]
+    change_timeout_ms: u64,
+}
+
+#[derive(Args, Debug, Clone)]
+struct RecoveryArgs {
+    /// Group size.
+    #[arg(long, default_value_t = 3)]
+    replicas: u8,
+    /// State to fill the store with before the transfer (MiB of values).
+    #[arg(long, default_value_t = 1024)]
+    state_mib: u64,
+    /// Value size of the fill (bytes; at most about 32 KB: an entry holds
+    /// a key and two values of the largest size).
+    #[arg(long, default_value_t = FILL_VALUE_BYTES_DEFAULT)]
+    fill_value_bytes: usize,
+    /// Value size of the measured SETs (bytes).
+    #[arg(long, default_value_t = 64)]
+    value_bytes: usize,
+    /// Measured window before the kill (ms).
+    #[arg(long, default_value_t = 3_000)]
+    baseline_ms: u64,
+    /// How long the follower stays down before its restart (ms).
+    #[arg(long, default_value_t = 200)]
+    down_ms: u64,
+    /// Log ring of each replica (bytes; default: a quarter of the state,
+    /// 1 to 256 MiB, so that the fill wraps it).
+    #[arg(long)]
+    log_ring_bytes: Option<u64>,
+    /// How long restart → caught up may take (s).
+    #[arg(long, default_value_t = 300)]
+    recovery_timeout_s: u64,
+}
+
 #[derive(Args, Debug)]
 struct FloorArgs {
     /// memcpy sizes in bytes.
@@ -275,6 +359,13 @@ enum Cmd {
     Failover(FailoverArgs),
     /// Single-client latency against Redis (SET, SET+WAIT, GET) and Verbatim (RESP, shm).
     Compare(CompareArgs),
+    /// Write throughput over time while the group is reconfigured (DARE
+    /// §6, figure 9a): spares join, a member (the leader) leaves, the
+    /// group shrinks; every acknowledged write is checked at the end.
+    Reconfig(ReconfigArgs),
+    /// The leader's write latency while a follower restarts and copies a
+    /// large snapshot (state transfer), against a baseline.
+    Recovery(RecoveryArgs),
     /// The machine's floor: the cross-core round trip of one cache line
     /// and memcpy of entry sizes (latency and compare measure it too and
     /// show their latencies as multiples of it).
@@ -458,6 +549,8 @@ fn run() -> anyhow::Result<()> {
         Cmd::Workload(a) => vec![a.replicas],
         Cmd::Failover(a) => vec![a.replicas],
         Cmd::Compare(a) => vec![a.replicas],
+        Cmd::Reconfig(a) => vec![a.initial_members, a.replicas],
+        Cmd::Recovery(a) => vec![a.replicas],
         Cmd::Floor(_) => Vec::new(),
         Cmd::Report { .. } => unreachable!("handled above"),
     };
@@ -620,6 +713,60 @@ fn run() -> anyhow::Result<()> {
                 &progress,
             )?);
         }
+        Cmd::Reconfig(a) => {
+            let remove = match a.remove {
+                Remove::Leader => RemoveTarget::Leader,
+                Remove::Follower => RemoveTarget::Follower,
+            };
+            let cores = client_cores(a.client_cores.as_deref(), &replica_cores)?;
+            setup.method = "closed loop; every acknowledged write counted in the bucket of its \
+                            completion time (monotonic clock); group changes asked of the leader \
+                            through its status socket (verbatim_status::change_group) and \
+                            confirmed once their last CONFIG entry committed"
+                .into();
+            report.reconfig = Some(verbatim_bench::reconfig::run(
+                &spec,
+                &ReconfigOptions {
+                    replicas: a.replicas,
+                    initial_members: a.initial_members,
+                    clients: a.clients,
+                    wait: if c.client_wait.is_some() {
+                        wait
+                    } else {
+                        verbatim_bench::throughput::auto_wait(a.clients, &cores)
+                    },
+                    client_cores: cores,
+                    attempt_timeout: attempt(10_000),
+                    value_bytes: a.value_bytes,
+                    keys: a.keys,
+                    bucket: Duration::from_millis(a.bucket_ms),
+                    duration: Duration::from_millis(a.duration_ms),
+                    window: Duration::from_millis(a.window_ms),
+                    schedule: verbatim_bench::reconfig::parse_schedule(&a.schedule, remove)?,
+                    change_timeout: Duration::from_millis(a.change_timeout_ms),
+                },
+                &progress,
+            )?);
+        }
+        Cmd::Recovery(a) => {
+            report.recovery = Some(verbatim_bench::recovery::run(
+                &spec,
+                &RecoveryOptions {
+                    replicas: a.replicas,
+                    state_mib: a.state_mib,
+                    fill_value_bytes: a.fill_value_bytes,
+                    probe_value_bytes: a.value_bytes,
+                    baseline: Duration::from_millis(a.baseline_ms),
+                    down: Duration::from_millis(a.down_ms),
+                    recovery_timeout: Duration::from_secs(a.recovery_timeout_s),
+                    log_ring_bytes: a.log_ring_bytes,
+                    client_core,
+                    wait,
+                    attempt_timeout: attempt(50_000),
+                },
+                &progress,
+            )?);
+        }
         Cmd::Report { .. } => unreachable!("handled above"),
         Cmd::Compare(a) => {
             report.compare = Some(verbatim_bench::compare::run(
@@ -646,7 +793,32 @@ fn run() -> anyhow::Result<()> {
     progress.finish();
     report.setup = setup;
     report.evaluate_goals();
-    output(&report, c)
+    output(&report, c)?;
+    // After the output, so that a failed run still shows what happened.
+    if let Some(f) = report
+        .recovery
+        .as_ref()
+        .and_then(|r| r.transfer.failure.as_ref())
+    {
+        bail!("{f}");
+    }
+    if let Some(r) = &report.reconfig {
+        if r.writes.lost > 0 {
+            bail!(
+                "{} acknowledged writes were lost (first: {})",
+                r.writes.lost,
+                r.writes.lost_examples.first().map_or("?", String::as_str)
+            );
+        }
+        if let Some(failed) = r.changes.iter().find(|c| c.error.is_some()) {
+            bail!(
+                "{} was not confirmed: {}",
+                failed.request,
+                failed.error.as_deref().unwrap_or("?")
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Prints the report (table or JSON), writes --json-out and the plots.

@@ -5,6 +5,7 @@
 use crate::compare::CompareReport;
 use crate::failover::{FailoverReport, KillRecord};
 use crate::latency::LatencyReport;
+use crate::reconfig::ReconfigReport;
 use crate::report::Report;
 use crate::stats::CdfPoint;
 use crate::throughput::ThroughputReport;
@@ -385,6 +386,111 @@ pub fn failover_timeline(f: &FailoverReport, setup_line: &str) -> Result<String>
     Ok(svg)
 }
 
+/// Write throughput over time while the group changes (DARE §6, figure
+/// 9a): one point per bucket, a shaded band from each change's request to
+/// its confirmation, and a dashed line at the request labelled with it.
+pub fn reconfig_timeline(r: &ReconfigReport, setup_line: &str) -> Result<String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(err("fill"))?;
+        let pts: Vec<(f64, f64)> = (0..r.bucket_ops.len())
+            .map(|i| ((i as f64 + 0.5) * r.bucket_ms / 1000.0, r.rate(i) / 1000.0))
+            .collect();
+        let xmax = (r.bucket_ops.len() as f64 * r.bucket_ms / 1000.0).max(0.1);
+        let ymax = pts.iter().map(|p| p.1).fold(1.0f64, f64::max) * 1.25;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!(
+                    "Write throughput during group reconfiguration ({} B, {} client(s), {} ms samples)",
+                    r.value_bytes, r.clients, r.bucket_ms
+                ),
+                (FONT, 22),
+            )
+            .margin(12)
+            .x_label_area_size(50)
+            .y_label_area_size(80)
+            .build_cartesian_2d(0f64..xmax, 0f64..ymax)
+            .map_err(err("chart"))?;
+        chart
+            .configure_mesh()
+            .x_desc(format!("time (s) — {setup_line}"))
+            .y_desc("writes per second (thousands)")
+            .x_label_formatter(&|v| format!("{v:.1}"))
+            .y_label_formatter(&|v| format!("{v:.0}"))
+            .draw()
+            .map_err(err("mesh"))?;
+        let band = color(1).mix(0.18);
+        chart
+            .draw_series(r.changes.iter().map(|c| {
+                let end = c.confirmed_ms.unwrap_or(c.asked_ms + r.bucket_ms);
+                Rectangle::new(
+                    [(c.asked_ms / 1000.0, 0.0), (end / 1000.0, ymax)],
+                    band.filled(),
+                )
+            }))
+            .map_err(err("bands"))?
+            .label("asked → committed")
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], band.filled()));
+        let c0 = color(0);
+        chart
+            .draw_series(LineSeries::new(pts, c0.stroke_width(1)))
+            .map_err(err("series"))?
+            .label("writes/s")
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c0.stroke_width(2)));
+        for (i, c) in r.changes.iter().enumerate() {
+            let x = c.asked_ms / 1000.0;
+            let mark = if c.error.is_some() {
+                color(3)
+            } else {
+                color(1)
+            };
+            // A dashed line: plotters has no dash style for paths.
+            let steps = 40;
+            chart
+                .draw_series((0..steps).step_by(2).map(|k| {
+                    let y0 = ymax * k as f64 / steps as f64;
+                    let y1 = ymax * (k + 1) as f64 / steps as f64;
+                    PathElement::new(vec![(x, y0), (x, y1)], mark.stroke_width(2))
+                }))
+                .map_err(err("marker"))?;
+            let who = match (&c.scheduled, c.request.rsplit(' ').next()) {
+                (s, Some(id)) if s.ends_with("leader") || s.ends_with("follower") => {
+                    format!("{s} ({id})")
+                }
+                (s, _) => s.clone(),
+            };
+            let label = if c.error.is_some() {
+                format!("{who}: failed")
+            } else {
+                who
+            };
+            // Labels alternate between two heights so that close changes
+            // stay readable.
+            let y = ymax * if i % 2 == 0 { 0.97 } else { 0.91 };
+            let (px, py) = chart.backend_coord(&(x, y));
+            root.draw(&Text::new(
+                label,
+                (px + 4, py),
+                (FONT, 14)
+                    .into_font()
+                    .color(&BLACK)
+                    .pos(Pos::new(HPos::Left, VPos::Center)),
+            ))
+            .map_err(err("marker label"))?;
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::LowerRight)
+            .draw()
+            .map_err(err("legend"))?;
+        root.present().map_err(err("present"))?;
+    }
+    Ok(svg)
+}
+
 fn compare_cdfs(c: &CompareReport, setup_line: &str) -> Result<Option<String>> {
     let size = c.series.first().map(|s| s.value_bytes).unwrap_or(64);
     let series: Vec<(String, &[CdfPoint])> = c
@@ -475,6 +581,38 @@ pub fn write_all(r: &Report, dir: &Path) -> Result<Vec<PathBuf>> {
     if let Some(c) = &r.compare {
         if let Some(svg) = compare_cdfs(c, &setup_line)? {
             files.push(("compare_cdf.svg".into(), svg));
+        }
+    }
+    if let Some(c) = &r.reconfig {
+        files.push((
+            "reconfig_throughput.svg".into(),
+            reconfig_timeline(c, &setup_line)?,
+        ));
+    }
+    if let Some(c) = &r.recovery {
+        let series: Vec<(String, &[CdfPoint])> = c
+            .windows
+            .iter()
+            .filter(|w| !w.cdf.is_empty())
+            .map(|w| {
+                (
+                    format!("{} (p99 {} µs)", w.name, crate::stats::us(w.latency.p99_ns)),
+                    w.cdf.as_slice(),
+                )
+            })
+            .collect();
+        if !series.is_empty() {
+            files.push((
+                "recovery_cdf.svg".into(),
+                cdfs(
+                    &format!(
+                        "Leader write latency while a follower recovers {} MiB ({} B SETs, one client)",
+                        c.state_mib, c.probe_value_bytes
+                    ),
+                    &series,
+                    &setup_line,
+                )?,
+            ));
         }
     }
     let mut written = Vec::new();

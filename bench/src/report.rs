@@ -5,6 +5,8 @@ use crate::compare::CompareReport;
 use crate::failover::{FailoverReport, KillRecord, PhaseDists};
 use crate::floor::FloorReport;
 use crate::latency::LatencyReport;
+use crate::reconfig::ReconfigReport;
+use crate::recovery::RecoveryReport;
 use crate::setup::Setup;
 use crate::stats::{us, Dist, Summary};
 use crate::throughput::ThroughputReport;
@@ -53,6 +55,14 @@ pub struct Report {
     /// `compare`, whose latencies are then shown as multiples of it).
     #[serde(default)]
     pub floor: Option<FloorReport>,
+    /// `reconfig`: write throughput while the group changes (DARE §6,
+    /// figure 9a).
+    #[serde(default)]
+    pub reconfig: Option<ReconfigReport>,
+    /// `recovery`: the leader's latency while a follower copies a large
+    /// snapshot.
+    #[serde(default)]
+    pub recovery: Option<RecoveryReport>,
     /// Goals this run has figures for.
     pub goals: Vec<Goal>,
 }
@@ -76,6 +86,8 @@ impl Report {
         self.failover = self.failover.take().or(other.failover);
         self.compare = self.compare.take().or(other.compare);
         self.floor = self.floor.take().or(other.floor);
+        self.reconfig = self.reconfig.take().or(other.reconfig);
+        self.recovery = self.recovery.take().or(other.recovery);
         for g in other.setup.group_sizes {
             if !self.setup.group_sizes.contains(&g) {
                 self.setup.group_sizes.push(g);
@@ -158,6 +170,26 @@ impl Report {
                     "×",
                     |v| v >= 50.0,
                 );
+            }
+        }
+        if let Some(r) = &self.recovery {
+            goal(
+                &format!(
+                    "leader write p99 while a follower recovers {} MiB / without",
+                    r.state_mib
+                ),
+                "≤ 2×",
+                r.p99_ratio,
+                "×",
+                |v| v <= 2.0,
+            );
+            // A transfer that never completed meets nothing, whatever the
+            // latencies were meanwhile.
+            if r.transfer.failure.is_some() {
+                if let Some(g) = goals.last_mut() {
+                    g.met = Some(false);
+                    g.name.push_str(" (the transfer did not complete)");
+                }
             }
         }
         self.goals = goals;
@@ -599,6 +631,196 @@ pub fn render_compare(c: &CompareReport, floor: Option<&FloorReport>) -> String 
     out
 }
 
+fn rate(v: Option<f64>) -> String {
+    v.map_or("—".into(), |v| format!("{v:.0}"))
+}
+
+fn ms(v: Option<f64>) -> String {
+    v.map_or("—".into(), |v| format!("{v:.1}"))
+}
+
+/// `reconfig` tables.
+pub fn render_reconfig(r: &ReconfigReport) -> String {
+    let mut out = format!(
+        "\nRECONFIG ({} replica slots, {} members at the start, first leader {}; {} client \
+         thread(s), {} B SETs over {} keys each, closed loop, wait {}; writes counted in {} ms \
+         buckets by completion time; {:.1} s)\nclients: {}; attempt timeout {} µs; heartbeat {} \
+         µs, Δ {} µs\n",
+        r.replicas,
+        r.initial_members,
+        r.first_leader,
+        r.clients,
+        r.value_bytes,
+        r.keys_per_client,
+        r.client_wait,
+        r.bucket_ms,
+        r.duration_ms / 1000.0,
+        r.client_placement,
+        r.client_attempt_timeout_us,
+        r.timing.heartbeat_period_us,
+        r.timing.fd_check_period_us,
+    );
+    let mut t = Table::new(&[
+        "change",
+        "asked ms",
+        "took ms",
+        "leader",
+        "configuration committed",
+        "before /s",
+        "during /s",
+        "after /s",
+        "min /s",
+        "stall ms",
+    ]);
+    for c in &r.changes {
+        t.row(vec![
+            format!("{} ({})", c.scheduled, c.request),
+            format!("{:.0}", c.asked_ms),
+            ms(c.took_ms),
+            format!(
+                "{}→{}",
+                c.leader_before.map_or("?".into(), |l| l.to_string()),
+                c.leader_after.map_or("?".into(), |l| l.to_string())
+            ),
+            match (&c.configuration, &c.error) {
+                (Some(g), _) => g.clone(),
+                (None, Some(e)) => format!("FAILED: {e}"),
+                (None, None) => "—".into(),
+            },
+            rate(c.ops_per_s_before),
+            rate(c.ops_per_s_during),
+            rate(c.ops_per_s_after),
+            rate(c.ops_per_s_min),
+            format!("{:.0}", c.stall_ms),
+        ]);
+    }
+    out.push_str(&t.render());
+    let _ = writeln!(
+        out,
+        "before/after: mean over {:.0} ms before the change was asked and after it was \
+         confirmed (cut at the next change); min and stall (longest run of empty buckets): from \
+         asked to the next change",
+        r.window_ms
+    );
+    let mut sorted = r.bucket_ops.clone();
+    sorted.sort_unstable();
+    let per_s = |ops: u64| ops as f64 * 1000.0 / r.bucket_ms;
+    if !sorted.is_empty() {
+        let _ = writeln!(
+            out,
+            "throughput over the run: mean {:.0}/s; buckets min {:.0}, median {:.0}, max {:.0} /s",
+            r.mean_rate(),
+            per_s(sorted[0]),
+            per_s(sorted[sorted.len() / 2]),
+            per_s(sorted[sorted.len() - 1]),
+        );
+    }
+    if let Some(g) = &r.final_configuration {
+        let _ = writeln!(out, "final configuration: {g}");
+    }
+    let w = &r.writes;
+    let _ = writeln!(
+        out,
+        "writes: {} acknowledged ({} of them completed after the last full bucket), {} failed \
+         (in doubt); {} keys read back: {} lost{}",
+        w.acknowledged,
+        w.after_last_bucket,
+        w.failed,
+        w.keys_checked,
+        w.lost,
+        if w.lost == 0 { "" } else { " — LOST WRITES" }
+    );
+    if let Some(f) = &w.last_failure {
+        let _ = writeln!(out, "last failed write: {f}");
+    }
+    for e in &w.lost_examples {
+        let _ = writeln!(out, "lost: {e}");
+    }
+    out
+}
+
+/// `recovery` tables.
+pub fn render_recovery(r: &RecoveryReport) -> String {
+    let mut out = format!(
+        "\nRECOVERY ({} replicas; {} MiB of state: {} values of {} B, filled in {:.1} s at {:.0} \
+         MB/s; snapshot region {} MiB, log ring {} MiB; one client, sequential {} B SETs to \
+         member {} (the leader), closed loop)\n",
+        r.replicas,
+        r.state_mib,
+        r.fill_keys,
+        r.fill_value_bytes,
+        r.fill_s,
+        r.fill_mb_per_s,
+        r.snapshot_bytes_max >> 20,
+        r.log_ring_bytes >> 20,
+        r.probe_value_bytes,
+        r.leader,
+    );
+    let mut headers = vec!["window"];
+    headers.extend(SUMMARY_HEADERS);
+    headers.extend(["ms", "ops/s"]);
+    let mut t = Table::new(&headers);
+    for w in &r.windows {
+        let mut row = vec![w.name.clone()];
+        row.extend(summary_cells(&w.latency));
+        row.push(format!("{:.0}", w.duration_ms));
+        row.push(format!("{:.0}", w.ops_per_sec));
+        t.row(row);
+    }
+    out.push_str(&t.render());
+    for w in &r.windows {
+        if w.leader_counters.is_empty() {
+            continue;
+        }
+        let counters: Vec<String> = w
+            .leader_counters
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let _ = writeln!(out, "leader during {}: {}", w.name, counters.join(", "));
+    }
+    let ratio = |v: Option<f64>| v.map_or("—".into(), |v| format!("{v:.2}×"));
+    let _ = writeln!(
+        out,
+        "recovering / baseline: p99 {}, p99.9 {}",
+        ratio(r.p99_ratio),
+        ratio(r.p999_ratio)
+    );
+    let x = &r.transfer;
+    let _ = writeln!(
+        out,
+        "transfer: member {} from donor {} (leader {}); after its restart: status up {} ms, \
+         snapshot ready {} ms, copied and restored {} ms, caught up {} ms",
+        x.member,
+        x.donor.map_or("?".into(), |d| d.to_string()),
+        x.leader_at_copy.map_or("?".into(), |d| d.to_string()),
+        ms(x.started_ms),
+        ms(x.snapshot_ready_ms),
+        ms(x.completed_ms),
+        ms(x.caught_up_ms),
+    );
+    let _ = writeln!(
+        out,
+        "          snapshot {} bytes ({:.1} MiB), {} bytes copied over every attempt; copy {} \
+         ms at {} MB/s; {} MB/s from the restart; {} recoveries completed, {} abandoned",
+        x.bytes_total,
+        x.bytes_total as f64 / (1u64 << 20) as f64,
+        x.bytes_copied,
+        ms(x.copy_ms),
+        rate(x.copy_mb_per_s),
+        rate(x.end_to_end_mb_per_s),
+        x.completed,
+        x.abandoned,
+    );
+    if let Some(f) = &x.failure {
+        let _ = writeln!(out, "FAILED: {f}");
+    }
+    for n in &r.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    out
+}
+
 /// Goals table.
 pub fn render_goals(goals: &[Goal]) -> String {
     if goals.is_empty() {
@@ -643,6 +865,12 @@ pub fn render(r: &Report) -> String {
     }
     if let Some(c) = &r.compare {
         out.push_str(&render_compare(c, r.floor.as_ref()));
+    }
+    if let Some(c) = &r.reconfig {
+        out.push_str(&render_reconfig(c));
+    }
+    if let Some(c) = &r.recovery {
+        out.push_str(&render_recovery(c));
     }
     out.push_str(&render_goals(&r.goals));
     out

@@ -4,6 +4,8 @@
 use verbatim_bench::compare::{ratios, CompareReport, CompareSeries};
 use verbatim_bench::failover::{FailoverReport, KillRecord, PhaseDists};
 use verbatim_bench::latency::{LatencyPoint, LatencyReport};
+use verbatim_bench::reconfig::{ChangeRecord, ReconfigReport, WriteCheck};
+use verbatim_bench::recovery::{LatencyWindow, RecoveryReport, Transfer};
 use verbatim_bench::report::{render, Report};
 use verbatim_bench::setup::{CpuState, Machine, Setup};
 use verbatim_bench::stats::{cdf, histogram, record, Summary};
@@ -180,6 +182,140 @@ fn sample() -> Report {
         ratios: ratios(&series, 64),
         series,
     });
+    let group = |size: u8, members: Vec<u8>| verbatim_status::GroupConfiguration {
+        state: "stable".into(),
+        size,
+        new_size: size,
+        members,
+        index: 7,
+        committed: true,
+        is_member: true,
+        in_progress: false,
+    };
+    let changes: Vec<ChangeRecord> = [
+        ("add 3", "member add 3", group(4, vec![0, 1, 2, 3]), 0, 0),
+        ("add 4", "member add 4", group(5, vec![0, 1, 2, 3, 4]), 0, 0),
+        (
+            "remove leader",
+            "member remove 0",
+            group(5, vec![1, 2, 3, 4]),
+            0,
+            3,
+        ),
+        ("resize 3", "member resize 3", group(3, vec![1, 2]), 3, 1),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, (scheduled, request, g, before, after))| {
+        let asked = 1000.0 * (i + 1) as f64;
+        ChangeRecord {
+            index: i,
+            scheduled: scheduled.into(),
+            request: request.into(),
+            scheduled_ms: asked,
+            asked_ms: asked,
+            confirmed_ms: Some(asked + 12.0),
+            took_ms: Some(12.0),
+            leader_before: Some(before),
+            leader_after: Some(after),
+            leader_after_ms: Some(asked + 15.0),
+            leader_after_term: Some(2),
+            configuration: Some(g.describe()),
+            group: Some(g),
+            error: None,
+            ops_per_s_before: Some(500_000.0),
+            ops_per_s_during: Some(400_000.0),
+            ops_per_s_after: Some(450_000.0),
+            ops_per_s_min: Some(0.0),
+            stall_ms: 10.0,
+        }
+    })
+    .collect();
+    r.reconfig = Some(ReconfigReport {
+        replicas: 5,
+        initial_members: 3,
+        clients: 1,
+        client_wait: "spin".into(),
+        client_placement: "pinned".into(),
+        client_attempt_timeout_us: 10_000,
+        value_bytes: 64,
+        keys_per_client: 1000,
+        timing: Default::default(),
+        first_leader: 0,
+        bucket_ms: 10.0,
+        window_ms: 200.0,
+        duration_ms: 5000.0,
+        bucket_ops: (0..500u64)
+            .map(|i| if i % 100 == 31 { 0 } else { 4000 + i })
+            .collect(),
+        final_configuration: changes.last().and_then(|c| c.configuration.clone()),
+        final_group: changes.last().and_then(|c| c.group.clone()),
+        changes,
+        writes: WriteCheck {
+            acknowledged: 2_000_000,
+            after_last_bucket: 1,
+            failed: 0,
+            last_failure: None,
+            keys_checked: 1000,
+            lost: 0,
+            lost_examples: Vec::new(),
+        },
+    });
+    let windows: Vec<LatencyWindow> = [
+        ("baseline", 1_500u64),
+        ("follower down", 1_400),
+        ("recovering", 2_500),
+    ]
+    .into_iter()
+    .map(|(name, base)| {
+        let h = hist(base);
+        LatencyWindow {
+            name: name.into(),
+            duration_ms: 3000.0,
+            latency: Summary::of(&h),
+            ops_per_sec: 400_000.0,
+            cdf: cdf(&h),
+            leader_counters: [("log_full".to_string(), 0), ("prunes".into(), 12)].into(),
+        }
+    })
+    .collect();
+    r.recovery = Some(RecoveryReport {
+        replicas: 3,
+        state_mib: 1024,
+        state_bytes: 1 << 30,
+        fill_keys: 33_555,
+        fill_value_bytes: 32_000,
+        fill_s: 5.0,
+        fill_mb_per_s: 214.7,
+        snapshot_bytes_max: 1224 << 20,
+        log_ring_bytes: 32 << 20,
+        probe_value_bytes: 64,
+        leader: 0,
+        client_attempt_timeout_us: 50_000,
+        p99_ratio: Some(windows[2].latency.p99_ns as f64 / windows[0].latency.p99_ns as f64),
+        p999_ratio: Some(1.7),
+        windows,
+        transfer: Transfer {
+            member: 1,
+            donor: Some(2),
+            leader_at_copy: Some(0),
+            started_ms: Some(30.0),
+            snapshot_ready_ms: Some(900.0),
+            completed_ms: Some(3000.0),
+            caught_up_ms: Some(3100.0),
+            bytes_copied: 1 << 30,
+            bytes_total: 1 << 30,
+            copy_ms: Some(2100.0),
+            copy_mb_per_s: Some(511.3),
+            end_to_end_mb_per_s: Some(357.9),
+            completed: 1,
+            abandoned: 0,
+            donor_served: 1,
+            failure: None,
+            events: vec!["recovered: member 1 restored a snapshot".into()],
+        },
+        notes: Vec::new(),
+    });
     r.evaluate_goals();
     r
 }
@@ -207,7 +343,18 @@ fn the_json_document_round_trips() {
         .as_u64()
         .is_some());
     assert!(v["compare"]["ratios"][0]["p50"].as_f64().unwrap() > 1.0);
-    assert_eq!(v["goals"].as_array().unwrap().len(), 6);
+    assert_eq!(v["reconfig"]["changes"][2]["leader_after"], 3);
+    assert_eq!(v["reconfig"]["changes"][3]["group"]["members"][0], 1);
+    assert!(v["recovery"]["p99_ratio"].as_f64().unwrap() > 1.0);
+    assert_eq!(v["recovery"]["transfer"]["bytes_copied"], 1u64 << 30);
+    assert_eq!(v["goals"].as_array().unwrap().len(), 7);
+    // A document written before the two sections existed still loads.
+    let mut old = v.clone();
+    let map = old.as_object_mut().unwrap();
+    map.remove("reconfig");
+    map.remove("recovery");
+    let back: Report = serde_json::from_value(old).unwrap();
+    assert!(back.reconfig.is_none() && back.recovery.is_none());
 }
 
 #[test]
@@ -222,6 +369,12 @@ fn the_terminal_report_has_every_section_and_the_setup() {
         "WORKLOAD",
         "FAILOVER",
         "COMPARE",
+        "RECONFIG",
+        "remove leader (member remove 0)",
+        "stable, 3 slots, members 1 2",
+        "0 lost",
+        "RECOVERY",
+        "recovering / baseline: p99",
         "GOALS",
         "p98 µs",
     ] {
@@ -244,7 +397,9 @@ fn every_plot_is_well_formed_svg_with_text() {
             "latency_cdf.svg",
             "throughput_vs_clients.svg",
             "failover_timeline.svg",
-            "compare_cdf.svg"
+            "compare_cdf.svg",
+            "reconfig_throughput.svg",
+            "recovery_cdf.svg"
         ]
     );
     for f in &files {
@@ -273,4 +428,10 @@ fn every_plot_is_well_formed_svg_with_text() {
     }
     let timeline = std::fs::read_to_string(dir.path().join("failover_timeline.svg")).unwrap();
     assert!(timeline.contains("SIGKILL #1") && timeline.contains("SIGSTOP #3"));
+    let reconfig = std::fs::read_to_string(dir.path().join("reconfig_throughput.svg")).unwrap();
+    for label in ["add 3", "add 4", "remove leader (0)", "resize 3"] {
+        assert!(reconfig.contains(label), "no marker labelled {label:?}");
+    }
+    let recovery = std::fs::read_to_string(dir.path().join("recovery_cdf.svg")).unwrap();
+    assert!(recovery.contains("recovering (p99") && recovery.contains("baseline (p99"));
 }

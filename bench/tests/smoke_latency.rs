@@ -2,33 +2,15 @@
 //! the right shape. Speed is not asserted (benchmarks measure speed; this
 //! runs on a shared 2-core CI machine next to other tests).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+
+use common::verbatim_bin;
 use std::time::Duration;
 use verbatim_bench::cluster::ClusterSpec;
 use verbatim_bench::latency::{run, LatencyOptions};
 use verbatim_bench::progress::Progress;
 use verbatim_client::client::Wait;
 use verbatim_client::manifest::PollMode;
-
-/// The debug `verbatim` binary (built here if this test runs alone).
-fn verbatim_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("VERBATIM_BIN") {
-        return PathBuf::from(p);
-    }
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/verbatim");
-    if !path.is_file() {
-        // `cargo test -p verbatim-bench` alone does not build another
-        // package's binary: build it (the same debug profile).
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", "verbatim-host", "--bin", "verbatim"])
-            .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
-            .status()
-            .expect("running cargo to build the verbatim binary");
-        assert!(status.success(), "building the verbatim binary failed");
-    }
-    path
-}
 
 #[test]
 fn a_short_latency_run_has_a_sane_shape() {
