@@ -191,6 +191,7 @@ fn sample() -> Report {
         committed: true,
         is_member: true,
         in_progress: false,
+        ..Default::default()
     };
     let changes: Vec<ChangeRecord> = [
         ("add 3", "member add 3", group(4, vec![0, 1, 2, 3]), 0, 0),
