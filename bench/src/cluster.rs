@@ -137,12 +137,7 @@ impl BenchCluster {
     /// The leader of the highest term among the replicas that answer now
     /// (a deposed one may not know yet; `None` during an election).
     pub fn leader_now(&self) -> Option<Snapshot> {
-        self.inner
-            .status()
-            .into_iter()
-            .flatten()
-            .filter(|s| s.role == "leader")
-            .max_by_key(|s| s.term)
+        verbatim_status::leader_of(&self.inner.status()).cloned()
     }
 
     /// The status of one replica (`None` if it does not answer within
@@ -173,13 +168,7 @@ impl BenchCluster {
     ) -> crate::Result<Pipeline> {
         Pipeline::new(
             &self.inner.manifest,
-            ClientOptions {
-                transport: Transport::Shm,
-                wait,
-                attempt_timeout,
-                total_timeout: Duration::from_secs(10),
-                client_id: None,
-            },
+            shm_options(wait, attempt_timeout),
             depth,
         )
         .map_err(Into::into)
@@ -187,16 +176,19 @@ impl BenchCluster {
 
     /// A shared-memory client of this cluster.
     pub fn shm_client(&self, wait: Wait, attempt_timeout: Duration) -> Client {
-        Client::new(
-            &self.inner.manifest,
-            ClientOptions {
-                transport: Transport::Shm,
-                wait,
-                attempt_timeout,
-                total_timeout: Duration::from_secs(10),
-                client_id: None,
-            },
-        )
+        Client::new(&self.inner.manifest, shm_options(wait, attempt_timeout))
+    }
+}
+
+/// The options of a measuring shared-memory client: it gives up on a
+/// request after 10 s over every replica.
+pub fn shm_options(wait: Wait, attempt_timeout: Duration) -> ClientOptions {
+    ClientOptions {
+        transport: Transport::Shm,
+        wait,
+        attempt_timeout,
+        total_timeout: Duration::from_secs(10),
+        client_id: None,
     }
 }
 

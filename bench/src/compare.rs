@@ -380,13 +380,7 @@ pub fn run(spec: &ClusterSpec, o: &CompareOptions, progress: &Progress) -> Resul
         crate::cluster::run_pinned(o.client_core, move || -> Result<Vec<CompareSeries>> {
             let mut client = verbatim_client::client::Client::new(
                 &manifest,
-                verbatim_client::client::ClientOptions {
-                    transport: verbatim_client::client::Transport::Shm,
-                    wait: o2.wait,
-                    attempt_timeout: o2.attempt_timeout,
-                    total_timeout: Duration::from_secs(10),
-                    client_id: None,
-                },
+                crate::cluster::shm_options(o2.wait, o2.attempt_timeout),
             );
             let keys = crate::latency::keys(o2.keys.max(1));
             let k = |i: u64| keys[(i % keys.len() as u64) as usize].as_slice();

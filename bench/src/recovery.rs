@@ -32,7 +32,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use verbatim_client::client::{Client, ClientError, ClientOptions, Transport, Wait};
+use verbatim_client::client::{Client, ClientError, Wait};
 use verbatim_client::process::ProcessWatch;
 use verbatim_core::kv::KvOp;
 
@@ -370,13 +370,7 @@ fn spawn_probe(
         crate::cluster::pin_current(core);
         let mut client = Client::new(
             &manifest,
-            ClientOptions {
-                transport: Transport::Shm,
-                wait,
-                attempt_timeout,
-                total_timeout: Duration::from_secs(10),
-                client_id: None,
-            },
+            crate::cluster::shm_options(wait, attempt_timeout),
         );
         let keys: Vec<Vec<u8>> = (0..PROBE_KEYS)
             .map(|i| format!("probe:{i:04}").into_bytes())

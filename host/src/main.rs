@@ -448,12 +448,9 @@ fn main() -> Result<()> {
             }
             // The configuration of the leader of the highest term (every
             // member's own is in --json).
-            if let Some(l) = snaps
-                .iter()
-                .flatten()
-                .filter(|s| s.role == "leader")
-                .max_by_key(|s| s.term)
-            {
+            let answered: Vec<Option<verbatim_status::Snapshot>> =
+                snaps.iter().map(|s| s.as_ref().ok().cloned()).collect();
+            if let Some(l) = verbatim_status::leader_of(&answered) {
                 println!(
                     "group: {} (entry {}{})",
                     l.group.describe(),

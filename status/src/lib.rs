@@ -17,7 +17,7 @@ pub mod prometheus;
 mod snapshot;
 
 pub use cluster_file::{ClusterFile, ClusterFileError, ClusterMember};
-pub use member::{change_group, member_change, GroupChangeError};
+pub use member::{change_group, leader_of, member_change, GroupChangeError};
 pub use snapshot::*;
 
 use std::io::{BufRead, BufReader, Write};

@@ -56,8 +56,9 @@ fn done(change: MemberChange, g: &GroupConfiguration) -> bool {
         }
 }
 
-/// The leader of the highest term among the snapshots.
-fn leader_of(snaps: &[Option<Snapshot>]) -> Option<&Snapshot> {
+/// The leader of the highest term among the snapshots (a deposed leader
+/// may still report itself as leader of an older term).
+pub fn leader_of(snaps: &[Option<Snapshot>]) -> Option<&Snapshot> {
     snaps
         .iter()
         .flatten()
