@@ -30,6 +30,9 @@ pub struct ClusterSpec {
     pub replica_cores: Vec<usize>,
     /// Extra `--set` overrides.
     pub overrides: Vec<String>,
+    /// Keep the replicas' logs when the cluster stops (their directory is
+    /// printed), to see what the members did during a run.
+    pub keep_logs: bool,
 }
 
 static CLUSTER_SEQ: AtomicU32 = AtomicU32::new(0);
@@ -41,6 +44,7 @@ pub struct BenchCluster {
     owner: u64,
     /// Registrations of replicas restarted since the start.
     restarted_owners: Vec<u64>,
+    keep_logs: bool,
 }
 
 impl BenchCluster {
@@ -81,6 +85,7 @@ impl BenchCluster {
             inner,
             owner,
             restarted_owners: Vec::new(),
+            keep_logs: spec.keep_logs,
         })
     }
 
@@ -208,7 +213,11 @@ impl Drop for BenchCluster {
                 "killed snapshot writers left running by stopped replicas"
             );
         }
-        let _ = std::fs::remove_dir_all(self.inner.log_dir());
+        if self.keep_logs {
+            eprintln!("replica logs kept in {}", self.inner.log_dir().display());
+        } else {
+            let _ = std::fs::remove_dir_all(self.inner.log_dir());
+        }
         crate::signals::unregister(self.owner);
         for &owner in &self.restarted_owners {
             crate::signals::unregister(owner);

@@ -79,6 +79,11 @@ struct Common {
     /// No progress bar.
     #[arg(long, short, global = true)]
     quiet: bool,
+    /// Keep the replicas' logs of every cluster the run starts (each
+    /// directory is printed when its cluster stops) instead of removing
+    /// them.
+    #[arg(long, global = true)]
+    keep_logs: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -498,6 +503,7 @@ fn run() -> anyhow::Result<()> {
         poll,
         replica_cores: replica_cores.clone(),
         overrides: c.overrides.clone(),
+        keep_logs: c.keep_logs,
     };
     let show_progress = !c.quiet;
     let attempt =

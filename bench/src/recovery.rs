@@ -645,10 +645,13 @@ pub fn run(spec: &ClusterSpec, o: &RecoveryOptions, progress: &Progress) -> Resu
             .map_err(BenchError::Cluster)?;
         // Its memory must be gone before the new process maps the same
         // segment names.
-        if !watch.wait_exit(crate::failover::FAILOVER_TIMEOUT) {
+        // The kernel frees a large heap and segment before the exit is
+        // seen (seconds for a GiB on a loaded machine).
+        let exit_timeout =
+            crate::failover::FAILOVER_TIMEOUT + Duration::from_secs(o.state_mib / 32);
+        if !watch.wait_exit(exit_timeout) {
             return Err(BenchError::Cluster(format!(
-                "member {victim} did not exit within {:?} of SIGKILL",
-                crate::failover::FAILOVER_TIMEOUT
+                "member {victim} did not exit within {exit_timeout:?} of SIGKILL"
             )));
         }
         sleep_checked(o.down, &probe)?;

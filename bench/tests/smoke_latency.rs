@@ -20,6 +20,7 @@ fn a_short_latency_run_has_a_sane_shape() {
         poll: PollMode::Adaptive,
         replica_cores: Vec::new(),
         overrides: Vec::new(),
+        keep_logs: false,
     };
     let opts = LatencyOptions {
         group_sizes: vec![3],

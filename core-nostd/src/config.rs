@@ -76,6 +76,9 @@ pub enum Mutation {
     TransitionalNewMajorityOnly,
     /// A member removed as a zombie is never added back when it returns.
     NeverReaddZombies,
+    /// A member copying a snapshot votes and grants its log (which the
+    /// restore then replaces under the leader that counts on it).
+    GrantWhileCopying,
 }
 
 /// Configuration of one member. Construct with [`Config::new`], adjust

@@ -158,6 +158,16 @@ pub enum Fault {
         /// Then the leader is cut off this long.
         isolate_ns: u64,
     },
+    /// DARE §3.4, a change of leader in the middle of a recovery: from
+    /// `from_ns` on, the first time a member is copying a snapshot, the
+    /// member leading then crashes, and comes back `down_ns` later with
+    /// empty memory.
+    RestartLeaderWhileCopying {
+        /// From.
+        from_ns: u64,
+        /// The leader is down this long.
+        down_ns: u64,
+    },
     /// DARE §3.4: the member leading at `at_ns` is asked to reconfigure
     /// the group (it may refuse: one at a time, or it does not fit; the
     /// run goes on).
@@ -205,7 +215,13 @@ impl Fault {
     /// restarts with empty memory (a member that lost its log is a failure
     /// until it has caught up). The swarm keeps them within f.
     pub fn loses_state(&self) -> bool {
-        self.permanent() || matches!(self, Fault::Restart { .. } | Fault::LoseAckedLog { .. })
+        self.permanent()
+            || matches!(
+                self,
+                Fault::Restart { .. }
+                    | Fault::LoseAckedLog { .. }
+                    | Fault::RestartLeaderWhileCopying { .. }
+            )
     }
 
     /// The member a fault is about, if one.
@@ -610,6 +626,9 @@ struct Client {
 
 /// A running simulation.
 pub struct Cluster {
+    /// Armed by a `RestartLeaderWhileCopying` fault: how long the leader
+    /// stays down.
+    restart_leader_while_copying: Option<u64>,
     opts: ClusterOptions,
     queue: Queue,
     net: Net,
@@ -772,6 +791,7 @@ impl Cluster {
         let initial_members = opts.config.initial_members;
         let n_members = usize::from(opts.members);
         Cluster {
+            restart_leader_while_copying: None,
             ring: Ring::new(&layout.log),
             payload_buf: vec![0u8; opts.config.entry_payload_bytes_max as usize],
             opts,
@@ -883,6 +903,7 @@ impl Cluster {
                 Fault::Depose { from_ns, .. } => (*from_ns, None),
                 Fault::IsolateLeader { from_ns, .. } => (*from_ns, None),
                 Fault::LoseAckedLog { from_ns, .. } => (*from_ns, None),
+                Fault::RestartLeaderWhileCopying { from_ns, .. } => (*from_ns, None),
                 Fault::Reconfigure { at_ns, .. } => (*at_ns, None),
                 Fault::Pause { from_ns, to_ns, .. }
                 | Fault::PauseMidCopy { from_ns, to_ns, .. }
@@ -1064,6 +1085,9 @@ impl Cluster {
                     self.crash_node(i);
                     self.queue.push(self.now + down_ns, Ev::Restart { node: i });
                 }
+            }
+            Fault::RestartLeaderWhileCopying { down_ns, .. } => {
+                self.restart_leader_while_copying = Some(down_ns);
             }
             Fault::Zombie { node, .. } => {
                 self.counters.stopped(usize::from(node), self.now);
@@ -1438,6 +1462,22 @@ impl Cluster {
             );
         }
         self.observe(i);
+        if let Some(down_ns) = self.restart_leader_while_copying {
+            let copying = self.nodes[i].driver.log().recovery_status().bytes_total > 0;
+            let leader = (0..self.nodes.len()).find(|&l| {
+                self.nodes[l].state == NodeState::Running
+                    && self.nodes[l].driver.log().role() == verbatim_core::Role::Leader
+            });
+            if let (true, Some(l)) = (copying, leader) {
+                self.log(|| format!("fault: leader {l} crashes while node {i} copies a snapshot"));
+                self.restart_leader_while_copying = None;
+                self.crash_node(l);
+                self.queue.push(self.now + down_ns, Ev::Restart { node: l });
+                if l == i {
+                    return;
+                }
+            }
+        }
         if let Some((term, down_ns)) = self.nodes[i].crash_after_vote {
             let row = self.nodes[i].driver.log().published_row();
             if row.vote.term.max(row.private_vote.term) > term {

@@ -24,14 +24,14 @@ fn usage() -> ExitCode {
          mutations: none, commit-on-minority, vote-without-log-check, read-without-term-check, counter-read-without-gap, ignore-revoke-failure, commit-pointer-beyond-ack,\n  \
          skip-revoke, skip-vote-replication, commit-before-own-noop, drop-overwrite-guard, skip-session-check,\n  \
          recover-from-any-donor, restart-without-vote-recovery, false-suspicion-without-proof,\n  \
-         act-on-own-stall, transitional-new-majority-only, never-readd-zombies\n\
+         act-on-own-stall, transitional-new-majority-only, never-readd-zombies, grant-while-copying\n\
          verbatim-sim --list-mutations prints them one per line"
     );
     ExitCode::from(2)
 }
 
 /// Every mutation's name (the soak script runs each).
-const MUTATIONS: [&str; 17] = [
+const MUTATIONS: [&str; 18] = [
     "commit-on-minority",
     "vote-without-log-check",
     "read-without-term-check",
@@ -49,6 +49,7 @@ const MUTATIONS: [&str; 17] = [
     "act-on-own-stall",
     "transitional-new-majority-only",
     "never-readd-zombies",
+    "grant-while-copying",
 ];
 
 fn parse_mutation(s: &str) -> Option<Mutation> {
@@ -71,6 +72,7 @@ fn parse_mutation(s: &str) -> Option<Mutation> {
         "act-on-own-stall" => Mutation::ActOnOwnStall,
         "transitional-new-majority-only" => Mutation::TransitionalNewMajorityOnly,
         "never-readd-zombies" => Mutation::NeverReaddZombies,
+        "grant-while-copying" => Mutation::GrantWhileCopying,
         _ => return None,
     })
 }

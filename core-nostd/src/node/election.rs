@@ -61,6 +61,12 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         if !self.votes_known() || self.catch_up.is_some() {
             return;
         }
+        // Nor while we copy a snapshot: a vote grants the candidate our
+        // log, which the restore is about to replace. We vote again once
+        // restored (a copy needs only its donor, so it ends).
+        if self.copying() {
+            return;
+        }
         let mut best: Option<(MemberId, u64)> = None;
         for c in self.others() {
             let peer = &self.peers[c.index()];
@@ -317,6 +323,13 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             }
             return;
         }
+        if self.copying() && !matches!(self.duty, Duty::None) {
+            // Nobody gets our log while a snapshot is copied into place
+            // (a grant, a vote); the restore grants the leader we follow
+            // then (finish_recovery), or the next one we adopt.
+            self.duty = Duty::None;
+            return;
+        }
         match self.duty {
             Duty::None => {}
             Duty::Campaign { term } => {
@@ -423,6 +436,9 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.row.grant = Ballot::new(term, candidate);
         self.row_dirty = true;
         self.counters.votes_granted += 1;
+        // A restored member's vote grants its log like its regrant would
+        // (the candidate adjusts it from the list we just wrote).
+        self.recovery_granted();
         // Give the candidate time before suspecting anyone (DARE §4.2.2,
         // last paragraph).
         let t = self.random_election_timeout();
@@ -440,7 +456,11 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 // must not lead (it would serve from it): it votes, and
                 // waits for a snapshot. Nor does one that has not read its
                 // votes back yet (restart.rs).
-                _ if !self.state_intact() || !self.votes_known() || !self.may_stand() => {
+                _ if !self.state_intact()
+                    || !self.votes_known()
+                    || !self.may_stand()
+                    || !self.recovery_allows_standing() =>
+                {
                     // (Outside the group's voters, as far as we know: we do
                     // not stand; a walk of our log may tell us otherwise.)
                     let t = self.random_election_timeout();

@@ -724,8 +724,13 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             // fetches a snapshot (its row then shows the snapshot's apply
             // point): the entries after it must still be here when it is
             // restored.
+            // So does one that restored its snapshot (its request
+            // answered) until we adjust its log: pruning in between marked
+            // it again, and it recovered over and over (found by
+            // `verbatim-bench recovery` with a full log).
+            let req = peer.row.snapshot_request;
             let recovering = peer.repl.state == ReplState::NeedsRecovery
-                && peer.row.snapshot_request.from.is_some();
+                && (req.from.is_some() || req.generation > peer.repl.recover_gen);
             if !peer.down
                 && (peer.repl.state != ReplState::NeedsRecovery || recovering)
                 && self.now.saturating_sub(peer.row_changed_ns) <= self.cfg.prune_grace_ns

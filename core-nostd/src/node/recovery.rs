@@ -46,6 +46,17 @@ use crate::sst::SnapshotRequest;
 /// Chunk READs in flight at most while a joiner copies a snapshot.
 const SNAPSHOT_READS_INFLIGHT_MAX: u64 = 4;
 
+/// `no_restart_before_ns` until the step after a regrant sets it.
+const NO_RESTART_PENDING: u64 = u64::MAX;
+
+/// How many `snapshot_wait_ns` a joiner waits for the row of a follower it
+/// has not heard from yet before it asks the leader instead. A member that
+/// restarts has no peer row until each peer notices the restart and
+/// pushes its row again; asking the leader at once put the leader on the
+/// recovery path (its fork, its memory bandwidth) though a follower could
+/// give (found by `verbatim-bench recovery`).
+const UNSEEN_DONOR_WAITS: u64 = 5;
+
 /// Where a joiner is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum RecoveryPhase {
@@ -96,6 +107,17 @@ pub(super) struct Recovery {
     /// joiner that cannot tell two crashed donors from slow ones asked
     /// them in turn for ever: found by the swarm, seed 5108.)
     failed_donors: u64,
+    /// The last leader we followed marks us for recovery (its row's
+    /// recover mask, as of the last step we followed it).
+    marked: bool,
+    /// When `recovery_tick` last ran (to tell our own stalls from a
+    /// donor's silence).
+    last_tick_ns: u64,
+    /// When we granted the leader our restored log (the step's clock).
+    granted_at_ns: u64,
+    /// While some follower's row is still unseen, the leader is asked
+    /// for a snapshot only from this time on (0: not waiting).
+    leader_asked_after_ns: u64,
     /// Donor: the generation last answered per member.
     served: [u64; MAX_MEMBERS],
     /// Donor: the snapshot being written (what `write_snapshot` writes).
@@ -142,6 +164,10 @@ impl Recovery {
         abandoned: 0,
         no_restart_before_ns: 0,
         failed_donors: 0,
+        marked: false,
+        last_tick_ns: 0,
+        leader_asked_after_ns: 0,
+        granted_at_ns: 0,
         served: [0; MAX_MEMBERS],
         job: None,
     };
@@ -228,41 +254,86 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
 
     // ----- joiner ------------------------------------------------------
 
-    /// Follower, every step: start, time out or advance a recovery.
+    /// True while a copy is under way (asked, copying or confirming): our
+    /// log and state are about to be replaced, so we neither grant log
+    /// access (to a leader or by a vote) nor stand.
+    pub(super) fn copying(&self) -> bool {
+        #[cfg(feature = "mutation-testing")]
+        if self.cfg.mutation == crate::config::Mutation::GrantWhileCopying {
+            return false;
+        }
+        matches!(
+            self.recovery.phase,
+            RecoveryPhase::AwaitSnapshot | RecoveryPhase::Copying | RecoveryPhase::Confirming
+        )
+    }
+
+    /// False while recovery says we cannot win an election, so a campaign
+    /// would only raise the term and depose a working leader: a copy is
+    /// under way, a restored member waits for a leader to take its grant,
+    /// or the last leader we followed marked us for recovery (our log
+    /// lacks entries that leader pruned, which a majority applied: no
+    /// majority votes for us). Found by `verbatim-bench recovery`: a
+    /// recovering member that stood, or abandoned its copy whenever it
+    /// lost sight of the leader, kept the group in an election storm
+    /// (terms 8 to 756 in one transfer).
+    pub(super) fn recovery_allows_standing(&self) -> bool {
+        self.recovery.phase == RecoveryPhase::Idle && !self.recovery.marked
+    }
+
+    /// Follower, every step: start, time out or advance a recovery. A
+    /// copy goes on while we have no leader, or follow another one: it
+    /// needs only the donor (a snapshot of a large state takes seconds,
+    /// and starting over costs the donor another snapshot).
     pub(super) fn recovery_tick(&mut self) {
         if !self.snapshot_enabled() {
             return;
         }
+        // Time we were not running (a stall of this process) is not the
+        // donor's silence: the donor's window starts again.
+        let stalled_ns = self.now.saturating_sub(self.recovery.last_tick_ns);
+        self.recovery.last_tick_ns = self.now;
+        if stalled_ns > self.cfg.snapshot_wait_ns / 2 {
+            self.recovery.progress_ns = self.recovery.progress_ns.max(self.now);
+        }
         let leader = match (self.role, self.leader) {
-            (Role::Follower, Some(l)) if l != self.me => l,
-            _ => {
-                if self.recovery.phase != RecoveryPhase::Idle {
-                    // Recovery is done for a leader; without one, wait
-                    // (the donor did not fail us).
-                    self.abandon_recovery();
-                    self.recovery.failed_donors &= !(1u64 << self.recovery.donor.0);
-                }
-                return;
-            }
+            (Role::Follower, Some(l)) if l != self.me => Some(l),
+            _ => None,
         };
-        let marked = self.peers[leader.index()].row.recover_mask & (1u64 << self.me.0) != 0
-            || self.recovery.state_lost;
+        if self.recovery.no_restart_before_ns == NO_RESTART_PENDING
+            && self.now > self.recovery.granted_at_ns
+        {
+            self.recovery.no_restart_before_ns =
+                self.now.saturating_add(2 * self.cfg.snapshot_wait_ns);
+        }
+        let leader_marks = leader
+            .is_some_and(|l| self.peers[l.index()].row.recover_mask & (1u64 << self.me.0) != 0);
+        if leader.is_some() {
+            // What the leader we follow says (kept when we lose it). Just
+            // after a recovery its mark is for the log we had, until it
+            // sees our new row.
+            self.recovery.marked = leader_marks && self.now >= self.recovery.no_restart_before_ns;
+        }
         match self.recovery.phase {
             RecoveryPhase::Idle => {
-                if !marked {
+                let Some(l) = leader else { return };
+                if !leader_marks && !self.recovery.state_lost {
                     self.recovery.no_restart_before_ns = 0;
                     return;
                 }
                 if self.now < self.recovery.no_restart_before_ns {
                     return;
                 }
-                self.start_recovery(leader);
+                self.start_recovery(l);
             }
             RecoveryPhase::AwaitSnapshot | RecoveryPhase::Copying | RecoveryPhase::Confirming => {
                 if self.now.saturating_sub(self.recovery.progress_ns) > self.cfg.snapshot_wait_ns {
-                    // The donor is silent or gone: ask the next one.
+                    // The donor is silent or gone: ask the next one (once
+                    // a leader says we still must).
                     self.abandon_recovery();
-                    self.start_recovery(leader);
+                    if let Some(l) = leader {
+                        self.start_recovery(l);
+                    }
                     return;
                 }
                 self.recovery_reads();
@@ -320,7 +391,25 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         }
         let donor = match best {
             Some((d, _)) => d,
-            None if can_give(self, leader) => leader,
+            None if can_give(self, leader) => {
+                // A follower whose row we have not seen yet (we just
+                // started, and it has not noticed) may well give: wait for
+                // its row a while before asking the leader.
+                let unseen = self.others().any(|d| {
+                    d != leader && self.sst.version(d) == 0 && !self.peers[d.index()].down
+                });
+                if unseen {
+                    if self.recovery.leader_asked_after_ns == 0 {
+                        self.recovery.leader_asked_after_ns = self
+                            .now
+                            .saturating_add(UNSEEN_DONOR_WAITS * self.cfg.snapshot_wait_ns);
+                    }
+                    if self.now < self.recovery.leader_asked_after_ns {
+                        return;
+                    }
+                }
+                leader
+            }
             None => {
                 // Nobody suitable: wait for one, and give those that
                 // failed us another chance.
@@ -336,6 +425,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         // restart: it follows the clock).
         let generation = self.now.max(self.recovery.generation + 1);
         let r = &mut self.recovery;
+        r.leader_asked_after_ns = 0;
         r.phase = RecoveryPhase::AwaitSnapshot;
         r.donor = donor;
         r.generation = generation;
@@ -582,6 +672,9 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.published_apply_index = 0;
         self.row_dirty = true;
         self.recovery.phase = RecoveryPhase::Regrant;
+        // Restored: the mark was for the log we had (the leader clears it
+        // when it sees our new row).
+        self.recovery.marked = false;
         self.recovery.completed += 1;
         self.recovery.failed_donors = 0;
         self.push_event(Event::Recovered {
@@ -603,8 +696,13 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     pub(super) fn recovery_granted(&mut self) {
         if self.recovery.phase == RecoveryPhase::Regrant {
             self.recovery.phase = RecoveryPhase::Idle;
-            self.recovery.no_restart_before_ns =
-                self.now.saturating_add(2 * self.cfg.snapshot_wait_ns);
+            // The window starts at our next step: this one's clock was read
+            // before the restore, which takes long for a large state (a
+            // window counted from it had passed before the leader could
+            // see our row, and we recovered again and again: found by
+            // `verbatim-bench recovery`).
+            self.recovery.no_restart_before_ns = NO_RESTART_PENDING;
+            self.recovery.granted_at_ns = self.now;
             self.row.snapshot_request.from = None;
             self.row_dirty = true;
         }

@@ -1250,6 +1250,128 @@ fn a_corrupt_snapshot_is_never_restored() {
     recover_member_two(true, false);
 }
 
+/// §3.4 "Recovery" across a change of leader: the leader dies while the
+/// joiner waits for its donor's snapshot. The joiner neither stands (it
+/// cannot win: its log lacks what the leader pruned) nor votes (a vote
+/// grants its log, which the restore replaces), and it does not give up
+/// its copy: the donor needs no leader to give. Once restored it votes,
+/// the donor becomes leader and brings it up to date. One snapshot, one
+/// recovery. (A joiner that abandoned its copy whenever it lost sight of
+/// the leader made the donor start over for every attempt, and one that
+/// stood deposed working leaders: an election storm under
+/// `verbatim-bench recovery`.)
+#[test]
+fn a_recovery_goes_on_across_a_change_of_leader() {
+    let mut h = Harness::with(3, |c| {
+        c.snapshot_bytes_max = 64 * 1024;
+        c.snapshot_read_bytes = 512;
+        c.prune_grace_ns = 2_000_000;
+        c.prune_period_ns = 500_000;
+    });
+    h.elect_zero();
+    h.down[2] = true;
+    let mut request = 1;
+    for round in 0..40u64 {
+        for k in 0..8u64 {
+            let key = std::format!("k{}", (round * 8 + k) % 23);
+            let value = std::format!("v{round}-{k}");
+            if h.nodes[0]
+                .submit_write(h.now, 7, request, &set(key.as_bytes(), value.as_bytes()))
+                .is_ok()
+            {
+                request += 1;
+            }
+        }
+        h.now += 200_000;
+        h.settle(3);
+    }
+    assert!(h.nodes[0].status().head_pos > 0, "pruned past member 2");
+    h.down[2] = false;
+    // Until member 1 is asked for a snapshot.
+    let mut asked = false;
+    for _ in 0..2000 {
+        h.now += 50_000;
+        for i in 0..3 {
+            h.tick(i);
+            asked |= i == 1
+                && h.events(i)
+                    .iter()
+                    .any(|e| matches!(e, Event::SnapshotWanted { .. }));
+        }
+        if asked {
+            break;
+        }
+    }
+    assert!(asked, "member 2 asked member 1");
+    assert!(h.nodes[2].recovery_status().active);
+    // The leader dies before the snapshot is written.
+    h.down[0] = true;
+    for i in [1, 2] {
+        h.nodes[i].handle_peer_down(h.now, MemberId(0));
+    }
+    let mut candidate_two = false;
+    for _ in 0..400 {
+        h.now += 50_000;
+        for i in [1, 2] {
+            h.tick(i);
+            h.events(i);
+        }
+        candidate_two |= h.nodes[2].role() != Role::Follower;
+    }
+    assert!(!candidate_two, "a joiner never stands");
+    assert_eq!(
+        h.nodes[1].role(),
+        Role::Candidate,
+        "no majority without the joiner's vote"
+    );
+    let status = h.nodes[2].recovery_status();
+    assert!(
+        status.active && status.abandoned == 0,
+        "the copy goes on: {status:?}"
+    );
+    // The donor's host writes the snapshot now.
+    assert!(h.nodes[1].write_snapshot().is_some());
+    for _ in 0..2000 {
+        h.now += 50_000;
+        for i in [1, 2] {
+            h.tick(i);
+            for e in h.events(i) {
+                assert!(
+                    !matches!(e, Event::SnapshotWanted { .. }),
+                    "one snapshot is enough"
+                );
+            }
+        }
+        candidate_two |= h.nodes[2].role() != Role::Follower;
+        if h.nodes[1].role() == Role::Leader
+            && h.nodes[2].apply_index() == h.nodes[1].apply_index()
+            && h.nodes[1].status().peers[2].repl == ReplState::Replicating
+        {
+            break;
+        }
+    }
+    assert!(!candidate_two, "a joiner never stands");
+    assert_eq!(h.nodes[1].role(), Role::Leader);
+    let status = h.nodes[2].recovery_status();
+    assert_eq!((status.completed, status.abandoned), (1, 0), "{status:?}");
+    assert!(!status.active);
+    // The new leader commits with it: a write reaches both.
+    h.nodes[1]
+        .submit_write(h.now, 7, request, &set(b"after", b"failover"))
+        .unwrap();
+    for _ in 0..10 {
+        h.now += 50_000;
+        for i in [1, 2] {
+            h.tick(i);
+        }
+    }
+    assert_eq!(h.nodes[2].apply_index(), h.nodes[1].apply_index());
+    assert_eq!(
+        h.nodes[2].state_machine().backend(),
+        h.nodes[1].state_machine().backend()
+    );
+}
+
 /// Member 2 is pruned past and recovers; with `follower_down`, member 1
 /// (the only follower that could give) is down by then.
 fn recover_member_two(corrupt_first: bool, follower_down: bool) {
