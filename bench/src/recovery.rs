@@ -201,6 +201,10 @@ pub struct RecoveryReport {
     pub snapshot_bytes_max: u64,
     /// `cluster.log_ring_bytes`.
     pub log_ring_bytes: u64,
+    /// `timing.prune_grace_us` the run set ([`prune_grace_us_for`]; an
+    /// override of the user's wins over it).
+    #[serde(default)]
+    pub prune_grace_us: u64,
     /// Value size of the measured SETs.
     pub probe_value_bytes: usize,
     /// The leader when the baseline began.
@@ -262,6 +266,17 @@ pub fn snapshot_bytes_for(state_bytes: u64) -> u64 {
 /// The log ring the run picks for `state_bytes` (see [`RING_BYTES_MAX`]).
 pub fn ring_bytes_for(state_bytes: u64) -> u64 {
     round_up(state_bytes / 4, MIB).clamp(RING_BYTES_MIN, RING_BYTES_MAX)
+}
+
+/// Prune grace for `state_bytes` of state: the recovering replica
+/// restores its snapshot in one step of its loop, silent meanwhile, and
+/// the leader stops holding the log for a member silent longer than the
+/// grace (which then recovers again). This machine restored 1 GiB in 3 to
+/// 14 s with the leader spinning on the same core: 16 s per GiB, and not
+/// below the manifest's default of 2 s. (`--set timing.prune_grace_us=`
+/// overrides it.)
+pub fn prune_grace_us_for(state_bytes: u64) -> u64 {
+    (state_bytes.saturating_mul(16_000_000) >> 30).max(2_000_000)
 }
 
 /// Memory the run needs, roughly: every replica's store holds the state
@@ -562,6 +577,7 @@ pub fn run(spec: &ClusterSpec, o: &RecoveryOptions, progress: &Progress) -> Resu
     let ring = o
         .log_ring_bytes
         .unwrap_or_else(|| ring_bytes_for(state_bytes));
+    let prune_grace_us = prune_grace_us_for(state_bytes);
     let needed = memory_needed(o.replicas, state_bytes, snapshot, ring);
     if let Some(avail) = mem_available_bytes() {
         if needed > avail {
@@ -581,8 +597,16 @@ pub fn run(spec: &ClusterSpec, o: &RecoveryOptions, progress: &Progress) -> Resu
         format!("cluster.value_bytes_max={value_max}"),
         format!("cluster.snapshot_bytes_max={snapshot}"),
         format!("cluster.log_ring_bytes={ring}"),
+        format!("timing.prune_grace_us={prune_grace_us}"),
     ];
     spec.overrides.splice(0..0, ours);
+    // What the replicas run with: the last override of the key.
+    let prune_grace_us = spec
+        .overrides
+        .iter()
+        .rev()
+        .find_map(|o| o.strip_prefix("timing.prune_grace_us=")?.trim().parse().ok())
+        .unwrap_or(prune_grace_us);
     let probe_manifest = verbatim_client::manifest::Manifest::local("probe", o.replicas, 0);
     if let Some(free) = fs_free_bytes(&probe_manifest.shm_dir()) {
         // The segments hold the snapshot regions; the donor's and the
@@ -683,8 +707,13 @@ pub fn run(spec: &ClusterSpec, o: &RecoveryOptions, progress: &Progress) -> Resu
     let hists = probe
         .join()
         .unwrap_or_else(|p| std::panic::resume_unwind(p));
-    let mut transfer = transfer?;
-    let hists = hists?;
+    // A client that stopped says why (its error is the cause).
+    let (mut transfer, hists) = match (transfer, hists) {
+        (Err(BenchError::Cluster(what)), Err(client)) => {
+            return Err(BenchError::Cluster(format!("{what}: {client}")))
+        }
+        (t, h) => (t?, h?),
+    };
     let names = ["baseline", "follower down", "recovering"];
     // The leader's counters over a window, when one leader held it.
     let counters_over = |i: usize| -> Option<BTreeMap<String, u64>> {
@@ -807,6 +836,7 @@ pub fn run(spec: &ClusterSpec, o: &RecoveryOptions, progress: &Progress) -> Resu
         fill_mb_per_s: state_bytes as f64 / fill_s.max(1e-9) / 1e6,
         snapshot_bytes_max: snapshot,
         log_ring_bytes: ring,
+        prune_grace_us,
         probe_value_bytes: o.probe_value_bytes,
         leader,
         client_attempt_timeout_us: o.attempt_timeout.as_micros() as u64,
@@ -834,6 +864,13 @@ mod tests {
         ];
         assert_eq!(restored_bytes(&events), [4_850_630, 4_850_700]);
         assert!(restored_bytes(&events[..1]).is_empty());
+    }
+
+    #[test]
+    fn the_prune_grace_grows_with_the_state() {
+        assert_eq!(prune_grace_us_for(1 << 30), 16_000_000);
+        assert_eq!(prune_grace_us_for(256 * MIB), 4_000_000);
+        assert_eq!(prune_grace_us_for(MIB), 2_000_000, "never below the default");
     }
 
     #[test]

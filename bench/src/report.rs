@@ -743,8 +743,8 @@ pub fn render_reconfig(r: &ReconfigReport) -> String {
 pub fn render_recovery(r: &RecoveryReport) -> String {
     let mut out = format!(
         "\nRECOVERY ({} replicas; {} MiB of state: {} values of {} B, filled in {:.1} s at {:.0} \
-         MB/s; snapshot region {} MiB, log ring {} MiB; one client, sequential {} B SETs to \
-         member {} (the leader), closed loop)\n",
+         MB/s; snapshot region {} MiB, log ring {} MiB, prune grace {} s; one client, \
+         sequential {} B SETs to member {} (the leader), closed loop)\n",
         r.replicas,
         r.state_mib,
         r.fill_keys,
@@ -753,6 +753,7 @@ pub fn render_recovery(r: &RecoveryReport) -> String {
         r.fill_mb_per_s,
         r.snapshot_bytes_max >> 20,
         r.log_ring_bytes >> 20,
+        r.prune_grace_us as f64 / 1e6,
         r.probe_value_bytes,
         r.leader,
     );

@@ -290,6 +290,7 @@ fn sample() -> Report {
         fill_mb_per_s: 214.7,
         snapshot_bytes_max: 1224 << 20,
         log_ring_bytes: 32 << 20,
+        prune_grace_us: 16_000_000,
         probe_value_bytes: 64,
         leader: 0,
         client_attempt_timeout_us: 50_000,

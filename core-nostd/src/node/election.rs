@@ -344,6 +344,16 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                     self.set_role(Role::Follower, None);
                     return;
                 }
+                if self.campaign_is_hopeless(w.tail_index) {
+                    // Nothing was published since the term went up (no
+                    // push while a campaign is pending, see flush_row):
+                    // take it back, so no leader is deposed for nothing.
+                    self.term = term - 1;
+                    self.row.term = self.term;
+                    self.counters.campaigns_forgone += 1;
+                    self.set_role(Role::Follower, None);
+                    return;
+                }
                 self.tail_pos = w.tail_pos;
                 self.tail_index = w.tail_index;
                 self.last_term = w.last_term;
@@ -424,6 +434,26 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 self.recovery_granted();
             }
         }
+    }
+
+    /// A pre-vote from the table (Raft's PreVote without its round trip):
+    /// a campaign is hopeless when no majority could vote for us, because
+    /// too many voters have applied an entry past the end of our log (an
+    /// applied entry is committed, so its holder's log is more up to date
+    /// than ours, DARE §3.2.3). Its only effect would be a higher term,
+    /// which deposes a working leader: a member that had just restored a
+    /// snapshot, still behind, did that over and over under `verbatim-bench
+    /// recovery`. Rows we hold are at most as new as their owners', so the
+    /// member with the most complete log is never held back (every applied
+    /// entry is in its log) and an election can always happen.
+    fn campaign_is_hopeless(&self, tail_index: u64) -> bool {
+        let could_vote = self
+            .others()
+            .filter(|&p| {
+                self.sst.version(p) == 0 || self.peers[p.index()].row.apply_index <= tail_index
+            })
+            .fold(MemberMask::NONE, MemberMask::with);
+        !self.is_quorum(could_vote, true)
     }
 
     /// Answers a vote whose private copy is stored at a majority: grant

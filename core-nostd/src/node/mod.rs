@@ -271,6 +271,10 @@ pub struct Counters {
     /// leader's heartbeat still (no suspicion), a candidate's election
     /// timeout (no new term).
     pub late_timeouts_forgiven: u64,
+    /// Elections given up before they were published: too many voters had
+    /// applied entries past the end of our log for any majority to vote
+    /// for us (a pre-vote from the table, see `campaign_is_hopeless`).
+    pub campaigns_forgone: u64,
 }
 
 /// Replication state of a follower, seen from the leader.

@@ -49,6 +49,13 @@ const SNAPSHOT_READS_INFLIGHT_MAX: u64 = 4;
 /// `no_restart_before_ns` until the step after a regrant sets it.
 const NO_RESTART_PENDING: u64 = u64::MAX;
 
+/// Heartbeats the leader we granted our restored log must have beaten
+/// since before its mark still counts: it ran that many steps after our
+/// row reached it, so it has seen the grant. (A window of time alone was
+/// too short for a leader that shares its core with the restore: a 1 GiB
+/// member recovered twice under `verbatim-bench recovery`.)
+const REGRANT_LEADER_BEATS: u64 = 16;
+
 /// How many `snapshot_wait_ns` a joiner waits for the row of a follower it
 /// has not heard from yet before it asks the leader instead. A member that
 /// restarts has no peer row until each peer notices the restart and
@@ -115,6 +122,9 @@ pub(super) struct Recovery {
     last_tick_ns: u64,
     /// When we granted the leader our restored log (the step's clock).
     granted_at_ns: u64,
+    /// The leader we granted our restored log, and its heartbeat counter
+    /// then.
+    regrant_beats: Option<(MemberId, u64)>,
     /// While some follower's row is still unseen, the leader is asked
     /// for a snapshot only from this time on (0: not waiting).
     leader_asked_after_ns: u64,
@@ -168,6 +178,7 @@ impl Recovery {
         last_tick_ns: 0,
         leader_asked_after_ns: 0,
         granted_at_ns: 0,
+        regrant_beats: None,
         served: [0; MAX_MEMBERS],
         job: None,
     };
@@ -312,16 +323,17 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             // What the leader we follow says (kept when we lose it). Just
             // after a recovery its mark is for the log we had, until it
             // sees our new row.
-            self.recovery.marked = leader_marks && self.now >= self.recovery.no_restart_before_ns;
+            self.recovery.marked = leader_marks && leader.is_some_and(|l| !self.regrant_pending(l));
         }
         match self.recovery.phase {
             RecoveryPhase::Idle => {
                 let Some(l) = leader else { return };
                 if !leader_marks && !self.recovery.state_lost {
                     self.recovery.no_restart_before_ns = 0;
+                    self.recovery.regrant_beats = None;
                     return;
                 }
-                if self.now < self.recovery.no_restart_before_ns {
+                if self.regrant_pending(l) {
                     return;
                 }
                 self.start_recovery(l);
@@ -339,6 +351,21 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 self.recovery_reads();
             }
             RecoveryPhase::Regrant => {}
+        }
+    }
+
+    /// True while the leader we granted our restored log may not have
+    /// seen the grant yet: its mark is for the log we had.
+    fn regrant_pending(&self, leader: MemberId) -> bool {
+        if self.now < self.recovery.no_restart_before_ns {
+            return true;
+        }
+        match self.recovery.regrant_beats {
+            Some((l, beats)) if l == leader => {
+                self.peers[l.index()].row.heartbeat.counter
+                    < beats.saturating_add(REGRANT_LEADER_BEATS)
+            }
+            _ => false,
         }
     }
 
@@ -703,6 +730,9 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             // `verbatim-bench recovery`).
             self.recovery.no_restart_before_ns = NO_RESTART_PENDING;
             self.recovery.granted_at_ns = self.now;
+            self.recovery.regrant_beats = self
+                .leader
+                .map(|l| (l, self.peers[l.index()].row.heartbeat.counter));
             self.row.snapshot_request.from = None;
             self.row_dirty = true;
         }

@@ -1372,6 +1372,67 @@ fn a_recovery_goes_on_across_a_change_of_leader() {
     );
 }
 
+/// A pre-vote from the table: a member whose log lacks entries a majority
+/// of the voters applied cannot win, so it does not raise the term (which
+/// would depose a working leader, or here delay the one that can win).
+/// Member 2 was down while 0 and 1 committed; 0 dies as 2 returns: 2
+/// times out first, gives its campaign up unpublished, and 1 wins the
+/// very next term.
+#[test]
+fn a_member_that_cannot_win_does_not_raise_the_term() {
+    let mut h = Harness::new(3);
+    h.elect_zero();
+    let term = h.nodes[0].term();
+    h.down[2] = true;
+    for k in 0..20u64 {
+        let key = std::format!("k{k}");
+        h.nodes[0]
+            .submit_write(h.now, 7, k + 1, &set(key.as_bytes(), b"v"))
+            .unwrap();
+        h.now += 10_000;
+        h.settle(3);
+    }
+    assert!(h.nodes[1].apply_index() > h.nodes[2].apply_index() + 10);
+    // 2 returns and hears from everyone, but 0 can no longer write its
+    // log (its access was lost): 2 stays behind. Then 0 dies; only 2
+    // runs for a while.
+    h.down[2] = false;
+    h.access[2][0][RegionId::Log.index()] = Access::Revoked;
+    for k in 0..5u64 {
+        h.nodes[0]
+            .submit_write(h.now, 7, 100 + k, &set(b"late", b"v"))
+            .unwrap();
+        // (Long enough for channels to 2, broken while it was away, to be
+        // tried again.)
+        h.now += 1_000_000;
+        h.settle(3);
+    }
+    assert!(h.nodes[1].apply_index() > h.nodes[2].apply_index() + 10);
+    h.down[0] = true;
+    for _ in 0..400 {
+        h.now += 20_000;
+        h.tick(2);
+        h.events(2);
+    }
+    assert!(h.nodes[2].counters().campaigns_forgone > 0, "2 timed out and gave up");
+    assert_eq!(h.nodes[2].term(), term);
+    assert_eq!(h.nodes[2].published_row().term, term, "never published a higher term");
+    // Now 1 runs too: it stands and wins the next term.
+    for _ in 0..400 {
+        h.now += 20_000;
+        for i in [1, 2] {
+            h.tick(i);
+            h.events(i);
+        }
+        if h.nodes[1].role() == Role::Leader && h.nodes[2].leader() == Some(MemberId(1)) {
+            break;
+        }
+    }
+    assert_eq!(h.nodes[1].role(), Role::Leader);
+    assert_eq!(h.nodes[1].term(), term + 1, "the first election after 0 died won");
+    assert_eq!(h.nodes[2].leader(), Some(MemberId(1)));
+}
+
 /// Member 2 is pruned past and recovers; with `follower_down`, member 1
 /// (the only follower that could give) is down by then.
 fn recover_member_two(corrupt_first: bool, follower_down: bool) {
