@@ -605,7 +605,12 @@ pub fn run(spec: &ClusterSpec, o: &RecoveryOptions, progress: &Progress) -> Resu
         .overrides
         .iter()
         .rev()
-        .find_map(|o| o.strip_prefix("timing.prune_grace_us=")?.trim().parse().ok())
+        .find_map(|o| {
+            o.strip_prefix("timing.prune_grace_us=")?
+                .trim()
+                .parse()
+                .ok()
+        })
         .unwrap_or(prune_grace_us);
     let probe_manifest = verbatim_client::manifest::Manifest::local("probe", o.replicas, 0);
     if let Some(free) = fs_free_bytes(&probe_manifest.shm_dir()) {
@@ -870,7 +875,11 @@ mod tests {
     fn the_prune_grace_grows_with_the_state() {
         assert_eq!(prune_grace_us_for(1 << 30), 16_000_000);
         assert_eq!(prune_grace_us_for(256 * MIB), 4_000_000);
-        assert_eq!(prune_grace_us_for(MIB), 2_000_000, "never below the default");
+        assert_eq!(
+            prune_grace_us_for(MIB),
+            2_000_000,
+            "never below the default"
+        );
     }
 
     #[test]

@@ -1414,9 +1414,16 @@ fn a_member_that_cannot_win_does_not_raise_the_term() {
         h.tick(2);
         h.events(2);
     }
-    assert!(h.nodes[2].counters().campaigns_forgone > 0, "2 timed out and gave up");
+    assert!(
+        h.nodes[2].counters().campaigns_forgone > 0,
+        "2 timed out and gave up"
+    );
     assert_eq!(h.nodes[2].term(), term);
-    assert_eq!(h.nodes[2].published_row().term, term, "never published a higher term");
+    assert_eq!(
+        h.nodes[2].published_row().term,
+        term,
+        "never published a higher term"
+    );
     // Now 1 runs too: it stands and wins the next term.
     for _ in 0..400 {
         h.now += 20_000;
@@ -1429,7 +1436,11 @@ fn a_member_that_cannot_win_does_not_raise_the_term() {
         }
     }
     assert_eq!(h.nodes[1].role(), Role::Leader);
-    assert_eq!(h.nodes[1].term(), term + 1, "the first election after 0 died won");
+    assert_eq!(
+        h.nodes[1].term(),
+        term + 1,
+        "the first election after 0 died won"
+    );
     assert_eq!(h.nodes[2].leader(), Some(MemberId(1)));
 }
 
