@@ -1262,30 +1262,7 @@ fn a_corrupt_snapshot_is_never_restored() {
 /// `verbatim-bench recovery`.)
 #[test]
 fn a_recovery_goes_on_across_a_change_of_leader() {
-    let mut h = Harness::with(3, |c| {
-        c.snapshot_bytes_max = 64 * 1024;
-        c.snapshot_read_bytes = 512;
-        c.prune_grace_ns = 2_000_000;
-        c.prune_period_ns = 500_000;
-    });
-    h.elect_zero();
-    h.down[2] = true;
-    let mut request = 1;
-    for round in 0..40u64 {
-        for k in 0..8u64 {
-            let key = std::format!("k{}", (round * 8 + k) % 23);
-            let value = std::format!("v{round}-{k}");
-            if h.nodes[0]
-                .submit_write(h.now, 7, request, &set(key.as_bytes(), value.as_bytes()))
-                .is_ok()
-            {
-                request += 1;
-            }
-        }
-        h.now += 200_000;
-        h.settle(3);
-    }
-    assert!(h.nodes[0].status().head_pos > 0, "pruned past member 2");
+    let (mut h, request) = member_two_pruned_past();
     h.down[2] = false;
     // Until member 1 is asked for a snapshot.
     let mut asked = false;
@@ -1444,9 +1421,11 @@ fn a_member_that_cannot_win_does_not_raise_the_term() {
     assert_eq!(h.nodes[2].leader(), Some(MemberId(1)));
 }
 
-/// Member 2 is pruned past and recovers; with `follower_down`, member 1
-/// (the only follower that could give) is down by then.
-fn recover_member_two(corrupt_first: bool, follower_down: bool) {
+/// Three members with snapshots on; member 2 is cut off (its memory is
+/// unreachable, it does not run) while member 0 leads and writes until the
+/// log was pruned past it. Returns the harness (member 2 still down) and
+/// the next request id.
+fn member_two_pruned_past() -> (Harness, u64) {
     let mut h = Harness::with(3, |c| {
         c.snapshot_bytes_max = 64 * 1024;
         c.snapshot_read_bytes = 512;
@@ -1454,7 +1433,6 @@ fn recover_member_two(corrupt_first: bool, follower_down: bool) {
         c.prune_period_ns = 500_000;
     });
     h.elect_zero();
-    // Member 2 is cut off (its memory is unreachable, it does not run).
     h.down[2] = true;
     let mut request = 1;
     for round in 0..40u64 {
@@ -1471,8 +1449,17 @@ fn recover_member_two(corrupt_first: bool, follower_down: bool) {
         h.now += 200_000;
         h.settle(3);
     }
-    let head = h.nodes[0].status().head_pos;
-    assert!(head > 0, "the log was pruned past the silent member");
+    assert!(
+        h.nodes[0].status().head_pos > 0,
+        "the log was pruned past the silent member"
+    );
+    (h, request)
+}
+
+/// Member 2 is pruned past and recovers; with `follower_down`, member 1
+/// (the only follower that could give) is down by then.
+fn recover_member_two(corrupt_first: bool, follower_down: bool) {
+    let (mut h, request) = member_two_pruned_past();
     // It comes back: the leader finds its log beyond repair and marks it.
     h.down[2] = false;
     let donor = if follower_down {
