@@ -403,6 +403,8 @@ pub struct RunReport {
     pub late_timeouts_forgiven: u64,
     /// When the run ended (virtual ns).
     pub end_ns: u64,
+    /// Each member's apply index when the run ended (None: not running).
+    pub final_apply_index: Vec<Option<u64>>,
     /// When, after healing, the first write was acknowledged.
     pub first_ack_after_heal_ns: Option<u64>,
     /// Digest of every event processed: equal for equal seeds.
@@ -2418,6 +2420,11 @@ impl Cluster {
                 .iter()
                 .map(|n| n.driver.log().counters().zombies_readded)
                 .sum(),
+            final_apply_index: self
+                .nodes
+                .iter()
+                .map(|n| (n.state == NodeState::Running).then(|| n.driver.log().apply_index()))
+                .collect(),
             configuration: Some(committed),
             linearizability_unknown: unknown,
             linearizability_steps,
