@@ -652,6 +652,13 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     /// Commit = the minimum tail among a majority, us included (DARE
     /// §3.3.1), and never before the no-op of our own term.
     fn compute_commit(&mut self) {
+        // Nothing of ours is uncommitted: no follower holds more than we
+        // do (we wrote everything it holds), so no quorum can either. The
+        // common case of a read-only load, and the quorum count below is
+        // a measurable share of the busy loop.
+        if self.tail_pos <= self.commit_pos {
+            return;
+        }
         // What a majority of every group holds: our tail, and what each
         // follower that replicates (or did until its channel broke, or is
         // being verified) acknowledged.
