@@ -661,6 +661,12 @@ pub struct Node<M: Memory, S: StateMachine> {
     /// The row as last pushed (to decide whether a push must wake peers).
     last_pushed_row: Row,
     published_apply_index: u64,
+    /// Consecutive apply-publish periods in which nothing was applied: the
+    /// next period doubles with each (up to Δ), so an idle follower does
+    /// not wake every period on a core it shares with a spinning leader.
+    apply_idle_periods: u8,
+    /// The apply index seen at the last apply-publish wake.
+    apply_index_at_publish: u64,
     /// When our row was last pushed (keep-alive for pruning).
     last_push_ns: u64,
     /// Reading our row back at startup: nothing is published until done.
@@ -806,6 +812,8 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             last_pushed_private: crate::sst::Ballot::default(),
             last_pushed_row: Row::default(),
             published_apply_index: 0,
+            apply_idle_periods: 0,
+            apply_index_at_publish: 0,
             last_push_ns: now_ns,
             read_back: Some(ReadBack {
                 answered: MemberMask::NONE,
