@@ -79,6 +79,15 @@ pub enum Mutation {
     /// A member copying a snapshot votes and grants its log (which the
     /// restore then replaces under the leader that counts on it).
     GrantWhileCopying,
+    /// Consensus engine (uKharon §5): a proposer skips the prepare phase
+    /// and CASes its own value in without a majority of promises and
+    /// without adopting what acceptors accepted, so two proposers can
+    /// decide different values in one slot.
+    AcceptWithoutPrepare,
+    /// Leases (uKharon §6): no drift allowance, a lease is held for the
+    /// nominal δ and a new view waits only δ, so a fast clock starts a
+    /// view while a slow one still holds the previous.
+    LeaseWithoutDriftAllowance,
 }
 
 /// Configuration of one member. Construct with [`Config::new`], adjust

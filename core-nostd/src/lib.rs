@@ -88,11 +88,13 @@
 
 pub mod checksum;
 pub mod config;
+pub mod consensus;
 pub mod engine;
 pub mod fabric;
 pub mod heartbeat;
 pub mod kv;
 pub mod layout;
+pub mod lease;
 pub mod log;
 pub mod mem;
 pub mod membership;

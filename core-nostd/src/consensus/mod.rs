@@ -1,0 +1,143 @@
+//! One-sided Paxos through RDMA compare-and-swap: uKharon's consensus
+//! engine (Guerraoui et al., §5 and Appendix A), the first step of
+//! membership and leases (issue 14).
+//!
+//! # The protocol
+//!
+//! Acceptors are memory only: each exposes one 8-byte word per slot
+//! (`min_proposal | accepted_proposal | accepted_value`, see [`word`]) and,
+//! per proposer, a proposal area of one record per slot (see [`record`]).
+//! Proposers run Paxos's two phases against those words with the
+//! CAS-based RPC of Algorithm 1: know (READ) or guess the acceptor's
+//! state, apply the acceptor's rule locally ([`word::prepare_step`],
+//! [`word::accept_step`]), and CAS the state from what was expected to
+//! what the rule produces. A CAS that finds another word changes nothing
+//! (Lemma A.2); its result is a fresh READ of the word.
+//!
+//! * **Prepare** (proposal `b`): at every acceptor CAS `w → w` with
+//!   `min_proposal = b`, allowed when `b > w.min_proposal`. A majority of
+//!   landed CASes is a majority of promises; the value accepted under the
+//!   highest `accepted_proposal` among them is adopted (its record is
+//!   READ from an acceptor that reported it, unless it is our own).
+//! * **Accept**: WRITE the record `(slot, b, value)` into our proposal area
+//!   at the acceptor, then, on the same reliable connection, CAS
+//!   `w → (b, b, ref)`, allowed when `b ≥ w.min_proposal`. RC is FIFO, so
+//!   an acceptor whose word names our record holds the record. A majority
+//!   of landed accept CASes decides.
+//! * An acceptor whose word forbids our proposal nacks: the attempt
+//!   aborts and is retried with a proposal above everything seen, after a
+//!   randomized backoff that doubles per abort (from `backoff_min_ns` to
+//!   `backoff_max_ns`). A CAS that found a word that still allows our
+//!   proposal (our guess was stale) is tried once more with that word.
+//! * **Predicted state** (A.5): the leader guesses instead of READing: an
+//!   empty word for a fresh slot, and, for the first slot after it took
+//!   over, the word the previous leader's pre-preparation left (its first
+//!   proposal promised, nothing accepted). A right guess saves the READ;
+//!   a wrong one costs the CAS, whose result is the READ. Other proposers
+//!   READ first. Words of this member's own acceptor are read in place.
+//! * **Pre-preparation** (§5.3.1): while slot `k` is in its accept phase,
+//!   the leader prepares `k + 1` (and keeps the frontier prepared while
+//!   idle), so a stable leader decides a proposal in one round trip: one
+//!   record WRITE and one CAS per acceptor, pipelined.
+//! * **Leader**: the lowest-indexed proposer not reported down
+//!   ([`Engine::handle_peer_down`](crate::engine::Engine::handle_peer_down)). Any proposer may propose; a
+//!   non-leader waits a randomized backoff first. Two leaders (a partial
+//!   partition) cannot break safety, only slow each other down.
+//! * **Learning**: any member READs a slot's word at every acceptor; a
+//!   value accepted by a majority under one proposal is decided, and its
+//!   record is READ ([`ConsensusEngine::learn`]).
+//!
+//! ## Why adopting a later record of the same proposer is safe
+//!
+//! A proposer has one record per slot at each acceptor, overwritten by
+//! each of its accepts, so the record behind `(owner, b)` may by now hold
+//! `owner`'s later proposal `c > b`. Such a record is still adoptable:
+//! a record is written only once its proposal's prepare completed, with
+//! the value Paxos allows there, so its value is safe at `c`. Let `b` be
+//! the highest proposal accepted among our majority `Q`, which promised
+//! our `p`. Any value chosen under some `d < p` was chosen under `d ≤ b`
+//! (a majority that accepted `d` meets `Q`, whose members accepted
+//! nothing in `(b, p)`, and accept nothing below `p` any more); if
+//! `d < c` then the chosen value is `c`'s value because `c`'s value is
+//! safe at `c`, and `d = c` means `c = b` and the record is the one named.
+//! The same argument lets a learner take a later record of the proposer
+//! that owns the chosen proposal. Records naming an earlier proposal than
+//! the word (a stale record) are refused; the next acceptor is asked.
+//!
+//! ## Limits (left to the wiring of issue 14)
+//!
+//! * Proposal numbers are 16 bits (as in the paper). When the next one
+//!   would overflow, the engine reports
+//!   [`ConsensusEvent::ProposalSpaceExhausted`]; A.6's fallback to
+//!   two-sided RPCs is not implemented, so the caller must act.
+//! * Slots are not recycled: `slot_count` instances, then
+//!   [`ProposeError::SlotOutOfRange`].
+//! * A member that is its own acceptor CASes its own word through the
+//!   fabric (a loopback request), because a CPU atomic is not atomic with
+//!   the NIC's. Today's shared-memory and verbs fabrics refuse requests
+//!   to oneself ([`crate::fabric::WcStatus::InvalidRequest`]), which the
+//!   engine counts as no answer: safe, but that acceptor does not help a
+//!   majority until the fabrics serve loopback requests.
+//! * An acceptor reported down is never counted again by this engine,
+//!   even when it comes back: a restarted acceptor has lost its promises.
+//!   Re-admitting one takes a reconfiguration.
+//! * The engine reconnects a broken channel to an acceptor itself. It
+//!   shares the control channel with the log engine, which does the same;
+//!   the driver must make a reconnect of a healthy channel harmless.
+//! * The two regions take the ids [`ConsensusConfig::DEFAULT_SHARED_REGION`]
+//!   and [`ConsensusConfig::DEFAULT_LOCAL_REGION`] unless configured; they
+//!   are not yet part of [`crate::layout::Layout::regions`].
+//!
+//! # Driving contract
+//!
+//! | kind | methods |
+//! |---|---|
+//! | getters | [`ConsensusEngine::decided`], [`ConsensusEngine::frontier`], [`ConsensusEngine::is_leader`], [`ConsensusEngine::status`] |
+//! | inputs | [`Engine::handle_completion`](crate::engine::Engine::handle_completion), [`Engine::handle_timeout`](crate::engine::Engine::handle_timeout), [`Engine::handle_peer_down`](crate::engine::Engine::handle_peer_down), [`Engine::handle_peer_up`](crate::engine::Engine::handle_peer_up) |
+//! | commands | [`ConsensusEngine::propose`], [`ConsensusEngine::learn`] |
+//! | outputs | [`Engine::poll_action`](crate::engine::Engine::poll_action), [`ConsensusEngine::poll_event`], [`Engine::next_deadline`](crate::engine::Engine::next_deadline) |
+//!
+//! ```ignore
+//! loop {
+//!     let now = clock.now_ns();
+//!     while let Some(c) = fabric.poll_completion() {
+//!         engine.handle_completion(now, c);       // tag removed by the driver
+//!     }
+//!     if let Some((slot, view)) = membership.next_view() {
+//!         let _ = engine.propose(now, slot, &view);
+//!     }
+//!     engine.handle_timeout(now);                 // backoffs, pre-preparation
+//!     while let Some(action) = engine.poll_action() {
+//!         fabric.execute(&action)?;
+//!     }
+//!     while let Some(ConsensusEvent::Decided { slot, value, .. }) = engine.poll_event() {
+//!         membership.install(slot, &value);
+//!     }
+//!     idle_until(engine.next_deadline());
+//! }
+//! ```
+//!
+//! The rules of [`crate`]'s contract hold: drain actions and events after
+//! every call, execute actions in order, and every posted work request
+//! completes exactly once (error completions count as no answer from that
+//! acceptor).
+
+pub mod engine;
+pub mod layout;
+pub mod record;
+pub mod word;
+
+#[cfg(test)]
+mod check;
+#[cfg(test)]
+mod harness;
+#[cfg(test)]
+mod tests;
+
+pub use engine::{
+    ConsensusEngine, ConsensusEvent, ConsensusStatus, LearnError, ProposeError,
+    CONSENSUS_ACTION_QUEUE_CAP, CONSENSUS_EVENT_QUEUE_CAP,
+};
+pub use layout::{ConsensusConfig, ConsensusConfigError, ConsensusLayout};
+pub use record::{Value, VALUE_BYTES_CAP};
+pub use word::{ProposalSpaceExhausted, SlotWord, ValueRef, WordError};
