@@ -22,6 +22,7 @@ pub mod error;
 pub mod failover;
 pub mod floor;
 pub mod latency;
+pub mod lease;
 pub mod measure;
 pub mod plot;
 pub mod progress;

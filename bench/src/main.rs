@@ -352,6 +352,13 @@ struct FloorArgs {
     sizes: Vec<usize>,
 }
 
+#[derive(Args, Debug)]
+struct LeaseArgs {
+    /// Timed calls of Active.
+    #[arg(long, default_value_t = 2_000_000)]
+    calls: u64,
+}
+
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// One client, sequential SET and GET latency per value size and group size.
@@ -375,6 +382,9 @@ enum Cmd {
     /// and memcpy of entry sizes (latency and compare measure it too and
     /// show their latencies as multiples of it).
     Floor(FloorArgs),
+    /// The cost of Active(view) under a lease (uKharon §6): a timestamp
+    /// and a local check on the client core, no cluster.
+    Lease(LeaseArgs),
     /// Print (and with --plot, plot) saved JSON documents; measures nothing.
     /// Several files are merged: each section comes from the first file
     /// that has it, the setup from the first file.
@@ -557,7 +567,7 @@ fn run() -> anyhow::Result<()> {
         Cmd::Compare(a) => vec![a.replicas],
         Cmd::Reconfig(a) => vec![a.initial_members, a.replicas],
         Cmd::Recovery(a) => vec![a.replicas],
-        Cmd::Floor(_) => Vec::new(),
+        Cmd::Floor(_) | Cmd::Lease(_) => Vec::new(),
         Cmd::Report { .. } => unreachable!("handled above"),
     };
     let mut setup = Setup {
@@ -606,6 +616,12 @@ fn run() -> anyhow::Result<()> {
         ));
     }
     match &cli.cmd {
+        Cmd::Lease(a) => {
+            if a.calls == 0 {
+                bail!("--calls must be at least 1");
+            }
+            report.lease = Some(verbatim_bench::lease::measure(client_core, a.calls));
+        }
         Cmd::Floor(a) => {
             report.floor = Some(verbatim_bench::floor::measure(
                 floor_pair.0,

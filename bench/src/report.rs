@@ -63,6 +63,9 @@ pub struct Report {
     /// snapshot.
     #[serde(default)]
     pub recovery: Option<RecoveryReport>,
+    /// `lease`: the cost of `Active` under a lease (uKharon §6).
+    #[serde(default)]
+    pub lease: Option<crate::lease::LeaseReport>,
     /// Goals this run has figures for.
     pub goals: Vec<Goal>,
 }
@@ -88,6 +91,7 @@ impl Report {
         self.floor = self.floor.take().or(other.floor);
         self.reconfig = self.reconfig.take().or(other.reconfig);
         self.recovery = self.recovery.take().or(other.recovery);
+        self.lease = self.lease.take().or(other.lease);
         for g in other.setup.group_sizes {
             if !self.setup.group_sizes.contains(&g) {
                 self.setup.group_sizes.push(g);
@@ -126,6 +130,15 @@ impl Report {
                     |v| v <= 1.0,
                 );
             }
+        }
+        if let Some(l) = &self.lease {
+            goal(
+                "Active p99 under a lease (with its timestamp)",
+                "≤ 20 ns",
+                Some(l.active.p99_ns as f64),
+                "ns",
+                |v| v <= 20.0,
+            );
         }
         if let Some(t) = &self.throughput {
             goal(
@@ -333,6 +346,31 @@ pub fn render_setup(s: &Setup) -> String {
         },
         s.method,
     )
+}
+
+/// The `lease` section.
+pub fn render_lease(l: &crate::lease::LeaseReport) -> String {
+    let mut out = format!(
+        "\nLEASE (Active(view) under a {} µs lease: a counter timestamp and a local check; {} calls{}, {} renewals in the loop, {} answered active)\n",
+        crate::lease::LEASE_NS / 1000,
+        l.calls,
+        l.core.map_or(String::new(), |c| format!(" on core {c}")),
+        l.renewals,
+        l.active_answers,
+    );
+    let mut t = Table::new(&["what", "min ns", "p50 ns", "p99 ns", "p99.9 ns", "max ns"]);
+    for (what, s) in [("Active (timed)", &l.active), ("timing alone", &l.overhead)] {
+        t.row(vec![
+            what.to_string(),
+            s.min_ns.to_string(),
+            s.p50_ns.to_string(),
+            s.p99_ns.to_string(),
+            s.p999_ns.to_string(),
+            s.max_ns.to_string(),
+        ]);
+    }
+    out.push_str(&t.render());
+    out
 }
 
 /// The floor section.
@@ -872,6 +910,9 @@ pub fn render(r: &Report) -> String {
     }
     if let Some(c) = &r.recovery {
         out.push_str(&render_recovery(c));
+    }
+    if let Some(l) = &r.lease {
+        out.push_str(&render_lease(l));
     }
     out.push_str(&render_goals(&r.goals));
     out
