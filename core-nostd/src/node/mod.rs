@@ -1084,6 +1084,12 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         len
     }
 
+    /// Work requests posted and not yet completed (their completions will
+    /// come back through [`Node::handle_completion`]).
+    pub fn inflight(&self) -> usize {
+        INFLIGHT_CAP - self.free_slots.len()
+    }
+
     /// When [`Node::handle_timeout`] must be called at the latest (our
     /// clock). Peers' writes are only noticed when the node is called, so a
     /// host that parks must also wake on its fabric's doorbell.
