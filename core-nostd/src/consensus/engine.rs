@@ -870,19 +870,11 @@ impl<M: Memory> ConsensusEngine<M> {
                 // An older READ still lands there; wait for it.
                 return;
             }
-            let mut pick = None;
-            'passes: for reported_it in [true, false] {
-                for a in 0..self.acceptor_count {
-                    if tried & (1 << a) != 0 || self.acceptor_out[a] || self.chans[a].broken {
-                        continue;
-                    }
-                    let same = matches!(self.entries[e].views[a].answer, Answer::Promise(w) if w.value == Some(want));
-                    if same == reported_it {
-                        pick = Some(a);
-                        break 'passes;
-                    }
-                }
-            }
+            let views = &self.entries[e].views;
+            let pick = self.record_source(
+                tried,
+                |a| matches!(views[a].answer, Answer::Promise(w) if w.value == Some(want)),
+            );
             let Some(a) = pick else {
                 self.abort(e, 0);
                 return;
@@ -893,12 +885,7 @@ impl<M: Memory> ConsensusEngine<M> {
             };
             let slot = self.entries[e].slot;
             if Some(a) == self.me_acceptor {
-                let mut buf = [0u8; RECORD_BYTES_CAP];
-                let len = self.record_read_len();
-                self.mem.read(
-                    self.layout.proposal_record(want.owner, slot),
-                    &mut buf[..len],
-                );
+                let (buf, len) = self.read_own_record(want.owner, slot);
                 if self.adopt(e, &buf[..len]) {
                     return;
                 }
@@ -914,6 +901,27 @@ impl<M: Memory> ConsensusEngine<M> {
             self.status.record_reads_posted += 1;
             return;
         }
+    }
+
+    /// The acceptor to READ a wanted record from next: one not tried yet,
+    /// not written off and with a working channel, preferring those that
+    /// `reported` the wanted value (they hold its record).
+    fn record_source(&self, tried: u8, reported: impl Fn(usize) -> bool) -> Option<usize> {
+        let usable =
+            |a: usize| tried & (1 << a) == 0 && !self.acceptor_out[a] && !self.chans[a].broken;
+        let mut others = (0..self.acceptor_count).filter(|&a| usable(a));
+        (0..self.acceptor_count)
+            .find(|&a| usable(a) && reported(a))
+            .or_else(|| others.find(|&a| !reported(a)))
+    }
+
+    /// A record in this member's own acceptor memory, read in place.
+    fn read_own_record(&self, owner: u8, slot: u32) -> ([u8; RECORD_BYTES_CAP], usize) {
+        let mut buf = [0u8; RECORD_BYTES_CAP];
+        let len = self.record_read_len();
+        self.mem
+            .read(self.layout.proposal_record(owner, slot), &mut buf[..len]);
+        (buf, len)
     }
 
     fn record_read_len(&self) -> usize {
@@ -1147,20 +1155,11 @@ impl<M: Memory> ConsensusEngine<M> {
             if self.record_read_busy[LEARN_LANE] {
                 return;
             }
-            let mut pick = None;
-            'passes: for reported_it in [true, false] {
-                for a in 0..self.acceptor_count {
-                    if tried & (1 << a) != 0 || self.acceptor_out[a] || self.chans[a].broken {
-                        continue;
-                    }
-                    let same =
-                        matches!(self.learner.heard[a], Heard::Word(w) if w.value == Some(want));
-                    if same == reported_it {
-                        pick = Some(a);
-                        break 'passes;
-                    }
-                }
-            }
+            let heard = &self.learner.heard;
+            let pick = self.record_source(
+                tried,
+                |a| matches!(heard[a], Heard::Word(w) if w.value == Some(want)),
+            );
             let slot = self.learner.slot;
             let Some(a) = pick else {
                 self.learner.phase = LearnPhase::Idle;
@@ -1172,12 +1171,7 @@ impl<M: Memory> ConsensusEngine<M> {
                 tried: tried | (1 << a),
             };
             if Some(a) == self.me_acceptor {
-                let mut buf = [0u8; RECORD_BYTES_CAP];
-                let len = self.record_read_len();
-                self.mem.read(
-                    self.layout.proposal_record(want.owner, slot),
-                    &mut buf[..len],
-                );
+                let (buf, len) = self.read_own_record(want.owner, slot);
                 if self.learned(&buf[..len]) {
                     return;
                 }
