@@ -128,9 +128,9 @@ pub mod record;
 pub mod word;
 
 #[cfg(test)]
-mod check;
+mod test_check;
 #[cfg(test)]
-mod harness;
+mod test_harness;
 #[cfg(test)]
 mod tests;
 

@@ -5,8 +5,8 @@
 extern crate std;
 
 use super::engine::{ConsensusEngine, ConsensusEvent, LearnError, ProposeError};
-use super::harness::{run_seed, HarnessMemory, Params, World};
 use super::layout::{ConsensusConfig, ConsensusLayout};
+use super::test_harness::{run_seed, HarnessMemory, Params, World};
 use super::word::{first_proposal, SlotWord};
 use crate::engine::Engine;
 use crate::fabric::{Action, Completion, MemberId, Op, WcStatus, WorkRequest, WrId};
@@ -452,7 +452,7 @@ fn seed_range() -> core::ops::Range<u64> {
 #[test]
 fn randomized_runs_keep_one_value_per_slot_and_converge() {
     let mut failures: Vec<String> = Vec::new();
-    let mut total = super::harness::Summary::default();
+    let mut total = super::test_harness::Summary::default();
     let seeds = seed_range();
     let count = seeds.end - seeds.start;
     for seed in seeds {

@@ -26,10 +26,10 @@
 
 extern crate std;
 
-use super::check::{OneValuePerSlot, Violation};
 use super::engine::{ConsensusEngine, ConsensusEvent};
 use super::layout::{ConsensusConfig, ConsensusLayout};
 use super::record::decode_record;
+use super::test_check::{OneValuePerSlot, Violation};
 use crate::engine::Engine;
 use crate::fabric::{
     Action, Addr, Completion, FabricError, MemberId, Op, WcStatus, WorkRequest, MAX_MEMBERS,
