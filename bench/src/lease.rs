@@ -16,7 +16,6 @@
 //! invariant, which is what this needs.
 
 use crate::stats::{histogram, record, Summary};
-use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use std::hint::black_box;
 use verbatim_core::lease::{LeaseConfig, LeaseKeeper, LeasedView};
@@ -97,7 +96,7 @@ fn measure_here(calls: u64, core: Option<usize>) -> LeaseReport {
         }
         let a = clock.raw();
         let b = clock.raw();
-        overhead_sample(&clock, &mut overhead, a, b);
+        record(&mut overhead, clock.delta_as_nanos(a, b));
         let start = clock.raw();
         let ok = black_box(&keeper).active(black_box(epoch), now_ns());
         let end = clock.raw();
@@ -112,10 +111,6 @@ fn measure_here(calls: u64, core: Option<usize>) -> LeaseReport {
         renewals,
         core,
     }
-}
-
-fn overhead_sample(clock: &quanta::Clock, h: &mut Histogram<u64>, a: u64, b: u64) {
-    record(h, clock.delta_as_nanos(a, b));
 }
 
 #[cfg(test)]

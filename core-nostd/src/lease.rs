@@ -187,8 +187,8 @@ pub struct LeaseKeeper {
     superseded: bool,
     /// A check in flight on `view`.
     in_flight: Option<Renewal>,
-    /// The view before `view`, if this process had it active (for
-    /// compatible moves): its epoch and when its lease started.
+    /// The epoch of the view before `view`, if this process held it
+    /// active when it moved on (a compatible move needs no wait).
     previous_active_epoch: Option<u64>,
 }
 
@@ -246,7 +246,7 @@ impl LeaseKeeper {
             if view.epoch <= v.epoch {
                 return false;
             }
-            self.previous_active_epoch = (self.active(v.epoch, now_ns)).then_some(v.epoch);
+            self.previous_active_epoch = self.active(v.epoch, now_ns).then_some(v.epoch);
         }
         self.view = Some(view);
         self.leased = false;
