@@ -296,6 +296,40 @@ impl Default for TimingSection {
     }
 }
 
+/// `[views]`: uKharon's views and leases (issue 14). Off unless
+/// `lease_us` is set: then the coordinators decide a view per leader, the
+/// leader answers reads under its lease without a round of term checks,
+/// and a new leader commits once its view is active.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ViewsSection {
+    /// Lease length δ in microseconds; 0 turns views off.
+    pub lease_us: u64,
+    /// Bound on any replica's clock rate error (parts per million).
+    pub drift_ppm: u32,
+    /// Renew when less than this is left (0: half the lease).
+    pub renew_margin_us: u64,
+    /// Members `0 .. coordinators` decide views.
+    pub coordinators: u8,
+    /// Views the group can decide (one per leader change; not recycled).
+    pub slot_count: u32,
+    /// A replica that holds no lease learns the newest view this often.
+    pub learn_period_us: u64,
+}
+
+impl Default for ViewsSection {
+    fn default() -> Self {
+        ViewsSection {
+            lease_us: 0,
+            drift_ppm: 1_000,
+            renew_margin_us: 0,
+            coordinators: 3,
+            slot_count: 4096,
+            learn_period_us: 10_000,
+        }
+    }
+}
+
 /// `[members.verbs]`: how to reach a member over RDMA.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -364,6 +398,9 @@ pub struct Manifest {
     /// `[timing]`.
     #[serde(default)]
     pub timing: TimingSection,
+    /// `[views]`.
+    #[serde(default)]
+    pub views: ViewsSection,
     /// `[[members]]`.
     pub members: Vec<MemberSection>,
 }
@@ -493,6 +530,7 @@ impl Manifest {
                 initial_members: None,
             },
             timing: TimingSection::default(),
+            views: ViewsSection::default(),
             members: (0..n)
                 .map(|i| MemberSection {
                     id: i,
@@ -599,6 +637,13 @@ impl Manifest {
         cfg.reconnect_backoff_ns = us_to_ns(t.reconnect_backoff_us);
         cfg.counter_increment_period_ns = us_to_ns(t.counter_increment_period_us);
         cfg.counter_read_gap_ns = us_to_ns(t.counter_read_gap_us);
+        let v = &self.views;
+        cfg.lease_ns = us_to_ns(v.lease_us);
+        cfg.lease_drift_ppm = v.drift_ppm;
+        cfg.lease_renew_margin_ns = us_to_ns(v.renew_margin_us);
+        cfg.coordinator_count = v.coordinators.min(self.member_count());
+        cfg.view_slot_count = v.slot_count;
+        cfg.view_learn_period_ns = us_to_ns(v.learn_period_us);
         cfg.seed = c.seed;
         cfg.initial_members = c.initial_members.unwrap_or(self.member_count());
         cfg
@@ -812,6 +857,12 @@ impl Manifest {
             "reconnect_backoff_ns" => ("timing.reconnect_backoff_us", true),
             "counter_increment_period_ns" => ("timing.counter_increment_period_us", true),
             "counter_read_gap_ns" => ("timing.counter_read_gap_us", true),
+            "lease_ns" => ("views.lease_us", true),
+            "lease_drift_ppm" => ("views.drift_ppm", false),
+            "lease_renew_margin_ns" => ("views.renew_margin_us", true),
+            "coordinator_count" => ("views.coordinators", false),
+            "view_slot_count" => ("views.slot_count", false),
+            "view_learn_period_ns" => ("views.learn_period_us", true),
             other => (other, false),
         };
         let reason = if unit_ns {

@@ -88,6 +88,9 @@ pub enum Mutation {
     /// nominal δ and a new view waits only δ, so a fast clock starts a
     /// view while a slow one still holds the previous.
     LeaseWithoutDriftAllowance,
+    /// A new leader commits before its view is active, while a deposed
+    /// leader may still answer reads under its lease on the older view.
+    CommitBeforeViewActive,
 }
 
 /// Configuration of one member. Construct with [`Config::new`], adjust
@@ -170,6 +173,26 @@ pub struct Config {
     /// report the peer stalled, so this must comfortably exceed the
     /// increment period plus the host's scheduling jitter.
     pub counter_read_gap_ns: u64,
+    /// Views and leases (uKharon §5–6, [`crate::views`]): the nominal
+    /// lease δ on a view, in nanoseconds. 0 turns views off: no view
+    /// engine, no consensus regions, reads confirmed by a round of term
+    /// checks, commits never wait for a view.
+    pub lease_ns: u64,
+    /// Bound on any member's clock rate error, in parts per million: the
+    /// drift allowance `⌈δ·ρ⌉` of [`crate::lease`].
+    pub lease_drift_ppm: u32,
+    /// A lease is renewed when less than this is left of it.
+    pub lease_renew_margin_ns: u64,
+    /// Coordinators: members `0 .. coordinator_count` are the acceptors
+    /// that decide views (uKharon's default is three). At most
+    /// `member_count`.
+    pub coordinator_count: u8,
+    /// Views the group can decide (consensus slots; not recycled). A
+    /// leader change takes one.
+    pub view_slot_count: u32,
+    /// A member that does not need a lease learns the newest view this
+    /// often (status, the view it follows).
+    pub view_learn_period_ns: u64,
     /// A deliberately broken rule, for mutation tests.
     #[cfg(feature = "mutation-testing")]
     pub mutation: Mutation,
@@ -206,9 +229,32 @@ impl Config {
             seed: 0x5EED,
             counter_increment_period_ns: 5_000_000,
             counter_read_gap_ns: 40_000_000,
+            lease_ns: 0,
+            lease_drift_ppm: 1_000,
+            lease_renew_margin_ns: 0,
+            coordinator_count: 3,
+            view_slot_count: 1024,
+            view_learn_period_ns: 10_000_000,
             #[cfg(feature = "mutation-testing")]
             mutation: Mutation::None,
         }
+    }
+
+    /// The lease parameters views are held under. The renewal margin
+    /// defaults (0) to half the lease.
+    pub fn lease_config(&self) -> crate::lease::LeaseConfig {
+        let margin = if self.lease_renew_margin_ns == 0 {
+            self.lease_ns / 2
+        } else {
+            self.lease_renew_margin_ns
+        };
+        #[allow(unused_mut)]
+        let mut c = crate::lease::LeaseConfig::new(self.lease_ns, self.lease_drift_ppm, margin);
+        #[cfg(feature = "mutation-testing")]
+        {
+            c.mutation = self.mutation;
+        }
+        c
     }
 
     /// The quorum size q = ⌈(P+1)/2⌉ (DARE §3).
@@ -362,6 +408,52 @@ impl Config {
                 field: "counter_read_gap_ns",
                 reason: "must be at least twice counter_increment_period_ns, or a running peer is reported stalled",
             });
+        }
+        if self.lease_ns != 0 {
+            if self.lease_ns < 1_000 || self.lease_ns > 10_000_000_000 {
+                return Err(OutOfRange {
+                    field: "lease_ns",
+                    value: self.lease_ns,
+                    min: 1_000,
+                    max: 10_000_000_000,
+                });
+            }
+            let lease = self.lease_config();
+            if let Err(e) = lease.validate() {
+                return Err(Inconsistent {
+                    field: match e {
+                        crate::lease::LeaseConfigError::MarginExceedsLease => "lease_renew_margin_ns",
+                        _ => "lease_drift_ppm",
+                    },
+                    reason: "makes no usable lease: the drift allowance must leave a lease to hold, and the margin must be below lease_ns",
+                });
+            }
+            if self.coordinator_count == 0 || self.coordinator_count > self.member_count {
+                return Err(OutOfRange {
+                    field: "coordinator_count",
+                    value: u64::from(self.coordinator_count),
+                    min: 1,
+                    max: u64::from(self.member_count),
+                });
+            }
+            if self.view_slot_count < 2
+                || self.view_slot_count > crate::consensus::layout::SLOT_COUNT_MAX
+            {
+                return Err(OutOfRange {
+                    field: "view_slot_count",
+                    value: u64::from(self.view_slot_count),
+                    min: 2,
+                    max: u64::from(crate::consensus::layout::SLOT_COUNT_MAX),
+                });
+            }
+            if self.view_learn_period_ns == 0 {
+                return Err(OutOfRange {
+                    field: "view_learn_period_ns",
+                    value: 0,
+                    min: 1,
+                    max: u64::MAX,
+                });
+            }
         }
         if self.apply_batch_max == 0 || self.apply_batch_max > 1 << 16 {
             return Err(OutOfRange {

@@ -31,6 +31,8 @@ impl EngineTag {
     pub const LOG: EngineTag = EngineTag(0);
     /// The heartbeat-counter engine (uKharon §4.2).
     pub const HEARTBEAT: EngineTag = EngineTag(1);
+    /// The view engine (uKharon's views and leases).
+    pub const VIEWS: EngineTag = EngineTag(2);
 
     /// The fabric-wide id of an engine-local id. Panics when the engine
     /// used bits that belong to the tag: that is a bug of the engine.

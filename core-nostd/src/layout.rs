@@ -26,7 +26,7 @@ use crate::config::{Config, ConfigError};
 use crate::fabric::{Addr, MemberId, RegionId, REGIONS_MAX};
 
 /// Bumped whenever the meaning of any byte of the layout changes.
-pub const LAYOUT_VERSION: u64 = 6;
+pub const LAYOUT_VERSION: u64 = 7;
 
 /// Who may access a region remotely.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -152,6 +152,9 @@ pub struct Layout {
     pub heartbeat_bytes: u64,
     /// Bytes of the snapshot region (0: recovery by state transfer off).
     pub snapshot_bytes: u64,
+    /// The view engine's consensus regions ([`crate::views`]), when views
+    /// are on (`lease_ns > 0`).
+    pub consensus: Option<crate::consensus::ConsensusLayout>,
     /// Version and shape hash, compared by peers at connect time.
     pub hash: u64,
 }
@@ -223,6 +226,15 @@ impl Layout {
             } else {
                 crate::snapshot::SnapshotHeader::PAYLOAD_OFFSET + config.snapshot_bytes_max
             },
+            consensus: match crate::views::consensus_config(config) {
+                Some(c) => Some(crate::consensus::ConsensusLayout::new(&c).map_err(|_| {
+                    ConfigError::Inconsistent {
+                        field: "coordinator_count",
+                        reason: "gives no valid consensus configuration for views",
+                    }
+                })?),
+                None => None,
+            },
             hash: 0,
         };
         layout.hash = layout.compute_hash();
@@ -257,6 +269,7 @@ impl Layout {
             self.reply_bytes_max,
             self.heartbeat_bytes,
             self.snapshot_bytes,
+            self.consensus.map_or(0, |c| c.hash),
         ] {
             c.word(w);
         }
@@ -272,14 +285,20 @@ impl Layout {
             RegionId::Sessions => self.sessions_bytes,
             RegionId::Heartbeat => self.heartbeat_bytes,
             RegionId::Snapshot => self.snapshot_bytes,
+            r if self
+                .consensus
+                .is_some_and(|c| c.shared_region == r || c.local_region == r) =>
+            {
+                self.consensus.map_or(0, |c| c.region_bytes(r))
+            }
             // Not a region of this layout: nothing is inside it.
             _ => 0,
         }
     }
 
     /// Every registered region of every engine, in id order: the log
-    /// engine's (control, log, scratch, sessions) and the
-    /// heartbeat engine's.
+    /// engine's (control, log, scratch, sessions, snapshot), the
+    /// heartbeat engine's and the view engine's consensus regions.
     pub fn regions(&self) -> impl Iterator<Item = RegionSpec> {
         let specs = [
             RegionSpec {
@@ -314,9 +333,23 @@ impl Layout {
                 remote: RemoteAccess::Members,
             },
         ];
-        const { assert!(6 <= REGIONS_MAX) };
-        // A region of no bytes (recovery disabled) is not registered.
-        specs.into_iter().filter(|r| r.bytes > 0)
+        const { assert!(8 <= REGIONS_MAX) };
+        let [shared, local] = match self.consensus {
+            Some(c) => c.regions(),
+            None => {
+                [RegionSpec {
+                    id: RegionId(6),
+                    bytes: 0,
+                    remote: RemoteAccess::Local,
+                }; 2]
+            }
+        };
+        // A region of no bytes (recovery or views disabled) is not
+        // registered.
+        specs
+            .into_iter()
+            .chain([shared, local])
+            .filter(|r| r.bytes > 0)
     }
 
     /// The snapshot region's header.

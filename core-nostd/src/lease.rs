@@ -269,6 +269,19 @@ impl LeaseKeeper {
         !self.leased || now_ns.saturating_add(self.cfg.renew_margin_ns) >= self.end_ns
     }
 
+    /// The local time from which [`LeaseKeeper::renewal_due`] holds
+    /// (0: now), or `None` while no check can be due (no view, superseded,
+    /// one in flight). For a poll loop's deadline.
+    pub fn renewal_due_at(&self) -> Option<u64> {
+        if self.view.is_none() || self.superseded || self.in_flight.is_some() {
+            return None;
+        }
+        if !self.leased {
+            return Some(0);
+        }
+        Some(self.end_ns.saturating_sub(self.cfg.renew_margin_ns))
+    }
+
     /// Stamps a check on the followed view with the local time, before the
     /// caller posts its READs of the next slot. `None` when no view is
     /// followed or one is already in flight.

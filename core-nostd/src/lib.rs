@@ -110,6 +110,7 @@ pub mod stream;
 mod test_backends;
 #[cfg(test)]
 mod test_memory;
+pub mod views;
 
 pub use config::{Config, ConfigError};
 pub use engine::{Engine, EngineTag};

@@ -27,9 +27,19 @@
 //!    has those completions ready at once; handling them in the same step
 //!    saves a whole iteration on a reply's path).
 //!
-//! Engines: the log engine ([`Node`], DARE) and the heartbeat-counter
-//! engine ([`HeartbeatEngine`], uKharon §4.2) share the fabric and the
-//! loop; they talk to each other only through the driver.
+//! Engines: the log engine ([`Node`], DARE), the heartbeat-counter
+//! engine ([`HeartbeatEngine`], uKharon §4.2) and, with views on, the
+//! view engine ([`ViewEngine`], uKharon §5–6) share the fabric and the
+//! loop; they talk to each other only through the driver. Between the
+//! view engine and the log engine the driver passes:
+//!
+//! * to the view engine, the view the log engine wants (one naming this
+//!   member while it leads, in its term) and whether its own acceptor
+//!   memory may be trusted (not after a restart);
+//! * to the log engine, the lease (`set_read_lease`: reads without a
+//!   round) and the clearance to commit in its term (`clear_commit`),
+//!   once its view is active or the coordinators are known gone for
+//!   longer than a lease wait.
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
@@ -40,6 +50,7 @@ use verbatim_core::fabric::{Action, Fabric, FabricError, MemberId};
 use verbatim_core::heartbeat::{CounterEvent, HeartbeatEngine};
 use verbatim_core::node::{Event, Role, SubmitError, Submitted};
 use verbatim_core::sm::{ReadError, RequestError};
+use verbatim_core::views::{View, ViewEngine, ViewEvent};
 use verbatim_core::{Config, ConfigError, Layout, Memory, Node, StateMachine};
 
 /// The engines of one member.
@@ -48,6 +59,8 @@ pub struct Engines<M: Memory, S: StateMachine> {
     pub log: Box<Node<M, S>>,
     /// uKharon's heartbeat counters (second failure-detector level).
     pub heartbeat: HeartbeatEngine<M>,
+    /// uKharon's views and leases (`None` with views off).
+    pub views: Option<ViewEngine<M>>,
 }
 
 /// A client request as a gateway hands it over.
@@ -119,6 +132,8 @@ pub enum DriverEvent {
     Log(Event),
     /// From the heartbeat engine.
     Counter(CounterEvent),
+    /// From the view engine.
+    View(ViewEvent),
 }
 
 /// What a driver needs from the process (or simulated process) around it.
@@ -214,6 +229,10 @@ pub struct Driver<M: Memory + Clone, S: StateMachine, R> {
     /// `next_deadline`, refreshed after every call into it): the loop
     /// skips it until then, a few nanoseconds off every iteration.
     heartbeat_due_ns: u64,
+    /// The same for the view engine.
+    views_due_ns: u64,
+    /// The log engine's restart read-back was reported to the view engine.
+    own_acceptor_reported: bool,
 }
 
 impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
@@ -230,9 +249,14 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
         let layout = Layout::new(&config)?;
         let reply_bytes_max = config.reply_bytes_max as usize;
         let heartbeat = HeartbeatEngine::new(&config, layout, memory.clone(), now_ns);
+        let views = ViewEngine::new(&config, &layout, memory.clone(), now_ns);
         let log = Box::new(Node::new(config, memory, service, now_ns)?);
         Ok(Driver {
-            engines: Engines { log, heartbeat },
+            engines: Engines {
+                log,
+                heartbeat,
+                views,
+            },
             pending_writes: HashMap::default(),
             pending_reads: HashMap::default(),
             next_token: 1,
@@ -241,6 +265,8 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             counters: DriverCounters::default(),
             log_work: false,
             heartbeat_due_ns: 0,
+            views_due_ns: 0,
+            own_acceptor_reported: false,
         })
     }
 
@@ -272,10 +298,16 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
 
     /// When [`Driver::step`] must run at the latest (engine clock).
     pub fn next_deadline(&self) -> u64 {
+        let views = self
+            .engines
+            .views
+            .as_ref()
+            .map_or(u64::MAX, |v| v.next_deadline());
         self.engines
             .log
             .next_deadline()
             .min(self.engines.heartbeat.next_deadline())
+            .min(views)
     }
 
     /// One iteration of the loop (see the crate documentation). Returns
@@ -290,13 +322,21 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
         while let Some(peer) = host.take_peer_down() {
             self.engines.log.handle_peer_down(now_ns, peer);
             self.engines.heartbeat.handle_peer_down(now_ns, peer);
+            if let Some(v) = &mut self.engines.views {
+                v.handle_peer_down(now_ns, peer);
+            }
             self.heartbeat_due_ns = 0;
+            self.views_due_ns = 0;
             log_work = true;
         }
         while let Some(peer) = host.take_peer_up() {
             Engine::handle_peer_up(&mut *self.engines.log, now_ns, peer);
             self.engines.heartbeat.handle_peer_up(now_ns, peer);
+            if let Some(v) = &mut self.engines.views {
+                v.handle_peer_up(now_ns, peer);
+            }
             self.heartbeat_due_ns = 0;
+            self.views_due_ns = 0;
             log_work = true;
         }
         while let Some(request) = host.next_request() {
@@ -314,6 +354,9 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                 }
                 work = true;
                 log_work |= log;
+            }
+            if self.engines.views.is_some() {
+                work |= self.step_views(now_ns, fabric, host);
             }
             self.engines.log.handle_timeout(now_ns);
             log_work |= execute(
@@ -355,6 +398,78 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
         work || log_work
     }
 
+    /// Runs the view engine when due and passes what it knows between it
+    /// and the log engine (see the crate documentation). Returns whether
+    /// it did any work.
+    fn step_views<F: Fabric, H: Host<M, S, Route = R>>(
+        &mut self,
+        now_ns: u64,
+        fabric: &mut F,
+        host: &mut H,
+    ) -> bool {
+        let Some(views) = self.engines.views.as_mut() else {
+            return false;
+        };
+        let log = &mut self.engines.log;
+        if !self.own_acceptor_reported && log.votes_known() {
+            // A previous incarnation's row was found: our acceptor memory
+            // is a new process's, without its promises.
+            self.own_acceptor_reported = true;
+            views.trust_own_acceptor(now_ns, log.counters().restarts_read_back == 0);
+            self.views_due_ns = 0;
+        }
+        let want = (log.role() == Role::Leader).then(|| View {
+            leader: log.id(),
+            log_term: log.term(),
+            lease_ns: log.config().lease_ns,
+        });
+        if views.latest().map(|(_, v)| v) != want {
+            views.want_view(now_ns, want);
+            self.views_due_ns = 0;
+        }
+        if now_ns >= self.views_due_ns {
+            views.handle_timeout(now_ns);
+            self.views_due_ns = views.next_deadline();
+        }
+        let mut any = execute(
+            now_ns,
+            views,
+            EngineTag::VIEWS,
+            fabric,
+            host,
+            &mut self.counters,
+        );
+        if any {
+            self.views_due_ns = 0;
+        }
+        while let Some(e) = self.engines.views.as_mut().and_then(|v| v.poll_event()) {
+            any = true;
+            host.event(now_ns, &self.engines, DriverEvent::View(e));
+        }
+        let views = self.engines.views.as_ref().expect("checked above");
+        let log = &mut self.engines.log;
+        let term = log.term();
+        match views.leased(now_ns) {
+            Some((_, v, end_ns)) if v.leader == log.id() && v.log_term == term => {
+                log.set_read_lease(term, end_ns);
+                log.clear_commit(term);
+            }
+            _ => {
+                log.set_read_lease(0, 0);
+                if views
+                    .coordinators_lost_for(now_ns)
+                    .is_some_and(|t| t >= views.lease_wait_ns())
+                {
+                    // No majority of coordinators is left to decide a view
+                    // or renew a lease: DARE's own rules alone, as without
+                    // views.
+                    log.clear_commit(term);
+                }
+            }
+        }
+        any
+    }
+
     /// Whether the last [`Driver::step`] did log-engine or client work
     /// (requests, log completions, actions or events, a peer down or up).
     /// The heartbeat-counter engine's periodic reads alone do not count:
@@ -394,6 +509,13 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                     self.engines.heartbeat.handle_completion(now_ns, c);
                     self.heartbeat_due_ns = 0;
                 }
+                EngineTag::VIEWS => match &mut self.engines.views {
+                    Some(v) => {
+                        v.handle_completion(now_ns, c);
+                        self.views_due_ns = 0;
+                    }
+                    None => self.counters.completions_unrouted += 1,
+                },
                 _ => self.counters.completions_unrouted += 1,
             }
         }

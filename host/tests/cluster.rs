@@ -279,6 +279,68 @@ fn killing_the_leader_loses_no_acknowledged_write() {
     assert_eq!(f.new_leader, new_leader);
 }
 
+/// Views and leases on (`[views] lease_us`, issue 14): the leader answers
+/// reads under its lease, a killed leader's successor gets a view of its
+/// own and commits once it is active, and the history stays linearizable.
+#[test]
+fn with_views_the_leader_reads_under_its_lease_and_a_kill_loses_nothing() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cluster = start_with("itviews", 0, vec!["views.lease_us=200".into()]);
+    let (_, term) = cluster
+        .wait_leader(0, Duration::from_secs(10))
+        .expect("a leader");
+    let epoch = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers = workload(&cluster, 3, 4, stop.clone(), epoch);
+    std::thread::sleep(Duration::from_millis(400));
+    let before = cluster
+        .status()
+        .into_iter()
+        .flatten()
+        .find(|s| s.role == "leader")
+        .expect("a leader's status");
+    assert!(
+        before.counters.get("lease_reads").copied().unwrap_or(0) > 0,
+        "the leader answered reads under its lease: {:?}",
+        before.counters
+    );
+    let lease = before.lease.clone().expect("views are on");
+    assert!(lease.contains("view"), "status shows the view: {lease}");
+    let kill_ns = epoch.elapsed().as_nanos() as u64;
+    cluster.kill(before.id).unwrap();
+    let (new_leader, new_term) = cluster
+        .wait_leader(term, Duration::from_secs(10))
+        .expect("a new leader");
+    assert_ne!(new_leader, before.id);
+    std::thread::sleep(Duration::from_millis(400));
+    stop.store(true, Ordering::Release);
+    let mut history: Vec<Operation> = workers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    let after_kill = history
+        .iter()
+        .filter(|o| o.output.is_some() && o.call_ns > kill_ns)
+        .count();
+    assert!(
+        after_kill > 20,
+        "the group serves after the kill ({after_kill})"
+    );
+    final_reads(&cluster, 4, epoch, &mut history);
+    assert_linearizable(&history);
+    let after = cluster
+        .status()
+        .into_iter()
+        .flatten()
+        .find(|s| s.id == new_leader)
+        .expect("the new leader's status");
+    let lease = after.lease.clone().expect("views are on");
+    assert!(
+        lease.contains(&format!("leader {new_leader}, term {new_term}")),
+        "the new leader has a view of its own: {lease}"
+    );
+}
+
 #[test]
 fn a_stopped_leader_is_replaced_and_rejoins_as_a_follower() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());

@@ -401,6 +401,11 @@ pub struct RunReport {
     pub false_suspicions: u64,
     /// See `false_suspicions`.
     pub late_timeouts_forgiven: u64,
+    /// Reads a leader answered under its lease (no round of term checks),
+    /// summed over the members' last processes.
+    pub lease_reads: u64,
+    /// Samples in which a member held an active lease.
+    pub lease_samples: u64,
     /// When the run ended (virtual ns).
     pub end_ns: u64,
     /// Each member's apply index when the run ended (None: not running).
@@ -652,6 +657,7 @@ pub struct Cluster {
     votes: OneVotePerTerm,
     vote_reliability: VoteReliability,
     suspicions: FalseSuspicionAccuracy,
+    leases: crate::check::leases::LeaseSafety,
     counters: CounterAccuracy,
     committed: CommittedLog,
     sm_safety: StateMachineSafety,
@@ -814,6 +820,7 @@ impl Cluster {
             votes: OneVotePerTerm::default(),
             vote_reliability: VoteReliability::default(),
             suspicions: FalseSuspicionAccuracy::default(),
+            leases: Default::default(),
             counters: CounterAccuracy::default(),
             committed: CommittedLog::default(),
             sm_safety: StateMachineSafety::default(),
@@ -1238,6 +1245,8 @@ impl Cluster {
     /// The member's process and memory are gone (told to the others
     /// shortly after when crashes are announced).
     fn crash_node(&mut self, node: usize) {
+        // A crashed process acts on no lease any more.
+        let _ = self.leases.observe(self.now, node, None);
         self.counters.stopped(node, self.now);
         self.suspicions.stopped_for_good(node, self.now);
         self.nodes[node].state = NodeState::Crashed;
@@ -1449,6 +1458,12 @@ impl Cluster {
             match e {
                 DriverEvent::Log(e) => self.on_node_event(i, e),
                 DriverEvent::Counter(e) => self.on_counter_event(i, e),
+                DriverEvent::View(e) => {
+                    self.log(|| format!("node {i}: {e:?}"));
+                    if let verbatim_core::views::ViewEvent::Decided { epoch, view, .. } = e {
+                        self.leases.view(epoch, view);
+                    }
+                }
             }
         }
         for (route, answer) in answers {
@@ -1799,6 +1814,14 @@ impl Cluster {
 
     fn observe(&mut self, i: usize) {
         self.check_votes(i);
+        if let Some(v) = &self.nodes[i].driver.engines().views {
+            let leased = v
+                .leased(self.local(i, self.now))
+                .map(|(epoch, view, _)| (epoch, view));
+            if let Some(v) = self.leases.observe(self.now, i, leased) {
+                self.violation(v);
+            }
+        }
         let counted = self.nodes[i].driver.log().counters().false_suspicions;
         if counted > self.nodes[i].false_suspicions {
             self.nodes[i].false_suspicions = counted;
@@ -2451,6 +2474,12 @@ impl Cluster {
                 .iter()
                 .map(|n| n.driver.log().counters().late_timeouts_forgiven)
                 .sum(),
+            lease_reads: self
+                .nodes
+                .iter()
+                .map(|n| n.driver.log().counters().lease_reads)
+                .sum(),
+            lease_samples: self.leases.active_samples,
             end_ns: self.now,
             first_ack_after_heal_ns: self.first_ack_after_heal,
             digest: self.digest.finish(),

@@ -24,14 +24,15 @@ fn usage() -> ExitCode {
          mutations: none, commit-on-minority, vote-without-log-check, read-without-term-check, counter-read-without-gap, ignore-revoke-failure, commit-pointer-beyond-ack,\n  \
          skip-revoke, skip-vote-replication, commit-before-own-noop, drop-overwrite-guard, skip-session-check,\n  \
          recover-from-any-donor, restart-without-vote-recovery, false-suspicion-without-proof,\n  \
-         act-on-own-stall, transitional-new-majority-only, never-readd-zombies, grant-while-copying\n\
+         act-on-own-stall, transitional-new-majority-only, never-readd-zombies, grant-while-copying,\n  \
+         commit-before-view-active\n\
          verbatim-sim --list-mutations prints them one per line"
     );
     ExitCode::from(2)
 }
 
 /// Every mutation's name (the soak script runs each).
-const MUTATIONS: [&str; 18] = [
+const MUTATIONS: [&str; 19] = [
     "commit-on-minority",
     "vote-without-log-check",
     "read-without-term-check",
@@ -50,12 +51,14 @@ const MUTATIONS: [&str; 18] = [
     "transitional-new-majority-only",
     "never-readd-zombies",
     "grant-while-copying",
+    "commit-before-view-active",
 ];
 
 fn parse_mutation(s: &str) -> Option<Mutation> {
     Some(match s {
         "none" => Mutation::None,
         "commit-on-minority" => Mutation::CommitOnMinority,
+        "commit-before-view-active" => Mutation::CommitBeforeViewActive,
         "vote-without-log-check" => Mutation::VoteWithoutLogCheck,
         "read-without-term-check" => Mutation::ReadWithoutTermCheck,
         "counter-read-without-gap" => Mutation::CounterReadWithoutGap,
@@ -165,6 +168,10 @@ fn main() -> ExitCode {
         println!(
             "linearizability search: at most {} steps on one key",
             r.report.linearizability_steps
+        );
+        println!(
+            "leases: {} reads answered under a lease, {} samples with a lease held",
+            r.report.lease_reads, r.report.lease_samples
         );
         println!(
             "seeds: 1, violations: {}, undecided: {undecided}",

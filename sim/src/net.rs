@@ -573,7 +573,10 @@ impl Net {
             peer: wr.peer,
             status,
         };
-        if dst >= self.nics.len() || dst == src {
+        // A request to oneself is a loopback request (a coordinator CASes
+        // its own acceptor word through its NIC, as the others do): it
+        // travels the same simulated connection as any other.
+        if dst >= self.nics.len() {
             // No such connection: refuse at once (never lose a request).
             let t = depart_ns + 1;
             s.at(

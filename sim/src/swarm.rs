@@ -115,7 +115,33 @@ pub fn options_for_seed(seed: u64) -> ClusterOptions {
     hard_cases(seed, &mut o);
     reconfigurations(seed, &mut o);
     zombie_removal(seed, &mut o);
+    views(seed, &mut o);
     o
+}
+
+/// Views and leases (uKharon §5–6, issue 14), from a stream of their own:
+/// half of the seeds run the view engine, with leases from 20 µs to 1 ms,
+/// one to all members as coordinators, and a drift allowance that covers
+/// the members' drawn clock drift (each within ±5 %).
+fn views(seed: u64, o: &mut ClusterOptions) {
+    let mut v = SplitMix64::new(seed ^ 0x5649_4557_5321); // "VIEWS!"
+    if !v.chance(1, 2) {
+        return;
+    }
+    o.config.lease_ns = [20 * US, 50 * US, 200 * US, MS][v.range_inclusive(0, 3) as usize];
+    let worst = o
+        .drift_ppm
+        .iter()
+        .map(|d| d.unsigned_abs())
+        .max()
+        .unwrap_or(0);
+    o.config.lease_drift_ppm = worst.max(100) as u32;
+    let members = o.config.member_count;
+    o.config.coordinator_count = if v.chance(1, 2) {
+        members.min(3)
+    } else {
+        v.range_inclusive(1, u64::from(members)) as u8
+    };
 }
 
 /// Zombie removal (DARE §3.3.2), from a stream of its own: a quarter of

@@ -209,7 +209,8 @@ pub struct Snapshot {
     pub latency: LatencySummary,
     /// Recent events, newest last.
     pub events: Vec<EventRecord>,
-    /// Membership lease state, when leases exist (not yet: always null).
+    /// Views and leases (`[views]`, uKharon): the newest view this replica
+    /// knows and whether it holds a lease on it; null with views off.
     pub lease: Option<String>,
     /// Recovery by state transfer (DARE §3.4): this replica's own
     /// progress while it copies a snapshot, and its totals.

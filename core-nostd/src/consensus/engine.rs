@@ -444,6 +444,71 @@ impl<M: Memory> ConsensusEngine<M> {
     /// The leader starts at once (in one round trip if the slot is
     /// pre-prepared); another proposer after a randomized backoff.
     pub fn propose(&mut self, now_ns: u64, slot: u32, value: &[u8]) -> Result<(), ProposeError> {
+        self.propose_inner(now_ns, slot, value, false)
+    }
+
+    /// [`ConsensusEngine::propose`] without the non-leader's first
+    /// backoff: for a proposer that has its own reason to decide now (the
+    /// log leader asking for a view that names it). Safety does not
+    /// depend on who proposes; a contended slot still backs off after
+    /// an abort.
+    pub fn propose_now(
+        &mut self,
+        now_ns: u64,
+        slot: u32,
+        value: &[u8],
+    ) -> Result<(), ProposeError> {
+        self.propose_inner(now_ns, slot, value, true)
+    }
+
+    /// Counts acceptor `member` out for good: its memory is not to be
+    /// trusted (our own acceptor after a restart lost what it promised
+    /// and accepted). Nothing happens for a member that is no acceptor.
+    pub fn exclude_acceptor(&mut self, now_ns: u64, member: MemberId) {
+        self.now = self.now.max(now_ns);
+        if let Some(a) = self.acceptor_slot(member) {
+            self.acceptor_out[a] = true;
+            for e in self.entries.iter_mut() {
+                if e.views[a].answer == Answer::Pending {
+                    e.views[a].answer = Answer::Silent;
+                }
+            }
+            if self.learner.heard[a] == Heard::Pending {
+                self.learner.heard[a] = Heard::Silent;
+            }
+            for e in 0..WINDOW {
+                self.evaluate(e);
+            }
+            self.evaluate_learn();
+            self.progress();
+        }
+        self.invariants();
+    }
+
+    /// Whether acceptor index `a` may be asked now: it is not counted out
+    /// and its channel is not broken.
+    pub fn acceptor_usable(&self, a: usize) -> bool {
+        a < self.acceptor_count && !self.acceptor_out[a] && !self.chans[a].broken
+    }
+
+    /// Whether acceptor index `a` is counted out for good (reported down
+    /// or excluded).
+    pub fn acceptor_out(&self, a: usize) -> bool {
+        a >= self.acceptor_count || self.acceptor_out[a]
+    }
+
+    /// This member's index among the acceptors, if it is one.
+    pub fn own_acceptor(&self) -> Option<usize> {
+        self.me_acceptor
+    }
+
+    fn propose_inner(
+        &mut self,
+        now_ns: u64,
+        slot: u32,
+        value: &[u8],
+        at_once: bool,
+    ) -> Result<(), ProposeError> {
         self.now = self.now.max(now_ns);
         if self.me_proposer.is_none() {
             return Err(ProposeError::NotAProposer);
@@ -476,7 +541,7 @@ impl<M: Memory> ConsensusEngine<M> {
             None => return Err(ProposeError::Busy),
         };
         self.init_entry(e, slot, Some(v));
-        if self.is_leader() {
+        if self.is_leader() || at_once {
             self.start_attempt(e);
         } else {
             // Let a live leader go first (uKharon §5.3.1).

@@ -7,6 +7,7 @@
 //!          proposal area = slot_count records of record_stride bytes
 //! local  | landing words (OPS_MAX × 8) | record landings (LANES × stride) |
 //!          staging records (STAGING_COUNT × stride) | decided records (slot_count × stride) |
+//!          renewal landings (MAX_MEMBERS × 8) |
 //! ```
 //!
 //! Every member lays the shared region out the same way (peers compare
@@ -236,6 +237,8 @@ pub struct ConsensusLayout {
     pub staging_offset: u64,
     /// Start of the decided records.
     pub decided_offset: u64,
+    /// Start of the lease renewals' landing words (one per acceptor).
+    pub renewal_landing_offset: u64,
     /// Bytes of the local region.
     pub local_bytes: u64,
     /// Version and shape hash of the shared region, which peers compare.
@@ -257,7 +260,8 @@ impl ConsensusLayout {
         let record_landing_offset = OPS_MAX as u64 * 8;
         let staging_offset = record_landing_offset + LANES as u64 * record_stride;
         let decided_offset = staging_offset + STAGING_COUNT as u64 * record_stride;
-        let local_bytes = decided_offset + slots * record_stride;
+        let renewal_landing_offset = decided_offset + slots * record_stride;
+        let local_bytes = round_up(renewal_landing_offset + MAX_MEMBERS as u64 * 8, 64);
         let mut c = Checksum::new(0x434F_4E53_4C41_594F); // "CONSLAYO"
         for w in [
             CONSENSUS_LAYOUT_VERSION,
@@ -284,6 +288,7 @@ impl ConsensusLayout {
             record_landing_offset,
             staging_offset,
             decided_offset,
+            renewal_landing_offset,
             local_bytes,
             hash: c.finish(),
         })
@@ -365,6 +370,16 @@ impl ConsensusLayout {
         Addr::new(
             self.local_region,
             self.decided_offset + u64::from(slot) * self.record_stride,
+        )
+    }
+
+    /// Where a lease renewal's READ of acceptor `acceptor`'s slot word
+    /// lands (the view engine's, [`crate::views`]).
+    pub fn renewal_landing(&self, acceptor: usize) -> Addr {
+        assert!(acceptor < MAX_MEMBERS);
+        Addr::new(
+            self.local_region,
+            self.renewal_landing_offset + acceptor as u64 * 8,
         )
     }
 

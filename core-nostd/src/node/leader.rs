@@ -659,6 +659,15 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         if self.tail_pos <= self.commit_pos {
             return;
         }
+        if !self.commit_cleared(self.term) {
+            // Views on, and ours is not active yet: an older view's
+            // leader may still answer reads under its lease.
+            if self.commit_wait_counted_term != self.term {
+                self.commit_wait_counted_term = self.term;
+                self.counters.commits_awaiting_view += 1;
+            }
+            return;
+        }
         // What a majority of every group holds: our tail, and what each
         // follower that replicates (or did until its channel broke, or is
         // being verified) acknowledged.
@@ -773,6 +782,18 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             return;
         }
         let id = self.next_read_round;
+        if self.read_lease_term == self.term && self.now < self.read_lease_end_ns {
+            // Leased: no newer leader can have committed anything (it
+            // waits for its own view, which waits out our lease).
+            self.next_read_round += 1;
+            for r in self.reads.iter_mut() {
+                if r.read_index.is_none() {
+                    r.read_index = Some(self.commit_index);
+                    self.counters.lease_reads += 1;
+                }
+            }
+            return;
+        }
         #[cfg(feature = "mutation-testing")]
         if self.cfg.mutation == crate::config::Mutation::ReadWithoutTermCheck {
             self.next_read_round += 1;

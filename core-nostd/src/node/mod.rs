@@ -216,6 +216,12 @@ pub struct Counters {
     pub reads_served: u64,
     /// Term-confirmation rounds completed.
     pub read_rounds: u64,
+    /// Reads confirmed by the lease on a view instead of a round
+    /// ([`Node::set_read_lease`]).
+    pub lease_reads: u64,
+    /// Commits held back because this leader's view was not active yet
+    /// ([`Node::clear_commit`]); counted once per term.
+    pub commits_awaiting_view: u64,
     /// Elections started.
     pub elections_started: u64,
     /// Elections won.
@@ -714,6 +720,15 @@ pub struct Node<M: Memory, S: StateMachine> {
     reads: Deque<PendingRead, READ_QUEUE_CAP>,
     next_read_round: u64,
     read_round: Option<ReadRound>,
+    /// A lease on a view naming us leader in this term, until this time
+    /// (our clock): reads need no round while it holds.
+    read_lease_term: u64,
+    read_lease_end_ns: u64,
+    /// Views are on: a leader commits nothing before `clear_commit` for
+    /// its term.
+    commit_needs_view: bool,
+    commit_cleared_term: u64,
+    commit_wait_counted_term: u64,
 
     actions: Deque<Action, ACTION_QUEUE_CAP>,
     events: Deque<Event, EVENT_QUEUE_CAP>,
@@ -863,6 +878,11 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             reads: Deque::new(),
             next_read_round: 1,
             read_round: None,
+            read_lease_term: 0,
+            read_lease_end_ns: 0,
+            commit_needs_view: config.lease_ns > 0,
+            commit_cleared_term: 0,
+            commit_wait_counted_term: 0,
             actions: Deque::new(),
             events: Deque::new(),
             log_full_reported: false,
@@ -1304,6 +1324,34 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         let r = self.leader_submit_write(client_id, request_id, payload);
         self.invariants();
         r
+    }
+
+    /// The driver's word that this member holds an active lease on a view
+    /// naming it leader in `term`, until `end_ns` (the clock of every
+    /// other call). While it holds and `term` is the current term, a read
+    /// needs no round of term checks: no other leader can have committed
+    /// anything ([`crate::views`]). `(0, 0)` withdraws it.
+    pub fn set_read_lease(&mut self, term: u64, end_ns: u64) {
+        self.read_lease_term = term;
+        self.read_lease_end_ns = end_ns;
+    }
+
+    /// With views on, a leader commits nothing in `term` until the driver
+    /// clears it: its view is active (every older lease ran out), or the
+    /// coordinators are known gone for longer than a lease.
+    pub fn clear_commit(&mut self, term: u64) {
+        if term > self.commit_cleared_term {
+            self.commit_cleared_term = term;
+        }
+    }
+
+    /// Whether a leader of `term` may commit (always, with views off).
+    pub fn commit_cleared(&self, term: u64) -> bool {
+        #[cfg(feature = "mutation-testing")]
+        if self.cfg.mutation == crate::config::Mutation::CommitBeforeViewActive {
+            return true;
+        }
+        !self.commit_needs_view || self.commit_cleared_term >= term
     }
 
     /// Submits a read (DARE §3.3): once the leader has confirmed its term

@@ -665,17 +665,25 @@ impl ShmFabric {
 
     fn execute(&mut self, wr: &WorkRequest) -> WcStatus {
         let p = wr.peer.index();
-        if p >= self.peers.len() || wr.peer == self.me {
+        if p >= self.peers.len() {
             return WcStatus::InvalidRequest;
         }
         if self.broken[p][wr.op.channel().index()] {
             return WcStatus::Flushed;
         }
-        if self.liveness.is_dead(wr.peer) {
-            return WcStatus::Unreachable;
-        }
-        let Some(target) = self.peers[p].clone() else {
-            return WcStatus::Unreachable;
+        // A request to ourselves is a loopback request (a coordinator CASes
+        // its own acceptor word as the others do): our own segment, with
+        // the same access check.
+        let target = if wr.peer == self.me {
+            self.local.clone()
+        } else {
+            if self.liveness.is_dead(wr.peer) {
+                return WcStatus::Unreachable;
+            }
+            let Some(target) = self.peers[p].clone() else {
+                return WcStatus::Unreachable;
+            };
+            target
         };
         let remote = wr.op.remote();
         let Some(dst) = target.ptr(remote, wr.op.remote_len()) else {

@@ -567,6 +567,7 @@ impl Host<ShmMemory, Kv> for Gateway {
         match event {
             DriverEvent::Log(e) => self.on_log_event(now_ns, engines, e),
             DriverEvent::Counter(e) => self.on_counter_event(e),
+            DriverEvent::View(e) => tracing::info!(event = ?e, "views"),
         }
     }
 }
@@ -642,6 +643,8 @@ impl<F: HostFabric> Replica<F> {
             ("duplicates", c.duplicates),
             ("reads_served", c.reads_served),
             ("read_rounds", c.read_rounds),
+            ("lease_reads", c.lease_reads),
+            ("commits_awaiting_view", c.commits_awaiting_view),
             ("elections_started", c.elections_started),
             ("elections_won", c.elections_won),
             ("votes_granted", c.votes_granted),
@@ -728,7 +731,27 @@ impl<F: HostFabric> Replica<F> {
             counters,
             latency: self.gw.latency.last.clone(),
             events: self.gw.events.iter().cloned().collect(),
-            lease: None,
+            lease: self.driver.engines().views.as_ref().map(|v| {
+                let vs = v.status(now);
+                let view = match vs.view {
+                    Some(view) => format!(
+                        "view {} (leader {}, term {})",
+                        vs.epoch, view.leader.0, view.log_term
+                    ),
+                    None => "no view yet".to_string(),
+                };
+                let held = if vs.lease_active {
+                    format!("held, {} µs left", vs.lease_remaining_ns / 1000)
+                } else {
+                    "not held".to_string()
+                };
+                let lost = if vs.coordinators_lost {
+                    " · coordinators lost: DARE fallback"
+                } else {
+                    ""
+                };
+                format!("{view} · {held}{lost}")
+            }),
             recovery: {
                 let r = log.recovery_status();
                 verbatim_status::RecoveryProgress {

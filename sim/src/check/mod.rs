@@ -7,6 +7,7 @@ pub mod completeness;
 pub mod configurations;
 pub mod counters;
 pub mod election;
+pub mod leases;
 pub mod linearizability;
 pub mod log_matching;
 pub mod state_machine;

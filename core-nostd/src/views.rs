@@ -1,0 +1,782 @@
+//! Views held under leases: the view engine that puts uKharon's one-sided
+//! Paxos ([`crate::consensus`], §5) and leases ([`crate::lease`], §6)
+//! beside the log engine (issue 14).
+//!
+//! A *view* is the value decided in one consensus slot: view `k` (its
+//! *epoch*) lives in slot `k - 1`. It names the log leader and the DARE
+//! term it leads in, and the lease length. The coordinators (members
+//! `0 .. coordinator_count`) are the acceptors; every member may propose.
+//!
+//! How the log engine uses it (the driver passes everything between them):
+//!
+//! * The member DARE elected leader in term `t` asks for a view naming it
+//!   in `t` ([`ViewEngine::want_view`]) and proposes it at once.
+//! * The view's leader, and only it, holds a lease on the view: its poll
+//!   loop renews it in the background by READing the next slot's word at
+//!   a majority of coordinators (Algorithm 2). Nobody else needs a lease,
+//!   so followers stay parked.
+//! * While the lease is active on a view that names it in its current
+//!   term, the leader answers linearizable reads from its own state, with
+//!   no round of term checks ([`crate::Node::set_read_lease`]).
+//! * A leader commits nothing in its term before its own view is active
+//!   ([`crate::Node::clear_commit`]): by then every lease on an older view
+//!   has run out, so no deposed leader can still answer a read from a
+//!   state that misses a write of the new term.
+//! * Fallback: when a majority of coordinators is known gone (death
+//!   notices), no view can be decided and nobody can renew one. Once that
+//!   has been so for the lease wait, the leader may commit without a view
+//!   ([`ViewEngine::coordinators_lost_for`]), with reads confirmed by term
+//!   checks as in DARE. This relies on the death notices: a coordinator
+//!   reported dead must be dead for everyone, not only cut off from us.
+//!
+//! Slot words are "empty" for a renewal when nothing is accepted in them:
+//! a slot that is only prepared (a leader pre-prepares the next slot,
+//! §5.3.1) holds no decision, and a decision needs accepts at a majority,
+//! which the majority read meets.
+//!
+//! A restarted coordinator lost what its acceptor promised and accepted:
+//! its peers stop counting it when they see it restart, and it stops
+//! counting itself once its log engine has read back its row and found a
+//! previous incarnation ([`ViewEngine::trust_own_acceptor`]). Re-admitting
+//! one takes a reconfiguration of the coordinators, which is not built.
+
+use crate::config::Config;
+use crate::consensus::{
+    ConsensusConfig, ConsensusEngine, ConsensusEvent, ConsensusLayout, ConsensusStatus, LearnError,
+    ProposeError, SlotWord,
+};
+use crate::engine::Engine;
+use crate::fabric::{
+    Action, Completion, FabricError, MemberId, Op, WcStatus, WorkRequest, WrId, MAX_MEMBERS,
+};
+use crate::layout::Layout;
+use crate::lease::{LeaseKeeper, LeasedView, RenewalOutcome};
+use crate::mem::Memory;
+
+/// Bytes of an encoded view.
+pub const VIEW_BYTES: usize = 24;
+/// Encoding version, the view's first byte.
+pub const VIEW_VERSION: u8 = 1;
+/// Marks the view engine's own work requests (the consensus engine's stay
+/// below bit 40).
+const OWN_WR: u64 = 1 << 48;
+/// Consensus slots resolved in one call at most (a member far behind
+/// catches up over several calls).
+const SLOTS_PER_CALL: usize = 4;
+
+/// One decided view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct View {
+    /// The log leader.
+    pub leader: MemberId,
+    /// The DARE term it leads in.
+    pub log_term: u64,
+    /// The lease length δ it is held under.
+    pub lease_ns: u64,
+}
+
+/// Why bytes decided in a slot are not a view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ViewError {
+    /// Not [`VIEW_BYTES`] long.
+    Length,
+    /// Another encoding version.
+    Version,
+    /// A leader that is no member.
+    Leader,
+    /// Reserved bytes not zero, or a zero term or lease.
+    Malformed,
+}
+
+impl View {
+    /// The bytes proposed and decided.
+    pub fn encode(&self) -> [u8; VIEW_BYTES] {
+        let mut b = [0u8; VIEW_BYTES];
+        b[0] = VIEW_VERSION;
+        b[1] = self.leader.0;
+        b[8..16].copy_from_slice(&self.log_term.to_le_bytes());
+        b[16..24].copy_from_slice(&self.lease_ns.to_le_bytes());
+        b
+    }
+
+    /// Decodes and validates a decided value (it came from peers'
+    /// memory: never trusted).
+    pub fn decode(bytes: &[u8], member_count: u8) -> Result<View, ViewError> {
+        if bytes.len() != VIEW_BYTES {
+            return Err(ViewError::Length);
+        }
+        if bytes[0] != VIEW_VERSION {
+            return Err(ViewError::Version);
+        }
+        if bytes[1] >= member_count {
+            return Err(ViewError::Leader);
+        }
+        let word = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&bytes[i..i + 8]);
+            u64::from_le_bytes(w)
+        };
+        let (log_term, lease_ns) = (word(8), word(16));
+        if bytes[2..8].iter().any(|&b| b != 0) || log_term == 0 || lease_ns == 0 {
+            return Err(ViewError::Malformed);
+        }
+        Ok(View {
+            leader: MemberId(bytes[1]),
+            log_term,
+            lease_ns,
+        })
+    }
+
+    /// Acting in both at once is harmless (uKharon §6.3): only the lease
+    /// length differs.
+    pub fn compatible_with(&self, previous: &View) -> bool {
+        self.leader == previous.leader && self.log_term == previous.log_term
+    }
+}
+
+/// The consensus configuration of views for `config`, or `None` when
+/// views are off (`lease_ns == 0`): the coordinators accept, every member
+/// proposes.
+pub fn consensus_config(config: &Config) -> Option<ConsensusConfig> {
+    if config.lease_ns == 0 {
+        return None;
+    }
+    let ids: [MemberId; MAX_MEMBERS] = core::array::from_fn(|i| MemberId(i as u8));
+    let members = usize::from(config.member_count).min(MAX_MEMBERS);
+    let coordinators = usize::from(config.coordinator_count).clamp(1, members);
+    let mut c = ConsensusConfig::new(config.self_id, &ids[..coordinators], &ids[..members]);
+    c.slot_count = config.view_slot_count;
+    c.value_bytes_max = VIEW_BYTES as u32;
+    c.reconnect_backoff_ns = config.reconnect_backoff_ns;
+    c.seed = config.seed ^ 0x5649_4557; // "VIEW"
+    #[cfg(feature = "mutation-testing")]
+    {
+        c.mutation = config.mutation;
+    }
+    Some(c)
+}
+
+/// What the view engine reports to the driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ViewEvent {
+    /// The newest view this member knows changed (decided here or learnt).
+    Decided {
+        /// Its epoch.
+        epoch: u64,
+        /// The view.
+        view: View,
+        /// Decided by this member's own proposal.
+        ours: bool,
+    },
+    /// This member's lease on `epoch` became active.
+    LeaseActive {
+        /// The epoch.
+        epoch: u64,
+    },
+    /// Every view slot is used: no new view can be decided (the log engine
+    /// keeps working through DARE's own election and term checks).
+    SlotsExhausted,
+    /// A slot's proposal numbers ran out (uKharon A.6, not implemented).
+    ProposalSpaceExhausted {
+        /// The slot.
+        slot: u32,
+    },
+}
+
+/// Counters and state, for status.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ViewStatus {
+    /// Epoch of the newest view known (0: none).
+    pub epoch: u64,
+    /// That view.
+    pub view: Option<View>,
+    /// This member holds an active lease on it.
+    pub lease_active: bool,
+    /// Lease left, in nanoseconds.
+    pub lease_remaining_ns: u64,
+    /// Views this member proposed.
+    pub proposed: u64,
+    /// Of those, decided with this member's value.
+    pub won: u64,
+    /// Lease checks that extended or started a lease.
+    pub renewals: u64,
+    /// Lease checks that found the next slot filled.
+    pub renewals_superseded: u64,
+    /// Lease checks given up (too few coordinators answered).
+    pub renewals_abandoned: u64,
+    /// Decided values that were not views.
+    pub malformed_views: u64,
+    /// A majority of coordinators is known gone.
+    pub coordinators_lost: bool,
+    /// This member's own acceptor is not counted (it restarted).
+    pub own_acceptor_excluded: bool,
+    /// The consensus engine's counters.
+    pub consensus: ConsensusStatus,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct RenewalRound {
+    renewal: crate::lease::Renewal,
+    generation: u32,
+    asked: [bool; MAX_MEMBERS],
+    empty: usize,
+    failed: usize,
+    filled: bool,
+}
+
+/// The view engine of one member (see the module documentation).
+pub struct ViewEngine<M: Memory> {
+    consensus: ConsensusEngine<M>,
+    lease: LeaseKeeper,
+    layout: ConsensusLayout,
+    mem: M,
+    me: MemberId,
+    member_count: u8,
+    acceptors: [MemberId; MAX_MEMBERS],
+    acceptor_count: usize,
+    quorum: usize,
+    lease_ns: u64,
+    learn_period_ns: u64,
+    /// One above the highest slot known decided.
+    next_slot: u32,
+    latest: Option<(u64, View)>,
+    want: Option<View>,
+    proposing: Option<u32>,
+    learning: Option<u32>,
+    learn_due_ns: u64,
+    renewal: Option<RenewalRound>,
+    renew_retry_at_ns: u64,
+    outstanding: [u8; MAX_MEMBERS],
+    next_generation: u32,
+    lease_reported: u64,
+    lost_since_ns: Option<u64>,
+    exhausted: bool,
+    status: ViewStatus,
+    actions: heapless::Deque<Action, { MAX_MEMBERS * 2 }>,
+    events: heapless::Deque<ViewEvent, 16>,
+    now: u64,
+}
+
+impl<M: Memory + Clone> ViewEngine<M> {
+    /// The engine over `memory` laid out by `layout`, or `None` when views
+    /// are off in `config`.
+    pub fn new(config: &Config, layout: &Layout, memory: M, now_ns: u64) -> Option<Self> {
+        let cc = consensus_config(config)?;
+        let cl = layout.consensus?;
+        let lease = LeaseKeeper::new(config.lease_config()).ok()?;
+        let mut acceptors = [MemberId(0); MAX_MEMBERS];
+        for (i, m) in cc.acceptors.iter().enumerate() {
+            acceptors[i] = *m;
+        }
+        let acceptor_count = cc.acceptors.len();
+        Some(ViewEngine {
+            quorum: cc.quorum(),
+            consensus: ConsensusEngine::new(&cc, cl, memory.clone(), now_ns),
+            lease,
+            layout: cl,
+            mem: memory,
+            me: config.self_id,
+            member_count: config.member_count,
+            acceptors,
+            acceptor_count,
+            lease_ns: config.lease_ns,
+            learn_period_ns: config.view_learn_period_ns,
+            next_slot: 0,
+            latest: None,
+            want: None,
+            proposing: None,
+            learning: None,
+            learn_due_ns: now_ns,
+            renewal: None,
+            renew_retry_at_ns: 0,
+            outstanding: [0; MAX_MEMBERS],
+            next_generation: 1,
+            lease_reported: 0,
+            lost_since_ns: None,
+            exhausted: false,
+            status: ViewStatus::default(),
+            actions: heapless::Deque::new(),
+            events: heapless::Deque::new(),
+            now: now_ns,
+        })
+    }
+
+    /// The view this member wants decided: one naming it leader in its
+    /// current DARE term while it leads, `None` otherwise.
+    pub fn want_view(&mut self, now_ns: u64, want: Option<View>) {
+        self.now = self.now.max(now_ns);
+        if self.want != want {
+            self.want = want;
+            self.progress();
+        }
+    }
+
+    /// Whether this member's own acceptor memory may be counted: false
+    /// after a restart (it lost its promises). Called once the log engine
+    /// knows; an excluded acceptor stays excluded.
+    pub fn trust_own_acceptor(&mut self, now_ns: u64, trusted: bool) {
+        self.now = self.now.max(now_ns);
+        if !trusted && !self.status.own_acceptor_excluded {
+            self.status.own_acceptor_excluded = true;
+            self.consensus.exclude_acceptor(now_ns, self.me);
+            self.drain_consensus();
+            self.note_lost();
+        }
+    }
+
+    /// The newest view known, with its epoch.
+    pub fn latest(&self) -> Option<(u64, View)> {
+        self.latest
+    }
+
+    /// The view this member holds an active lease on at `now_ns`, with
+    /// its epoch and the local time the lease ends (uKharon's `Active`:
+    /// local state only).
+    #[inline]
+    pub fn leased(&self, now_ns: u64) -> Option<(u64, View, u64)> {
+        let (epoch, view) = self.latest?;
+        if !self.lease.active(epoch, now_ns) {
+            return None;
+        }
+        Some((epoch, view, now_ns + self.lease.remaining_ns(now_ns)))
+    }
+
+    /// How long a majority of coordinators has been known gone at
+    /// `now_ns` (`None`: a majority may still answer).
+    pub fn coordinators_lost_for(&self, now_ns: u64) -> Option<u64> {
+        self.lost_since_ns.map(|t| now_ns.saturating_sub(t))
+    }
+
+    /// The wait a new view's lease starts after (δ + allowance): after it,
+    /// no lease on an older view is held anywhere.
+    pub fn lease_wait_ns(&self) -> u64 {
+        self.lease.config().wait_ns()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<ViewEvent> {
+        self.events.pop_front()
+    }
+
+    /// State and counters.
+    pub fn status(&self, now_ns: u64) -> ViewStatus {
+        let mut s = self.status;
+        s.epoch = self.latest.map_or(0, |(e, _)| e);
+        s.view = self.latest.map(|(_, v)| v);
+        s.lease_active = self.leased(now_ns).is_some();
+        s.lease_remaining_ns = self.lease.remaining_ns(now_ns);
+        s.coordinators_lost = self.lost_since_ns.is_some();
+        s.consensus = self.consensus.status();
+        s
+    }
+
+    /// The consensus engine (status, tests).
+    pub fn consensus(&self) -> &ConsensusEngine<M> {
+        &self.consensus
+    }
+
+    fn push_event(&mut self, e: ViewEvent) {
+        // Drained after every call; a full queue drops the oldest (status
+        // only: the state is in `latest` and the lease).
+        if self.events.is_full() {
+            self.events.pop_front();
+        }
+        let _ = self.events.push_back(e);
+    }
+
+    fn epoch_of(slot: u32) -> u64 {
+        u64::from(slot) + 1
+    }
+
+    /// A majority of acceptors is counted out for good.
+    fn note_lost(&mut self) {
+        let out = (0..self.acceptor_count)
+            .filter(|&a| self.consensus.acceptor_out(a))
+            .count();
+        if self.acceptor_count - out < self.quorum {
+            if self.lost_since_ns.is_none() {
+                self.lost_since_ns = Some(self.now);
+            }
+        } else {
+            self.lost_since_ns = None;
+        }
+    }
+
+    fn drain_consensus(&mut self) {
+        while let Some(e) = self.consensus.poll_event() {
+            match e {
+                ConsensusEvent::Decided { slot, value, ours } => {
+                    self.on_decided(slot, &value, ours)
+                }
+                ConsensusEvent::Undecided { slot } => {
+                    if self.learning == Some(slot) {
+                        self.learning = None;
+                        // Caught up. A superseded leader looks again soon:
+                        // the slot that stopped its renewal is being
+                        // decided.
+                        let again = if self.holds_lease_role() {
+                            self.lease_ns / 4
+                        } else {
+                            self.learn_period_ns
+                        };
+                        self.learn_due_ns = self.now.saturating_add(again.max(1));
+                    }
+                }
+                ConsensusEvent::ProposalSpaceExhausted { slot } => {
+                    if self.proposing == Some(slot) {
+                        self.proposing = None;
+                        self.exhausted = true;
+                    }
+                    self.push_event(ViewEvent::ProposalSpaceExhausted { slot });
+                }
+            }
+        }
+    }
+
+    fn on_decided(&mut self, slot: u32, value: &[u8], ours: bool) {
+        self.next_slot = self.next_slot.max(slot + 1);
+        if self.proposing == Some(slot) {
+            self.proposing = None;
+            if ours {
+                self.status.won += 1;
+            }
+        }
+        if self.learning == Some(slot) {
+            self.learning = None;
+            // Go on with the next slot at once.
+            self.learn_due_ns = self.now;
+        }
+        let view = match View::decode(value, self.member_count) {
+            Ok(v) => v,
+            Err(_) => {
+                self.status.malformed_views += 1;
+                return;
+            }
+        };
+        let epoch = Self::epoch_of(slot);
+        if self.latest.is_some_and(|(e, _)| e >= epoch) {
+            return;
+        }
+        let compatible = self
+            .latest
+            .is_some_and(|(e, prev)| e + 1 == epoch && view.compatible_with(&prev));
+        self.latest = Some((epoch, view));
+        self.lease.follow(
+            LeasedView {
+                epoch,
+                compatible_with_previous: compatible,
+            },
+            self.now,
+        );
+        // Checks of the previous view are stale from now.
+        self.renewal = None;
+        self.renew_retry_at_ns = 0;
+        self.push_event(ViewEvent::Decided { epoch, view, ours });
+    }
+
+    /// This member renews: the newest view is the one it wants (it names
+    /// this member as the leader of its current term).
+    fn holds_lease_role(&self) -> bool {
+        self.latest.is_some_and(|(_, v)| Some(v) == self.want)
+    }
+
+    fn progress(&mut self) {
+        for _ in 0..SLOTS_PER_CALL {
+            self.drain_consensus();
+            if !self.step_once() {
+                break;
+            }
+        }
+        self.drain_consensus();
+        self.renew();
+        if let Some((epoch, _, _)) = self.leased(self.now) {
+            if self.lease_reported != epoch {
+                self.lease_reported = epoch;
+                self.push_event(ViewEvent::LeaseActive { epoch });
+            }
+        }
+    }
+
+    /// Proposes or learns one slot; true when a slot was resolved at once
+    /// (another may follow).
+    fn step_once(&mut self) -> bool {
+        if self.proposing.is_some() || self.learning.is_some() {
+            return false;
+        }
+        let slot = self.next_slot;
+        if slot >= self.layout.slot_count {
+            if !self.exhausted && self.want.is_some() {
+                self.exhausted = true;
+                self.push_event(ViewEvent::SlotsExhausted);
+            }
+            return false;
+        }
+        // Never a view older than the newest known: a deposed leader that
+        // has not heard of its successor's term yet must not take the
+        // view back.
+        let wanted = match (self.want, self.latest) {
+            (Some(_), _) if self.exhausted => None,
+            (Some(w), None) => Some(w),
+            (Some(w), Some((_, v))) if w != v && w.log_term >= v.log_term => Some(w),
+            _ => None,
+        };
+        if let Some(w) = wanted {
+            match self.consensus.propose_now(self.now, slot, &w.encode()) {
+                Ok(()) => {
+                    self.proposing = Some(slot);
+                    self.status.proposed += 1;
+                    self.drain_consensus();
+                    false
+                }
+                Err(ProposeError::AlreadyDecided) => self.take_decided(slot),
+                // A proposal of an earlier want still runs in that slot:
+                // its outcome comes first.
+                Err(ProposeError::InProgress | ProposeError::Busy) => false,
+                Err(_) => {
+                    self.exhausted = true;
+                    false
+                }
+            }
+        } else if self.now >= self.learn_due_ns {
+            match self.consensus.learn(self.now, slot) {
+                Ok(()) => {
+                    self.learning = Some(slot);
+                    self.learn_due_ns = self.now.saturating_add(self.learn_period_ns);
+                    self.drain_consensus();
+                    false
+                }
+                Err(LearnError::AlreadyDecided) => self.take_decided(slot),
+                Err(LearnError::Busy | LearnError::SlotOutOfRange) => false,
+            }
+        } else {
+            false
+        }
+    }
+
+    fn take_decided(&mut self, slot: u32) -> bool {
+        match self.consensus.decided(slot) {
+            Some(v) => {
+                let bytes = v.clone();
+                self.on_decided(slot, &bytes, false);
+                true
+            }
+            None => false,
+        }
+    }
+
+    // ---- lease renewal (Algorithm 2) ---------------------------------
+
+    fn renew(&mut self) {
+        if self.renewal.is_some()
+            || !self.holds_lease_role()
+            || self.now < self.renew_retry_at_ns
+            || !self.lease.renewal_due(self.now)
+        {
+            return;
+        }
+        let Some(r) = self.lease.begin_renewal(self.now) else {
+            return;
+        };
+        // The next view's slot: epoch e lives in slot e - 1.
+        let next_slot = r.epoch;
+        if next_slot >= u64::from(self.layout.slot_count) {
+            // No slot is left for a newer view: none can be decided.
+            let outcome = self.lease.finish_renewal(r, true);
+            self.renewed(outcome);
+            return;
+        }
+        let next_slot = next_slot as u32;
+        let generation = self.next_generation;
+        self.next_generation = self.next_generation.wrapping_add(1).max(1);
+        let mut round = RenewalRound {
+            renewal: r,
+            generation,
+            asked: [false; MAX_MEMBERS],
+            empty: 0,
+            failed: 0,
+            filled: false,
+        };
+        for a in 0..self.acceptor_count {
+            if !self.consensus.acceptor_usable(a) || self.outstanding[a] > 0 {
+                round.failed += 1;
+                continue;
+            }
+            if Some(a) == self.consensus.own_acceptor() {
+                // Our own acceptor memory: a load is as atomic as the
+                // CASes that change it.
+                let raw = self.mem.load_u64(self.layout.slot_word(next_slot));
+                Self::count_word(&mut round, raw, self.layout.proposer_count);
+                continue;
+            }
+            let wr = WorkRequest {
+                wr_id: WrId(OWN_WR | (u64::from(generation) << 8) | a as u64),
+                peer: self.acceptors[a],
+                op: Op::Read {
+                    remote: self.layout.slot_word(next_slot),
+                    local: self.layout.renewal_landing(a),
+                    len: 8,
+                },
+                notify: false,
+            };
+            if self.actions.push_back(Action::Post(wr)).is_err() {
+                round.failed += 1;
+                continue;
+            }
+            self.outstanding[a] += 1;
+            round.asked[a] = true;
+        }
+        self.renewal = Some(round);
+        self.evaluate_renewal();
+    }
+
+    fn count_word(round: &mut RenewalRound, raw: u64, proposer_count: u8) {
+        match SlotWord::decode(raw, proposer_count) {
+            Ok(w) if w.accepted_proposal != 0 => round.filled = true,
+            Ok(_) => round.empty += 1,
+            Err(_) => round.failed += 1,
+        }
+    }
+
+    fn evaluate_renewal(&mut self) {
+        let Some(round) = self.renewal else { return };
+        let r = round.renewal;
+        if round.filled {
+            self.renewal = None;
+            let outcome = self.lease.finish_renewal(r, false);
+            self.renewed(outcome);
+            // Learn the view that filled it.
+            self.learn_due_ns = self.now;
+        } else if round.empty >= self.quorum {
+            self.renewal = None;
+            let outcome = self.lease.finish_renewal(r, true);
+            self.renewed(outcome);
+        } else if round.failed > self.acceptor_count - self.quorum {
+            self.renewal = None;
+            self.lease.abandon_renewal();
+            self.status.renewals_abandoned += 1;
+            // Not on every iteration: the coordinators that failed stay
+            // failed for a while.
+            self.renew_retry_at_ns = self.now.saturating_add((self.lease_ns / 8).max(1));
+        }
+    }
+
+    fn renewed(&mut self, outcome: RenewalOutcome) {
+        match outcome {
+            RenewalOutcome::Started { .. } | RenewalOutcome::Extended { .. } => {
+                self.status.renewals += 1
+            }
+            RenewalOutcome::Superseded => self.status.renewals_superseded += 1,
+            RenewalOutcome::Stale => {}
+        }
+    }
+
+    fn on_own_completion(&mut self, c: Completion) {
+        let a = (c.wr_id.0 & 0xFF) as usize;
+        let generation = ((c.wr_id.0 >> 8) & 0xFFFF_FFFF) as u32;
+        if a >= self.acceptor_count || self.acceptors[a] != c.peer || self.outstanding[a] == 0 {
+            self.status.consensus.stale_completions += 1;
+            return;
+        }
+        self.outstanding[a] -= 1;
+        let Some(mut round) = self.renewal else {
+            return;
+        };
+        if round.generation != generation || !round.asked[a] {
+            return;
+        }
+        round.asked[a] = false;
+        if c.status == WcStatus::Ok {
+            let raw = self.mem.load_u64(self.layout.renewal_landing(a));
+            Self::count_word(&mut round, raw, self.layout.proposer_count);
+        } else {
+            round.failed += 1;
+        }
+        self.renewal = Some(round);
+        self.evaluate_renewal();
+    }
+}
+
+impl<M: Memory + Clone> Engine for ViewEngine<M> {
+    fn name(&self) -> &'static str {
+        "views"
+    }
+
+    fn handle_completion(&mut self, now_ns: u64, mut c: Completion) {
+        self.now = self.now.max(now_ns);
+        if c.peer == self.me && c.status == WcStatus::InvalidRequest {
+            // A fabric without loopback requests (verbs today): our own
+            // acceptor cannot be reached the way the others reach it, so
+            // it counts as gone, and a group that lost the rest of its
+            // majority falls back instead of waiting forever.
+            self.trust_own_acceptor(now_ns, false);
+        }
+        if c.wr_id.0 & OWN_WR != 0 {
+            c.wr_id = WrId(c.wr_id.0 & !OWN_WR);
+            self.on_own_completion(c);
+        } else {
+            self.consensus.handle_completion(now_ns, c);
+        }
+        self.progress();
+    }
+
+    fn handle_timeout(&mut self, now_ns: u64) {
+        self.now = self.now.max(now_ns);
+        self.consensus.handle_timeout(now_ns);
+        self.progress();
+    }
+
+    fn handle_peer_down(&mut self, now_ns: u64, peer: MemberId) {
+        self.now = self.now.max(now_ns);
+        self.consensus.handle_peer_down(now_ns, peer);
+        self.note_lost();
+        if let Some(mut round) = self.renewal {
+            // Its READ may never complete: count it failed now.
+            if let Some(a) = self.acceptors[..self.acceptor_count]
+                .iter()
+                .position(|&m| m == peer)
+            {
+                if round.asked[a] {
+                    round.asked[a] = false;
+                    round.failed += 1;
+                    self.renewal = Some(round);
+                    self.evaluate_renewal();
+                }
+            }
+        }
+        self.progress();
+    }
+
+    fn handle_peer_up(&mut self, now_ns: u64, peer: MemberId) {
+        self.now = self.now.max(now_ns);
+        self.consensus.handle_peer_up(now_ns, peer);
+        self.progress();
+    }
+
+    fn poll_action(&mut self) -> Option<Action> {
+        // The consensus engine's first: its record WRITE precedes its CAS.
+        self.consensus
+            .poll_action()
+            .or_else(|| self.actions.pop_front())
+    }
+
+    fn handle_action_failed(&mut self, now_ns: u64, action: &Action, error: FabricError) {
+        self.now = self.now.max(now_ns);
+        self.consensus.handle_action_failed(now_ns, action, error);
+    }
+
+    fn next_deadline(&self) -> u64 {
+        let mut at = self.consensus.next_deadline();
+        if self.proposing.is_none() && self.learning.is_none() {
+            at = at.min(self.learn_due_ns);
+        }
+        if self.holds_lease_role() && self.renewal.is_none() {
+            if let Some(due) = self.lease.renewal_due_at() {
+                at = at.min(due.max(self.renew_retry_at_ns));
+            }
+        }
+        at
+    }
+}
+
+#[cfg(test)]
+mod tests;

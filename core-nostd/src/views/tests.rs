@@ -1,0 +1,62 @@
+use super::*;
+
+fn view() -> View {
+    View {
+        leader: MemberId(2),
+        log_term: 7,
+        lease_ns: 20_000,
+    }
+}
+
+#[test]
+fn a_view_round_trips_and_bad_bytes_are_refused() {
+    let v = view();
+    let bytes = v.encode();
+    assert_eq!(View::decode(&bytes, 3), Ok(v));
+    assert_eq!(View::decode(&bytes[..23], 3), Err(ViewError::Length));
+    assert_eq!(View::decode(&bytes, 2), Err(ViewError::Leader));
+    let mut b = bytes;
+    b[0] = 9;
+    assert_eq!(View::decode(&b, 3), Err(ViewError::Version));
+    let mut b = bytes;
+    b[5] = 1;
+    assert_eq!(View::decode(&b, 3), Err(ViewError::Malformed));
+    let zero_term = View { log_term: 0, ..v }.encode();
+    assert_eq!(View::decode(&zero_term, 3), Err(ViewError::Malformed));
+}
+
+#[test]
+fn only_a_lease_change_is_compatible() {
+    let v = view();
+    assert!(View {
+        lease_ns: 40_000,
+        ..v
+    }
+    .compatible_with(&v));
+    assert!(!View { log_term: 8, ..v }.compatible_with(&v));
+    assert!(!View {
+        leader: MemberId(0),
+        ..v
+    }
+    .compatible_with(&v));
+}
+
+#[test]
+fn coordinators_accept_and_every_member_proposes() {
+    let mut c = Config::new(5, MemberId(4));
+    assert!(consensus_config(&c).is_none(), "views are off by default");
+    c.lease_ns = 50_000;
+    let cc = consensus_config(&c).expect("views on");
+    assert_eq!(
+        cc.acceptors.as_slice(),
+        &[MemberId(0), MemberId(1), MemberId(2)]
+    );
+    assert_eq!(cc.proposers.len(), 5);
+    assert_eq!(cc.value_bytes_max as usize, VIEW_BYTES);
+    let layout = Layout::new(&c).expect("valid");
+    let cl = layout.consensus.expect("consensus regions");
+    assert!(layout.regions().any(|r| r.id == cl.shared_region));
+    assert!(layout.regions().any(|r| r.id == cl.local_region));
+    c.coordinator_count = 6;
+    assert!(c.validate().is_err(), "more coordinators than members");
+}
