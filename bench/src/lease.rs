@@ -65,6 +65,7 @@ fn measure_here(calls: u64, core: Option<usize>) -> LeaseReport {
         LeasedView {
             epoch,
             compatible_with_previous: false,
+            older_leases_ended: false,
         },
         now_ns(),
     );

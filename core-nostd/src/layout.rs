@@ -352,6 +352,21 @@ impl Layout {
             .filter(|r| r.bytes > 0)
     }
 
+    /// Words registered memory must hold before any peer can access it
+    /// (zero elsewhere): the view engine's slot words, which a new process
+    /// leaves untrusted until it knows whether it restarted
+    /// ([`crate::views::UNTRUSTED_SLOT_WORD`]). A fabric writes them
+    /// before it publishes the memory; the engine writes them again.
+    pub fn initial_words(&self) -> impl Iterator<Item = (Addr, u64)> + '_ {
+        let (slots, c) = match self.consensus {
+            Some(c) => (c.slot_count, Some(c)),
+            None => (0, None),
+        };
+        (0..slots).filter_map(move |slot| {
+            c.map(|c| (c.slot_word(slot), crate::views::UNTRUSTED_SLOT_WORD))
+        })
+    }
+
     /// The snapshot region's header.
     pub fn snapshot_header(&self) -> Addr {
         Addr::new(RegionId::Snapshot, 0)

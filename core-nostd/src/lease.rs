@@ -137,6 +137,11 @@ pub struct LeasedView {
     pub epoch: u64,
     /// It differs from view `epoch - 1` only in its lease length.
     pub compatible_with_previous: bool,
+    /// The caller knows that no process holds a lease on any older view
+    /// (the only possible holder of view `epoch - 1`'s is known dead, and
+    /// every older one ran out): the first check starts the lease at once,
+    /// without the wait. See [`crate::views`] for when that is known.
+    pub older_leases_ended: bool,
 }
 
 /// A check in flight: the view it is about and the local time it was
@@ -315,8 +320,9 @@ impl LeaseKeeper {
             return RenewalOutcome::Superseded;
         }
         if !self.leased {
-            let compatible_move =
-                view.compatible_with_previous && self.previous_active_epoch == Some(view.epoch - 1);
+            let compatible_move = view.older_leases_ended
+                || (view.compatible_with_previous
+                    && self.previous_active_epoch == Some(view.epoch - 1));
             self.leased = true;
             self.start_ns = if compatible_move {
                 r.issued_ns

@@ -34,11 +34,17 @@
 //! §5.3.1) holds no decision, and a decision needs accepts at a majority,
 //! which the majority read meets.
 //!
-//! A restarted coordinator lost what its acceptor promised and accepted:
-//! its peers stop counting it when they see it restart, and it stops
-//! counting itself once its log engine has read back its row and found a
-//! previous incarnation ([`ViewEngine::trust_own_acceptor`]). Re-admitting
-//! one takes a reconfiguration of the coordinators, which is not built.
+//! A restarted coordinator lost what its acceptor promised and accepted.
+//! Its slot words start as [`UNTRUSTED_SLOT_WORD`] (the fabric writes them
+//! before it publishes the memory: [`crate::Layout::initial_words`]),
+//! which nobody counts and nobody CASes, until its log engine has read
+//! back its row: a new process (no previous incarnation found) clears
+//! them to empty; a restarted one keeps them for good and stops counting
+//! itself ([`ViewEngine::trust_own_acceptor`]). Peers that saw it die
+//! count it out for good as well. Re-admitting one takes a
+//! reconfiguration of the coordinators, which is not built: once a
+//! majority of coordinators has died or restarted, views stop and DARE
+//! alone goes on (the fallback above).
 
 use crate::config::Config;
 use crate::consensus::{
@@ -60,6 +66,11 @@ pub const VIEW_VERSION: u8 = 1;
 /// Marks the view engine's own work requests (the consensus engine's stay
 /// below bit 40).
 const OWN_WR: u64 = 1 << 48;
+/// What a coordinator's slot words hold until it knows whether it is a new
+/// process or a restarted one: not a valid acceptor state (an accepted
+/// proposal above the promised one), so every proposer, learner and lease
+/// check takes it as no answer, and nobody CASes it.
+pub const UNTRUSTED_SLOT_WORD: u64 = 0x0000_FFFF_0000_0000;
 /// Consensus slots resolved in one call at most (a member far behind
 /// catches up over several calls).
 const SLOTS_PER_CALL: usize = 4;
@@ -208,6 +219,9 @@ pub struct ViewStatus {
     pub malformed_views: u64,
     /// A majority of coordinators is known gone.
     pub coordinators_lost: bool,
+    /// Coordinators not counted (bit `a` for the `a`-th): reported dead,
+    /// restarted, or our own after a restart.
+    pub coordinators_out: u8,
     /// This member's own acceptor is not counted (it restarted).
     pub own_acceptor_excluded: bool,
     /// The consensus engine's counters.
@@ -250,6 +264,10 @@ pub struct ViewEngine<M: Memory> {
     next_generation: u32,
     lease_reported: u64,
     lost_since_ns: Option<u64>,
+    /// Members reported dead (death notices) and not back since.
+    dead: [bool; MAX_MEMBERS],
+    /// When this member learnt the newest view it knows.
+    latest_learnt_ns: u64,
     exhausted: bool,
     status: ViewStatus,
     actions: heapless::Deque<Action, { MAX_MEMBERS * 2 }>,
@@ -269,6 +287,11 @@ impl<M: Memory + Clone> ViewEngine<M> {
             acceptors[i] = *m;
         }
         let acceptor_count = cc.acceptors.len();
+        if cc.acceptor_index(cc.self_id).is_some() {
+            for slot in 0..cl.slot_count {
+                memory.store_u64(cl.slot_word(slot), UNTRUSTED_SLOT_WORD);
+            }
+        }
         Some(ViewEngine {
             quorum: cc.quorum(),
             consensus: ConsensusEngine::new(&cc, cl, memory.clone(), now_ns),
@@ -293,6 +316,8 @@ impl<M: Memory + Clone> ViewEngine<M> {
             next_generation: 1,
             lease_reported: 0,
             lost_since_ns: None,
+            dead: [false; MAX_MEMBERS],
+            latest_learnt_ns: 0,
             exhausted: false,
             status: ViewStatus::default(),
             actions: heapless::Deque::new(),
@@ -316,6 +341,16 @@ impl<M: Memory + Clone> ViewEngine<M> {
     /// knows; an excluded acceptor stays excluded.
     pub fn trust_own_acceptor(&mut self, now_ns: u64, trusted: bool) {
         self.now = self.now.max(now_ns);
+        if trusted && !self.status.own_acceptor_excluded && self.consensus.own_acceptor().is_some()
+        {
+            // A new process: it never promised nor accepted anything.
+            for slot in 0..self.layout.slot_count {
+                let at = self.layout.slot_word(slot);
+                if self.mem.load_u64(at) == UNTRUSTED_SLOT_WORD {
+                    self.mem.store_u64(at, 0);
+                }
+            }
+        }
         if !trusted && !self.status.own_acceptor_excluded {
             self.status.own_acceptor_excluded = true;
             self.consensus.exclude_acceptor(now_ns, self.me);
@@ -366,6 +401,9 @@ impl<M: Memory + Clone> ViewEngine<M> {
         s.lease_active = self.leased(now_ns).is_some();
         s.lease_remaining_ns = self.lease.remaining_ns(now_ns);
         s.coordinators_lost = self.lost_since_ns.is_some();
+        s.coordinators_out = (0..self.acceptor_count)
+            .filter(|&a| self.consensus.acceptor_out(a))
+            .fold(0u8, |m, a| m | (1 << a));
         s.consensus = self.consensus.status();
         s
     }
@@ -460,11 +498,22 @@ impl<M: Memory + Clone> ViewEngine<M> {
         let compatible = self
             .latest
             .is_some_and(|(e, prev)| e + 1 == epoch && view.compatible_with(&prev));
+        // Only a view's leader ever holds a lease on it. If the previous
+        // view's leader is dead, and we knew that view for a lease wait
+        // (so every lease on a view before it had run out: those checks
+        // fail once it is decided), nobody holds a lease on an older view.
+        let older_leases_ended = self.latest.is_some_and(|(e, prev)| {
+            e + 1 == epoch
+                && self.dead[prev.leader.index()]
+                && self.now.saturating_sub(self.latest_learnt_ns) >= self.lease.config().wait_ns()
+        });
         self.latest = Some((epoch, view));
+        self.latest_learnt_ns = self.now;
         self.lease.follow(
             LeasedView {
                 epoch,
                 compatible_with_previous: compatible,
+                older_leases_ended,
             },
             self.now,
         );
@@ -727,6 +776,9 @@ impl<M: Memory + Clone> Engine for ViewEngine<M> {
 
     fn handle_peer_down(&mut self, now_ns: u64, peer: MemberId) {
         self.now = self.now.max(now_ns);
+        if let Some(d) = self.dead.get_mut(peer.index()) {
+            *d = true;
+        }
         self.consensus.handle_peer_down(now_ns, peer);
         self.note_lost();
         if let Some(mut round) = self.renewal {
@@ -748,6 +800,11 @@ impl<M: Memory + Clone> Engine for ViewEngine<M> {
 
     fn handle_peer_up(&mut self, now_ns: u64, peer: MemberId) {
         self.now = self.now.max(now_ns);
+        // A new process in its place; an acceptor stays counted out (its
+        // memory lost its promises; see the module docs).
+        if let Some(d) = self.dead.get_mut(peer.index()) {
+            *d = false;
+        }
         self.consensus.handle_peer_up(now_ns, peer);
         self.progress();
     }

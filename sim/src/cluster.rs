@@ -597,6 +597,8 @@ struct SimNode {
     peer_up: Vec<MemberId>,
     /// False suspicions its log engine counted so far.
     false_suspicions: u64,
+    /// The log engine's `lease_reads` after the last step observed.
+    lease_reads_seen: u64,
     /// Armed by a `Restart { after_vote }` fault: crash after the step
     /// that publishes a vote newer than this (term), then come back after
     /// this long.
@@ -719,6 +721,7 @@ impl Cluster {
                 peer_down: Vec::new(),
                 peer_up: Vec::new(),
                 false_suspicions: 0,
+                lease_reads_seen: 0,
                 crash_after_vote: None,
                 stop_mid_copy_until: None,
                 paused_mid_copy: false,
@@ -1312,6 +1315,7 @@ impl Cluster {
         n.peer_down.clear();
         n.peer_up.clear();
         n.false_suspicions = 0;
+        n.lease_reads_seen = 0;
         n.crash_after_vote = None;
         n.stop_mid_copy_until = None;
         n.paused_mid_copy = false;
@@ -1459,6 +1463,25 @@ impl Cluster {
                 DriverEvent::Log(e) => self.on_node_event(i, e),
                 DriverEvent::Counter(e) => self.on_counter_event(i, e),
                 DriverEvent::View(e) => {
+                    if std::env::var("VSIM_WORDS").is_ok() {
+                        for n in 0..self.nodes.len() {
+                            if let Some(v) = &self.nodes[n].driver.engines().views {
+                                let words: Vec<String> = (0..3u32)
+                                    .map(|slot| {
+                                        let at = v.consensus().layout().slot_word(slot);
+                                        format!(
+                                            "{:#x}",
+                                            verbatim_core::Memory::load_u64(
+                                                &self.net.nic(n).mem,
+                                                at
+                                            )
+                                        )
+                                    })
+                                    .collect();
+                                self.log(|| format!("    words at {n}: {words:?}"));
+                            }
+                        }
+                    }
                     self.log(|| format!("node {i}: {e:?}"));
                     if let verbatim_core::views::ViewEvent::Decided { epoch, view, .. } = e {
                         self.leases.view(epoch, view);
@@ -1821,6 +1844,14 @@ impl Cluster {
             if let Some(v) = self.leases.observe(self.now, i, leased) {
                 self.violation(v);
             }
+            let lease_reads = self.nodes[i].driver.log().counters().lease_reads;
+            if lease_reads > self.nodes[i].lease_reads_seen {
+                self.nodes[i].lease_reads_seen = lease_reads;
+                let term = self.nodes[i].driver.log().term();
+                if let Some(v) = self.leases.lease_read(self.now, i, term) {
+                    self.violation(v);
+                }
+            }
         }
         let counted = self.nodes[i].driver.log().counters().false_suspicions;
         if counted > self.nodes[i].false_suspicions {
@@ -1866,6 +1897,7 @@ impl Cluster {
                         if let Some(v) = self.committed.observe_committed(self.now, i, *e) {
                             self.violation(v);
                         }
+                        self.leases.committed(self.now, e.term);
                         new_index = e.index + 1;
                         earlier_terms |= e.term < st.term;
                     }
@@ -2272,6 +2304,19 @@ impl Cluster {
                         st.counters
                     )
                 });
+                if let Some(v) = &self.nodes[i].driver.engines().views {
+                    let vs = v.status(self.local(i, self.now));
+                    let words: Vec<String> = (0..4u32)
+                        .map(|slot| {
+                            let at = v.consensus().layout().slot_word(slot);
+                            format!(
+                                "{:#x}",
+                                verbatim_core::Memory::load_u64(&self.net.nic(i).mem, at)
+                            )
+                        })
+                        .collect();
+                    self.log(|| format!("      views {vs:?}\n      slot words {words:?}"));
+                }
             }
         }
         let mut states = Vec::new();

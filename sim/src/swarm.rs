@@ -120,12 +120,15 @@ pub fn options_for_seed(seed: u64) -> ClusterOptions {
 }
 
 /// Views and leases (uKharon §5–6, issue 14), from a stream of their own:
-/// half of the seeds run the view engine, with leases from 20 µs to 1 ms,
-/// one to all members as coordinators, and a drift allowance that covers
-/// the members' drawn clock drift (each within ±5 %).
+/// half of the seeds that deliver death notices run the view engine, with
+/// leases from 20 µs to 1 ms, one to all members as coordinators, and a
+/// drift allowance that covers the members' drawn clock drift (each
+/// within ±5 %). Views rely on death notices: the fallback to DARE alone,
+/// when a majority of coordinators is gone, is taken on them only (a
+/// group without them that loses that many coordinators waits for them).
 fn views(seed: u64, o: &mut ClusterOptions) {
     let mut v = SplitMix64::new(seed ^ 0x5649_4557_5321); // "VIEWS!"
-    if !v.chance(1, 2) {
+    if !v.chance(1, 2) || !o.crash_notify {
         return;
     }
     o.config.lease_ns = [20 * US, 50 * US, 200 * US, MS][v.range_inclusive(0, 3) as usize];
@@ -136,8 +139,16 @@ fn views(seed: u64, o: &mut ClusterOptions) {
         .max()
         .unwrap_or(0);
     o.config.lease_drift_ppm = worst.max(100) as u32;
+    // Faults that lose a member's state stay within what the group
+    // tolerates (f of its members); coordinators tolerate f of theirs.
+    // With state lost at fewer coordinators than members, every member is
+    // one, so the faults stay within what the coordinators tolerate too
+    // (beyond it, views wait forever; DARE alone would go on).
     let members = o.config.member_count;
-    o.config.coordinator_count = if v.chance(1, 2) {
+    let lost = o.faults.iter().filter(|f| f.loses_state()).count();
+    o.config.coordinator_count = if lost > 0 {
+        members
+    } else if v.chance(1, 2) {
         members.min(3)
     } else {
         v.range_inclusive(1, u64::from(members)) as u8
@@ -318,7 +329,7 @@ pub fn run_seed(seed: u64, mutation: Mutation, trace: bool) -> SeedResult {
 /// A one-line summary of a seed's options.
 pub fn describe(o: &ClusterOptions) -> String {
     format!(
-        "P={} initial={} clients={} keys={} ring={}KiB prune_grace={}ms zombie_remove={}ms tearing={} interleaving={} reordering={} notify={} drift={} latency×{:.2} faults={:?}",
+        "P={} initial={} clients={} keys={} ring={}KiB prune_grace={}ms zombie_remove={}ms tearing={} interleaving={} reordering={} notify={} drift={} latency×{:.2} {} faults={:?}",
         o.members,
         o.config.initial_members,
         o.clients,
@@ -332,6 +343,16 @@ pub fn describe(o: &ClusterOptions) -> String {
         o.crash_notify,
         o.drift_ppm.iter().any(|&d| d != 0),
         o.net.latency_scale,
+        if o.config.lease_ns == 0 {
+            "views=off".to_string()
+        } else {
+            format!(
+                "views(lease={}µs coordinators={} drift_ppm={})",
+                o.config.lease_ns / 1000,
+                o.config.coordinator_count,
+                o.config.lease_drift_ppm
+            )
+        },
         o.faults
     )
 }

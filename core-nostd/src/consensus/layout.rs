@@ -431,8 +431,10 @@ mod tests {
         );
         assert_eq!(
             l.decided(cfg.slot_count - 1).offset + l.record_stride,
-            l.local_bytes
+            l.renewal_landing_offset
         );
+        assert!(l.renewal_landing(MAX_MEMBERS - 1).offset + 8 <= l.local_bytes);
+        assert_eq!(l.local_bytes % 64, 0);
         for r in l.regions() {
             assert_eq!(r.bytes % 8, 0);
             assert_eq!(l.region_bytes(r.id), r.bytes);

@@ -21,6 +21,7 @@ fn view(epoch: u64) -> LeasedView {
     LeasedView {
         epoch,
         compatible_with_previous: false,
+        older_leases_ended: false,
     }
 }
 
@@ -189,6 +190,7 @@ fn a_compatible_view_follows_an_active_one_without_a_wait() {
         LeasedView {
             epoch: 2,
             compatible_with_previous: true,
+            older_leases_ended: false,
         },
         now,
     );
@@ -204,6 +206,29 @@ fn a_compatible_view_follows_an_active_one_without_a_wait() {
 }
 
 #[test]
+fn a_view_whose_older_leases_ended_starts_at_its_first_check() {
+    let mut k = LeaseKeeper::new(cfg(1_000)).unwrap();
+    k.follow(view(1), 0);
+    k.follow(
+        LeasedView {
+            epoch: 2,
+            compatible_with_previous: false,
+            older_leases_ended: true,
+        },
+        10,
+    );
+    let r = k.begin_renewal(10).unwrap();
+    assert_eq!(
+        k.finish_renewal(r, true),
+        RenewalOutcome::Extended {
+            end_ns: 10 + k.config().hold_ns()
+        }
+    );
+    assert!(k.active(2, 10), "no wait");
+    assert!(!k.active(2, 10 + k.config().hold_ns()));
+}
+
+#[test]
 fn a_compatible_view_waits_when_the_previous_was_not_active_here() {
     let mut k = LeaseKeeper::new(cfg(1_000)).unwrap();
     // View 1 known but never leased (no check yet): nothing proves that
@@ -213,6 +238,7 @@ fn a_compatible_view_waits_when_the_previous_was_not_active_here() {
         LeasedView {
             epoch: 2,
             compatible_with_previous: true,
+            older_leases_ended: false,
         },
         5,
     );
@@ -229,6 +255,7 @@ fn a_compatible_view_waits_when_the_previous_was_not_active_here() {
         LeasedView {
             epoch: 3,
             compatible_with_previous: true,
+            older_leases_ended: false,
         },
         now,
     );
@@ -466,6 +493,7 @@ fn run_harness(seed: u64, lease: LeaseConfig) -> HarnessRun {
                     LeasedView {
                         epoch,
                         compatible_with_previous: compatible[epoch as usize],
+                        older_leases_ended: false,
                     },
                     local,
                 );

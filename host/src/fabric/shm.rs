@@ -180,6 +180,18 @@ impl Segment {
                 }
             }
         }
+        // Words the engines need set before any peer can see the memory
+        // (a restarted coordinator's slot words answer for nothing until
+        // its view engine knows which slots it may answer for).
+        for (at, value) in layout.initial_words() {
+            let ptr = seg
+                .ptr(at, 8)
+                .expect("the layout's initial words lie inside its regions");
+            // SAFETY: in bounds (checked by `ptr`), 8-aligned (slot words
+            // are, and regions start on page boundaries); nobody else maps
+            // the segment before it is renamed into place below.
+            unsafe { (*(ptr as *const AtomicU64)).store(value, Ordering::Relaxed) };
+        }
         seg.word(H_READY).store(1, Ordering::Release);
         std::fs::rename(&tmp, path).map_err(|e| ShmError::io(path, "publish", e))?;
         Ok(seg)

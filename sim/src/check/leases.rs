@@ -1,5 +1,12 @@
 //! Lease safety (uKharon §6.1, issue 14): no two overlapping active views,
-//! and no lease read that misses a write committed in a newer term.
+//! and no read served under an expired lease.
+//!
+//! The second is checked against the commit history rather than the
+//! lease's own clock: a leader of term `t` that answers a read under its
+//! lease after an entry of a newer term was committed anywhere acted on a
+//! lease that had run out (a newer leader commits only once its own view
+//! is active, when every older lease has ended), and its read may miss
+//! that entry.
 //!
 //! The simulator samples, after every step of a member, the view that
 //! member holds an active lease on (its own `Active`, on its own drifting
@@ -30,6 +37,11 @@ pub struct LeaseSafety {
     views: BTreeMap<u64, View>,
     /// Samples taken while some member held a lease.
     pub active_samples: u64,
+    /// Highest term of an entry observed committed, and when.
+    committed_term: u64,
+    committed_at_ns: u64,
+    /// Steps in which a leader answered reads under its lease.
+    pub lease_read_steps: u64,
 }
 
 impl LeaseSafety {
@@ -92,6 +104,28 @@ impl LeaseSafety {
         None
     }
 
+    /// An entry of `term` was observed committed at `now_ns`.
+    pub fn committed(&mut self, now_ns: u64, term: u64) {
+        if term > self.committed_term {
+            self.committed_term = term;
+            self.committed_at_ns = now_ns;
+        }
+    }
+
+    /// Member `node`, leader of `term`, answered reads under its lease in
+    /// its step at `now_ns`.
+    pub fn lease_read(&mut self, now_ns: u64, node: usize, term: u64) -> Option<Violation> {
+        self.lease_read_steps += 1;
+        (self.committed_term > term).then(|| Violation {
+            invariant: "no read served under an expired lease",
+            time_ns: now_ns,
+            detail: format!(
+                "node {node}, leader of term {term}, answered a read under its lease after an entry of term {} was committed at {} ns",
+                self.committed_term, self.committed_at_ns
+            ),
+        })
+    }
+
     fn compatible_chain(&self, older: u64, newer: u64) -> bool {
         (older + 1..=newer).all(|k| match (self.views.get(&(k - 1)), self.views.get(&k)) {
             (Some(p), Some(v)) => v.compatible_with(p),
@@ -140,6 +174,17 @@ mod tests {
         assert!(c.observe(30, 1, Some((2, view(1, 2)))).is_none());
         assert!(c.observe(50, 1, None).is_none());
         assert!(c.observe(40, 0, Some((1, view(0, 1)))).is_some());
+    }
+
+    #[test]
+    fn a_lease_read_after_a_newer_term_committed_is_caught() {
+        let mut c = LeaseSafety::default();
+        c.committed(10, 3);
+        assert!(c.lease_read(20, 0, 3).is_none());
+        c.committed(30, 4);
+        let v = c.lease_read(40, 0, 3).expect("expired lease");
+        assert_eq!(v.invariant, "no read served under an expired lease");
+        assert!(c.lease_read(50, 1, 4).is_none());
     }
 
     #[test]
