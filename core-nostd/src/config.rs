@@ -428,6 +428,12 @@ impl Config {
                     reason: "makes no usable lease: the drift allowance must leave a lease to hold, and the margin must be below lease_ns",
                 });
             }
+            if lease.renew_margin_ns >= lease.hold_ns() {
+                return Err(Inconsistent {
+                    field: "lease_renew_margin_ns",
+                    reason: "must be below the lease minus its drift allowance, or a renewal is always due",
+                });
+            }
             if self.coordinator_count == 0 || self.coordinator_count > self.member_count {
                 return Err(OutOfRange {
                     field: "coordinator_count",

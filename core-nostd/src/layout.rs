@@ -155,6 +155,10 @@ pub struct Layout {
     /// The view engine's consensus regions ([`crate::views`]), when views
     /// are on (`lease_ns > 0`).
     pub consensus: Option<crate::consensus::ConsensusLayout>,
+    /// Lease timing every member must share (a lease held by one is timed
+    /// against another's wait): `lease_ns`, `lease_drift_ppm`,
+    /// `coordinator_count` of the configuration (0s with views off).
+    pub lease_terms: [u64; 3],
     /// Version and shape hash, compared by peers at connect time.
     pub hash: u64,
 }
@@ -235,6 +239,15 @@ impl Layout {
                 })?),
                 None => None,
             },
+            lease_terms: if config.lease_ns == 0 {
+                [0; 3]
+            } else {
+                [
+                    config.lease_ns,
+                    u64::from(config.lease_drift_ppm),
+                    u64::from(config.coordinator_count),
+                ]
+            },
             hash: 0,
         };
         layout.hash = layout.compute_hash();
@@ -270,6 +283,9 @@ impl Layout {
             self.heartbeat_bytes,
             self.snapshot_bytes,
             self.consensus.map_or(0, |c| c.hash),
+            self.lease_terms[0],
+            self.lease_terms[1],
+            self.lease_terms[2],
         ] {
             c.word(w);
         }

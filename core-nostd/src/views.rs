@@ -217,6 +217,8 @@ pub struct ViewStatus {
     pub renewals_abandoned: u64,
     /// Decided values that were not views.
     pub malformed_views: u64,
+    /// Completions of the engine's own READs that were not expected.
+    pub stale_completions: u64,
     /// A majority of coordinators is known gone.
     pub coordinators_lost: bool,
     /// Coordinators not counted (bit `a` for the `a`-th): reported dead,
@@ -264,6 +266,13 @@ pub struct ViewEngine<M: Memory> {
     next_generation: u32,
     lease_reported: u64,
     lost_since_ns: Option<u64>,
+    /// Acceptors gone for good: reported dead, run again as a new process
+    /// (its memory lost its promises), or our own after a restart. Our own
+    /// acceptor unreachable for us alone (no loopback) is not gone: the
+    /// others still count it.
+    gone: [bool; MAX_MEMBERS],
+    /// Since when every slot is used (no newer view can be decided).
+    slots_exhausted_since_ns: Option<u64>,
     /// Members reported dead (death notices) and not back since.
     dead: [bool; MAX_MEMBERS],
     /// When this member learnt the newest view it knows.
@@ -316,6 +325,8 @@ impl<M: Memory + Clone> ViewEngine<M> {
             next_generation: 1,
             lease_reported: 0,
             lost_since_ns: None,
+            gone: [false; MAX_MEMBERS],
+            slots_exhausted_since_ns: None,
             dead: [false; MAX_MEMBERS],
             latest_learnt_ns: 0,
             exhausted: false,
@@ -352,6 +363,9 @@ impl<M: Memory + Clone> ViewEngine<M> {
             }
         }
         if !trusted && !self.status.own_acceptor_excluded {
+            if let Some(a) = self.consensus.own_acceptor() {
+                self.gone[a] = true;
+            }
             self.status.own_acceptor_excluded = true;
             self.consensus.exclude_acceptor(now_ns, self.me);
             self.drain_consensus();
@@ -380,6 +394,23 @@ impl<M: Memory + Clone> ViewEngine<M> {
     /// `now_ns` (`None`: a majority may still answer).
     pub fn coordinators_lost_for(&self, now_ns: u64) -> Option<u64> {
         self.lost_since_ns.map(|t| now_ns.saturating_sub(t))
+    }
+
+    /// Whether a leader may commit without a view of its own (DARE alone):
+    /// for a lease wait, either a majority of coordinators has been known
+    /// gone (nobody can renew a lease: renewals need a majority of them),
+    /// or every slot has been used (nobody renews past the last slot).
+    pub fn fallback_allowed(&self, now_ns: u64) -> bool {
+        let wait = self.lease.config().wait_ns();
+        [self.lost_since_ns, self.slots_exhausted_since_ns]
+            .into_iter()
+            .flatten()
+            .any(|t| now_ns.saturating_sub(t) >= wait)
+    }
+
+    /// The view this member currently asks for.
+    pub fn wanted(&self) -> Option<View> {
+        self.want
     }
 
     /// The wait a new view's lease starts after (δ + allowance): after it,
@@ -422,14 +453,21 @@ impl<M: Memory + Clone> ViewEngine<M> {
         let _ = self.events.push_back(e);
     }
 
+    fn acceptor_index(&self, member: MemberId) -> Option<usize> {
+        self.acceptors[..self.acceptor_count]
+            .iter()
+            .position(|&m| m == member)
+    }
+
     fn epoch_of(slot: u32) -> u64 {
         u64::from(slot) + 1
     }
 
-    /// A majority of acceptors is counted out for good.
+    /// A majority of acceptors is gone for good.
     fn note_lost(&mut self) {
-        let out = (0..self.acceptor_count)
-            .filter(|&a| self.consensus.acceptor_out(a))
+        let out = self.gone[..self.acceptor_count]
+            .iter()
+            .filter(|&&g| g)
             .count();
         if self.acceptor_count - out < self.quorum {
             if self.lost_since_ns.is_none() {
@@ -554,10 +592,12 @@ impl<M: Memory + Clone> ViewEngine<M> {
         }
         let slot = self.next_slot;
         if slot >= self.layout.slot_count {
-            if !self.exhausted && self.want.is_some() {
-                self.exhausted = true;
+            if self.slots_exhausted_since_ns.is_none() {
+                self.slots_exhausted_since_ns = Some(self.now);
                 self.push_event(ViewEvent::SlotsExhausted);
             }
+            // Nothing is left to learn or propose.
+            self.learn_due_ns = u64::MAX;
             return false;
         }
         // Never a view older than the newest known: a deposed leader that
@@ -629,9 +669,11 @@ impl<M: Memory + Clone> ViewEngine<M> {
         // The next view's slot: epoch e lives in slot e - 1.
         let next_slot = r.epoch;
         if next_slot >= u64::from(self.layout.slot_count) {
-            // No slot is left for a newer view: none can be decided.
-            let outcome = self.lease.finish_renewal(r, true);
-            self.renewed(outcome);
+            // The last slot's view is never leased: once every slot is
+            // used, leaders commit without a view after a lease wait
+            // (`fallback_allowed`), so no lease may outlive that.
+            self.lease.abandon_renewal();
+            self.renew_retry_at_ns = u64::MAX;
             return;
         }
         let next_slot = next_slot as u32;
@@ -723,7 +765,7 @@ impl<M: Memory + Clone> ViewEngine<M> {
         let a = (c.wr_id.0 & 0xFF) as usize;
         let generation = ((c.wr_id.0 >> 8) & 0xFFFF_FFFF) as u32;
         if a >= self.acceptor_count || self.acceptors[a] != c.peer || self.outstanding[a] == 0 {
-            self.status.consensus.stale_completions += 1;
+            self.status.stale_completions += 1;
             return;
         }
         self.outstanding[a] -= 1;
@@ -753,11 +795,14 @@ impl<M: Memory + Clone> Engine for ViewEngine<M> {
     fn handle_completion(&mut self, now_ns: u64, mut c: Completion) {
         self.now = self.now.max(now_ns);
         if c.peer == self.me && c.status == WcStatus::InvalidRequest {
-            // A fabric without loopback requests (verbs today): our own
-            // acceptor cannot be reached the way the others reach it, so
-            // it counts as gone, and a group that lost the rest of its
-            // majority falls back instead of waiting forever.
-            self.trust_own_acceptor(now_ns, false);
+            // A fabric without loopback requests (verbs today): we cannot
+            // CAS our own acceptor word the way the others do, so we stop
+            // asking it. It is not gone: the others still count it.
+            if !self.status.own_acceptor_excluded {
+                self.status.own_acceptor_excluded = true;
+                self.consensus.exclude_acceptor(now_ns, self.me);
+                self.drain_consensus();
+            }
         }
         if c.wr_id.0 & OWN_WR != 0 {
             c.wr_id = WrId(c.wr_id.0 & !OWN_WR);
@@ -778,6 +823,9 @@ impl<M: Memory + Clone> Engine for ViewEngine<M> {
         self.now = self.now.max(now_ns);
         if let Some(d) = self.dead.get_mut(peer.index()) {
             *d = true;
+        }
+        if let Some(a) = self.acceptor_index(peer) {
+            self.gone[a] = true;
         }
         self.consensus.handle_peer_down(now_ns, peer);
         self.note_lost();
@@ -800,12 +848,19 @@ impl<M: Memory + Clone> Engine for ViewEngine<M> {
 
     fn handle_peer_up(&mut self, now_ns: u64, peer: MemberId) {
         self.now = self.now.max(now_ns);
-        // A new process in its place; an acceptor stays counted out (its
-        // memory lost its promises; see the module docs).
+        // A new process in its place; an acceptor is counted out for good
+        // (its memory lost its promises; see the module docs), also when
+        // its death was never reported.
         if let Some(d) = self.dead.get_mut(peer.index()) {
             *d = false;
         }
         self.consensus.handle_peer_up(now_ns, peer);
+        if let Some(a) = self.acceptor_index(peer).filter(|_| peer != self.me) {
+            self.gone[a] = true;
+            self.consensus.exclude_acceptor(now_ns, peer);
+            self.drain_consensus();
+            self.note_lost();
+        }
         self.progress();
     }
 

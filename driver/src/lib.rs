@@ -411,19 +411,22 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             return false;
         };
         let log = &mut self.engines.log;
-        if !self.own_acceptor_reported && log.votes_known() {
-            // A previous incarnation's row was found: our acceptor memory
-            // is a new process's, without its promises.
-            self.own_acceptor_reported = true;
-            views.trust_own_acceptor(now_ns, log.counters().restarts_read_back == 0);
-            self.views_due_ns = 0;
+        if !self.own_acceptor_reported {
+            if let Some(new_process) = log.known_new_process() {
+                // A previous incarnation's row was found: our acceptor
+                // memory lost its promises. Otherwise it is trusted once a
+                // restart would find our row.
+                self.own_acceptor_reported = true;
+                views.trust_own_acceptor(now_ns, new_process);
+                self.views_due_ns = 0;
+            }
         }
         let want = (log.role() == Role::Leader).then(|| View {
             leader: log.id(),
             log_term: log.term(),
             lease_ns: log.config().lease_ns,
         });
-        if views.latest().map(|(_, v)| v) != want {
+        if views.wanted() != want {
             views.want_view(now_ns, want);
             self.views_due_ns = 0;
         }
@@ -456,13 +459,10 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             }
             _ => {
                 log.set_read_lease(0, 0);
-                if views
-                    .coordinators_lost_for(now_ns)
-                    .is_some_and(|t| t >= views.lease_wait_ns())
-                {
-                    // No majority of coordinators is left to decide a view
-                    // or renew a lease: DARE's own rules alone, as without
-                    // views.
+                if views.fallback_allowed(now_ns) {
+                    // No view can be decided or lease renewed any more (a
+                    // majority of coordinators gone, or every slot used):
+                    // DARE's own rules alone, as without views.
                     log.clear_commit(term);
                 }
             }

@@ -1463,25 +1463,6 @@ impl Cluster {
                 DriverEvent::Log(e) => self.on_node_event(i, e),
                 DriverEvent::Counter(e) => self.on_counter_event(i, e),
                 DriverEvent::View(e) => {
-                    if std::env::var("VSIM_WORDS").is_ok() {
-                        for n in 0..self.nodes.len() {
-                            if let Some(v) = &self.nodes[n].driver.engines().views {
-                                let words: Vec<String> = (0..3u32)
-                                    .map(|slot| {
-                                        let at = v.consensus().layout().slot_word(slot);
-                                        format!(
-                                            "{:#x}",
-                                            verbatim_core::Memory::load_u64(
-                                                &self.net.nic(n).mem,
-                                                at
-                                            )
-                                        )
-                                    })
-                                    .collect();
-                                self.log(|| format!("    words at {n}: {words:?}"));
-                            }
-                        }
-                    }
                     self.log(|| format!("node {i}: {e:?}"));
                     if let verbatim_core::views::ViewEvent::Decided { epoch, view, .. } = e {
                         self.leases.view(epoch, view);

@@ -417,6 +417,21 @@ fn the_leased_read_scenario_is_fine_without_the_mutation() {
     assert!(lease_reads > 0, "no read was answered under a lease");
 }
 
+/// Once every view slot is used (two here, and the scenario changes
+/// leader three times), no lease can be held any more and leaders commit
+/// after a lease wait under DARE's own rules: the run stays live and
+/// linearizable.
+#[test]
+fn with_every_view_slot_used_leaders_fall_back_to_dare_alone() {
+    for seed in 0..6 {
+        let mut o = leased_read_scenario(seed, Mutation::None);
+        o.config.view_slot_count = 2;
+        let r = run(o);
+        assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+        assert!(r.terms_with_leader >= 3, "seed {seed}: leaders changed");
+    }
+}
+
 /// The same scenario without the mutation is linearizable: the test
 /// above fails because of the mutation, not because of the scenario.
 #[test]

@@ -302,6 +302,17 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         acks + 1 > self.member_count / 2
     }
 
+    /// True once some row of this process is stored at a majority of the
+    /// member slots: from then on a restart of ours reads it back and
+    /// knows it is one (restart.rs).
+    pub(super) fn own_row_reliable(&self) -> bool {
+        let acks = self
+            .others()
+            .filter(|p| self.peers[p.index()].acked_push > 0)
+            .count();
+        self.stored_at_majority_of_slots(acks)
+    }
+
     /// True once our current private vote is stored at a majority (us
     /// included): DARE §3.2.3, raw replication of the vote.
     pub(super) fn private_vote_reliable(&self) -> bool {

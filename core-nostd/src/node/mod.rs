@@ -955,6 +955,23 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.read_back.is_none()
     }
 
+    /// Whether this process is known to be a new one, not a restart of a
+    /// member that ran before: `Some(false)` after a restart (its row was
+    /// read back); `Some(true)` once its row is read back empty and one of
+    /// its own rows is stored at a majority (a later restart finds it);
+    /// `None` until then. The view engine trusts its acceptor memory only
+    /// on `Some(true)` (a process that dies before would be taken for new
+    /// again, [`crate::views`]).
+    pub fn known_new_process(&self) -> Option<bool> {
+        if !self.votes_known() {
+            return None;
+        }
+        if self.counters.restarts_read_back > 0 {
+            return Some(false);
+        }
+        self.own_row_reliable().then_some(true)
+    }
+
     /// True when this member may vote and stand for election: its row is
     /// read back, its log holds what it may have acknowledged before a
     /// restart, and it is not corrupt.

@@ -506,6 +506,13 @@ pub struct ShmFabric {
     fence_after: Option<Duration>,
     /// Since when each peer's revoke has been unconfirmed.
     unconfirmed_since: Vec<Option<Instant>>,
+    /// Each mapped peer's death notice, checked (one load) before any
+    /// request is served: from the instant the kernel releases a dead
+    /// peer's notices, no member reaches its memory any more, whether or
+    /// not its own watcher has seen the death yet. Leases depend on it: a
+    /// coordinator counted dead by one member must not answer another's
+    /// lease check (`verbatim_core::views`).
+    notices: Vec<Option<NoticeWatch>>,
 }
 
 impl ShmFabric {
@@ -531,6 +538,7 @@ impl ShmFabric {
             revoke_wait: REVOKE_WAIT,
             fence_after: None,
             unconfirmed_since: vec![None; n],
+            notices: (0..n).map(|_| None).collect(),
         }
     }
 
@@ -620,6 +628,9 @@ impl ShmFabric {
                     self.liveness.watch(m, seg.pid());
                     // The notice file is published before the segment, so
                     // a replica that has one is seen with it.
+                    self.notices[i] = NoticeWatch::open(&notice_path(&self.peer_paths[i]))
+                        .ok()
+                        .filter(|w| w.owner_pid() == seg.pid());
                     match NoticeWatch::open(&notice_path(&self.peer_paths[i])) {
                         Ok(w) if w.owner_pid() == seg.pid() => {
                             if let Err(e) = spawn_notice_waiter(
@@ -689,7 +700,9 @@ impl ShmFabric {
         let target = if wr.peer == self.me {
             self.local.clone()
         } else {
-            if self.liveness.is_dead(wr.peer) {
+            if self.liveness.is_dead(wr.peer)
+                || self.notices[p].as_ref().is_some_and(|w| !w.owner_alive())
+            {
                 return WcStatus::Unreachable;
             }
             let Some(target) = self.peers[p].clone() else {
