@@ -769,6 +769,10 @@ impl<M: Memory + Clone> ViewEngine<M> {
             return;
         }
         self.outstanding[a] -= 1;
+        if c.status != WcStatus::Ok {
+            // The channel is broken: have it re-established.
+            self.consensus.channel_failed(self.now, a);
+        }
         let Some(mut round) = self.renewal else {
             return;
         };

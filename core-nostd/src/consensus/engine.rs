@@ -485,6 +485,19 @@ impl<M: Memory> ConsensusEngine<M> {
         self.invariants();
     }
 
+    /// A request of the caller's own to acceptor index `a` failed on the
+    /// shared channel (the view engine's lease checks): the channel is
+    /// broken for us too, and re-established like after our own errors.
+    pub fn channel_failed(&mut self, now_ns: u64, a: usize) {
+        self.now = self.now.max(now_ns);
+        if a < self.acceptor_count && !self.chans[a].broken {
+            self.chans[a].broken = true;
+            self.chans[a].retry_at_ns = self.now.saturating_add(self.cfg.reconnect_backoff_ns);
+        }
+        self.maintain_channels();
+        self.invariants();
+    }
+
     /// Whether acceptor index `a` may be asked now: it is not counted out
     /// and its channel is not broken.
     pub fn acceptor_usable(&self, a: usize) -> bool {
