@@ -467,15 +467,7 @@ impl<M: Memory> ConsensusEngine<M> {
     pub fn exclude_acceptor(&mut self, now_ns: u64, member: MemberId) {
         self.now = self.now.max(now_ns);
         if let Some(a) = self.acceptor_slot(member) {
-            self.acceptor_out[a] = true;
-            for e in self.entries.iter_mut() {
-                if e.views[a].answer == Answer::Pending {
-                    e.views[a].answer = Answer::Silent;
-                }
-            }
-            if self.learner.heard[a] == Heard::Pending {
-                self.learner.heard[a] = Heard::Silent;
-            }
+            self.count_out(a);
             for e in 0..WINDOW {
                 self.evaluate(e);
             }
@@ -483,6 +475,20 @@ impl<M: Memory> ConsensusEngine<M> {
             self.progress();
         }
         self.invariants();
+    }
+
+    /// Acceptor `a` answers nothing any more: what we wait for from it
+    /// counts as silence. The caller re-evaluates.
+    fn count_out(&mut self, a: usize) {
+        self.acceptor_out[a] = true;
+        for e in self.entries.iter_mut() {
+            if e.views[a].answer == Answer::Pending {
+                e.views[a].answer = Answer::Silent;
+            }
+        }
+        if self.learner.heard[a] == Heard::Pending {
+            self.learner.heard[a] = Heard::Silent;
+        }
     }
 
     /// A request of the caller's own to acceptor index `a` failed on the
@@ -1705,15 +1711,7 @@ impl<M: Memory> Engine for ConsensusEngine<M> {
         let was_leader = self.is_leader();
         let leader_before = self.leader_index();
         if let Some(a) = self.acceptor_slot(peer) {
-            self.acceptor_out[a] = true;
-            for e in self.entries.iter_mut() {
-                if e.views[a].answer == Answer::Pending {
-                    e.views[a].answer = Answer::Silent;
-                }
-            }
-            if self.learner.heard[a] == Heard::Pending {
-                self.learner.heard[a] = Heard::Silent;
-            }
+            self.count_out(a);
         }
         if let Some(p) = self.proposer_slot(peer) {
             self.proposer_down[p] = true;
