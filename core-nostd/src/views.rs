@@ -23,11 +23,12 @@
 //!   has run out, so no deposed leader can still answer a read from a
 //!   state that misses a write of the new term.
 //! * Fallback: when a majority of coordinators is known gone (death
-//!   notices), no view can be decided and nobody can renew one. Once that
-//!   has been so for the lease wait, the leader may commit without a view
-//!   ([`ViewEngine::coordinators_lost_for`]), with reads confirmed by term
-//!   checks as in DARE. This relies on the death notices: a coordinator
-//!   reported dead must be dead for everyone, not only cut off from us.
+//!   notices, restarts), or every slot is used, no view can be decided and
+//!   nobody can renew one. Once that has been so for the lease wait, the
+//!   leader may commit without a view ([`ViewEngine::fallback_allowed`]),
+//!   with reads confirmed by term checks as in DARE. This relies on the
+//!   death notices: a coordinator reported dead must be dead for everyone,
+//!   not only cut off from us.
 //!
 //! Slot words are "empty" for a renewal when nothing is accepted in them:
 //! a slot that is only prepared (a leader pre-prepares the next slot,
@@ -277,6 +278,8 @@ pub struct ViewEngine<M: Memory> {
     dead: [bool; MAX_MEMBERS],
     /// When this member learnt the newest view it knows.
     latest_learnt_ns: u64,
+    /// This member proposes no more views (its proposal numbers ran out
+    /// for a slot, uKharon A.6, or the engine refused a proposal).
     exhausted: bool,
     status: ViewStatus,
     actions: heapless::Deque<Action, { MAX_MEMBERS * 2 }>,
@@ -390,12 +393,6 @@ impl<M: Memory + Clone> ViewEngine<M> {
         Some((epoch, view, now_ns + self.lease.remaining_ns(now_ns)))
     }
 
-    /// How long a majority of coordinators has been known gone at
-    /// `now_ns` (`None`: a majority may still answer).
-    pub fn coordinators_lost_for(&self, now_ns: u64) -> Option<u64> {
-        self.lost_since_ns.map(|t| now_ns.saturating_sub(t))
-    }
-
     /// Whether a leader may commit without a view of its own (DARE alone):
     /// for a lease wait, either a majority of coordinators has been known
     /// gone (nobody can renew a lease: renewals need a majority of them),
@@ -411,12 +408,6 @@ impl<M: Memory + Clone> ViewEngine<M> {
     /// The view this member currently asks for.
     pub fn wanted(&self) -> Option<View> {
         self.want
-    }
-
-    /// The wait a new view's lease starts after (δ + allowance): after it,
-    /// no lease on an older view is held anywhere.
-    pub fn lease_wait_ns(&self) -> u64 {
-        self.lease.config().wait_ns()
     }
 
     /// The next event.

@@ -38,8 +38,8 @@
 //!   memory may be trusted (not after a restart);
 //! * to the log engine, the lease (`set_read_lease`: reads without a
 //!   round) and the clearance to commit in its term (`clear_commit`),
-//!   once its view is active or the coordinators are known gone for
-//!   longer than a lease wait.
+//!   once its view is active, or once no view can be decided or renewed
+//!   any more for a lease wait (`ViewEngine::fallback_allowed`).
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]

@@ -219,6 +219,34 @@ fn final_reads(cluster: &LocalCluster, keys: u64, epoch: Instant, history: &mut 
     }
 }
 
+/// After a kill at `kill_ns`: lets the 4-key workload run on for 400 ms,
+/// stops it, checks that operations kept completing after the kill, and
+/// returns the history with final reads of every key.
+fn history_after_kill(
+    cluster: &LocalCluster,
+    stop: Arc<AtomicBool>,
+    workers: Vec<std::thread::JoinHandle<Vec<Operation>>>,
+    epoch: Instant,
+    kill_ns: u64,
+) -> Vec<Operation> {
+    std::thread::sleep(Duration::from_millis(400));
+    stop.store(true, Ordering::Release);
+    let mut history: Vec<Operation> = workers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    let after_kill = history
+        .iter()
+        .filter(|o| o.output.is_some() && o.call_ns > kill_ns)
+        .count();
+    assert!(
+        after_kill > 20,
+        "writes and reads continue after the kill ({after_kill} completed)"
+    );
+    final_reads(cluster, 4, epoch, &mut history);
+    history
+}
+
 #[test]
 fn killing_the_leader_loses_no_acknowledged_write() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -243,21 +271,7 @@ fn killing_the_leader_loses_no_acknowledged_write() {
         .expect("a new leader");
     assert_ne!(new_leader, leader_now);
     assert!(new_term > term);
-    std::thread::sleep(Duration::from_millis(400));
-    stop.store(true, Ordering::Release);
-    let mut history: Vec<Operation> = workers
-        .into_iter()
-        .flat_map(|w| w.join().unwrap())
-        .collect();
-    let after_kill = history
-        .iter()
-        .filter(|o| o.output.is_some() && o.call_ns > kill_ns)
-        .count();
-    assert!(
-        after_kill > 20,
-        "writes and reads continue after the kill ({after_kill} completed)"
-    );
-    final_reads(&cluster, 4, epoch, &mut history);
+    let history = history_after_kill(&cluster, stop, workers, epoch, kill_ns);
     assert!(
         history.len() > 100,
         "the workload ran ({} operations)",
@@ -312,21 +326,7 @@ fn with_views_the_leader_reads_under_its_lease_and_a_kill_loses_nothing() {
         .wait_leader(term, Duration::from_secs(10))
         .expect("a new leader");
     assert_ne!(new_leader, before.id);
-    std::thread::sleep(Duration::from_millis(400));
-    stop.store(true, Ordering::Release);
-    let mut history: Vec<Operation> = workers
-        .into_iter()
-        .flat_map(|w| w.join().unwrap())
-        .collect();
-    let after_kill = history
-        .iter()
-        .filter(|o| o.output.is_some() && o.call_ns > kill_ns)
-        .count();
-    assert!(
-        after_kill > 20,
-        "the group serves after the kill ({after_kill})"
-    );
-    final_reads(&cluster, 4, epoch, &mut history);
+    let history = history_after_kill(&cluster, stop, workers, epoch, kill_ns);
     assert_linearizable(&history);
     // Whoever leads now (a starved machine may have elected again since)
     // has a view of its own, in its term.

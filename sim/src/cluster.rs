@@ -2287,16 +2287,7 @@ impl Cluster {
                 });
                 if let Some(v) = &self.nodes[i].driver.engines().views {
                     let vs = v.status(self.local(i, self.now));
-                    let words: Vec<String> = (0..4u32)
-                        .map(|slot| {
-                            let at = v.consensus().layout().slot_word(slot);
-                            format!(
-                                "{:#x}",
-                                verbatim_core::Memory::load_u64(&self.net.nic(i).mem, at)
-                            )
-                        })
-                        .collect();
-                    self.log(|| format!("      views {vs:?}\n      slot words {words:?}"));
+                    self.log(|| format!("      views {vs:?}"));
                 }
             }
         }
