@@ -9,7 +9,11 @@
 //!   *detection* (pidfd → suspicion), *election* (suspicion → leadership)
 //!   and *first commit* (leadership → first commit of the new term); and
 //!   the *client gap*: kill → the first request completed by a replica
-//!   other than the victim (and exit → that request).
+//!   other than the victim (and exit → that request). The same moments
+//!   also on one timeline from the kill (uKharon Table 2): the victim's
+//!   *death notice* (our own waiter on its robust futex), and from the new
+//!   leader's record, stamped on CLOCK_MONOTONIC, when it saw the death,
+//!   suspected, was elected and committed first.
 //! * **SIGSTOP** (DARE §5's zombie: the process is alive, its memory still
 //!   written by others, but it does not run): one cluster, K rounds of
 //!   stop the leader → a new leader commits and the client completes →
@@ -74,6 +78,11 @@ pub struct KillRecord {
     pub new_term: Option<u64>,
     /// SIGKILL: kill → pidfd (kernel teardown), our watcher.
     pub process_exit_us: Option<u64>,
+    /// SIGKILL: kill → the victim's death notice (its robust futex,
+    /// released early in the kernel's exit path), our own waiter on a
+    /// notice no replica uses.
+    #[serde(default)]
+    pub notice_us: Option<u64>,
     /// New leader's record: death or last heartbeat → suspicion.
     pub detection_us: Option<u64>,
     /// Suspicion → leadership.
@@ -86,6 +95,23 @@ pub struct KillRecord {
     pub client_gap_us: Option<u64>,
     /// SIGKILL: process exit → that request.
     pub exit_to_client_us: Option<u64>,
+    /// SIGKILL, on one timeline from the kill (CLOCK_MONOTONIC, the new
+    /// leader's record): its detector saw the old leader gone.
+    #[serde(default)]
+    pub from_kill_seen_us: Option<u64>,
+    /// … it suspected the old leader (acted on it).
+    #[serde(default)]
+    pub from_kill_suspected_us: Option<u64>,
+    /// … it was leader.
+    #[serde(default)]
+    pub from_kill_elected_us: Option<u64>,
+    /// … it committed the first entry of its term.
+    #[serde(default)]
+    pub from_kill_first_commit_us: Option<u64>,
+    /// SIGKILL: death notice → that request (uKharon Table 2 measures
+    /// failover from the detector's signal).
+    #[serde(default)]
+    pub notice_to_client_us: Option<u64>,
     /// The longest request of the run (the one the kill stalled).
     pub longest_op_us: u64,
     /// SIGSTOP: SIGCONT → the old leader is a follower of the new term.
@@ -99,6 +125,9 @@ pub struct KillRecord {
 pub struct PhaseDists {
     /// Kill → pidfd.
     pub process_exit: Dist,
+    /// Kill → death notice.
+    #[serde(default)]
+    pub notice: Dist,
     /// Detection.
     pub detection: Dist,
     /// Election.
@@ -109,6 +138,21 @@ pub struct PhaseDists {
     pub client_gap: Dist,
     /// Client gap from the process exit.
     pub exit_to_client: Dist,
+    /// Client gap from the death notice.
+    #[serde(default)]
+    pub notice_to_client: Dist,
+    /// Kill → the new leader's detector saw the death.
+    #[serde(default)]
+    pub from_kill_seen: Dist,
+    /// Kill → the new leader suspected.
+    #[serde(default)]
+    pub from_kill_suspected: Dist,
+    /// Kill → the new leader elected.
+    #[serde(default)]
+    pub from_kill_elected: Dist,
+    /// Kill → the new leader's first commit.
+    #[serde(default)]
+    pub from_kill_first_commit: Dist,
     /// Rejoin after SIGCONT.
     pub rejoin: Dist,
 }
@@ -126,6 +170,12 @@ impl PhaseDists {
             first_commit: d(|k| k.first_commit_us),
             client_gap: d(|k| k.client_gap_us),
             exit_to_client: d(|k| k.exit_to_client_us),
+            notice: d(|k| k.notice_us),
+            notice_to_client: d(|k| k.notice_to_client_us),
+            from_kill_seen: d(|k| k.from_kill_seen_us),
+            from_kill_suspected: d(|k| k.from_kill_suspected_us),
+            from_kill_elected: d(|k| k.from_kill_elected_us),
+            from_kill_first_commit: d(|k| k.from_kill_first_commit_us),
             rejoin: d(|k| k.rejoin_us),
         }
     }
@@ -156,6 +206,9 @@ pub struct FailoverReport {
 /// `epoch`; 0 means "not yet".
 struct Shared {
     epoch: Instant,
+    /// `epoch` on CLOCK_MONOTONIC, to place the replicas' failover
+    /// timelines on ours.
+    epoch_mono_ns: u64,
     stop: AtomicBool,
     victim: AtomicU8,
     signal_ns: AtomicU64,
@@ -318,12 +371,40 @@ fn fill_from_record(k: &mut KillRecord, s: &Snapshot, rec: Option<&Failover>) {
     }
 }
 
+/// Waits for the death notice of `victim` in a thread of its own, on the
+/// notice mutex of a member id no replica of this group has (each
+/// replica's watchers wait on their own id's, clients look at the last).
+/// `None` when the group is too large to leave one free, or the victim
+/// has no notice file.
+fn spawn_notice_waiter(
+    cluster: &BenchCluster,
+    victim: u8,
+    shared: &Arc<Shared>,
+    stop: &Arc<AtomicBool>,
+) -> Option<std::thread::JoinHandle<Option<u64>>> {
+    use verbatim_client::notice::{notice_path, NoticeWait, NoticeWatch};
+    use verbatim_core::fabric::{MemberId, MAX_MEMBERS};
+    let spare = MAX_MEMBERS - 2;
+    if cluster.local().manifest.members.len() > spare {
+        return None;
+    }
+    let path = notice_path(&cluster.local().manifest.segment_path(victim));
+    let watch = NoticeWatch::open(&path).ok()?;
+    let (sh, stop) = (shared.clone(), stop.clone());
+    Some(std::thread::spawn(move || {
+        let how = watch.wait_owner_gone(MemberId(spare as u8), &stop, Duration::from_millis(1));
+        (how == NoticeWait::OwnerGone).then(|| sh.now_ns())
+    }))
+}
+
 /// One SIGKILL round on a fresh cluster.
 fn sigkill_once(spec: &ClusterSpec, o: &FailoverOptions, index: usize) -> Result<KillRecord> {
     let mut cluster = BenchCluster::start(spec, o.replicas, false)?;
     cluster.wait_leader(0, crate::cluster::LEADER_TIMEOUT)?;
+    let epoch = Instant::now();
     let shared = Arc::new(Shared {
-        epoch: Instant::now(),
+        epoch,
+        epoch_mono_ns: verbatim_client::process::monotonic_ns_of(epoch),
         stop: AtomicBool::new(false),
         victim: AtomicU8::new(u8::MAX),
         signal_ns: AtomicU64::new(0),
@@ -349,6 +430,8 @@ fn sigkill_once(spec: &ClusterSpec, o: &FailoverOptions, index: usize) -> Result
         let sh = shared.clone();
         let exit_thread =
             std::thread::spawn(move || watch.wait_exit(FAILOVER_TIMEOUT).then(|| sh.now_ns()));
+        let notice_stop = Arc::new(AtomicBool::new(false));
+        let notice_thread = spawn_notice_waiter(&cluster, leader, &shared, &notice_stop);
         let kill_ns = shared.arm(leader);
         cluster
             .local_mut()
@@ -357,6 +440,8 @@ fn sigkill_once(spec: &ClusterSpec, o: &FailoverOptions, index: usize) -> Result
         let deadline = Instant::now() + FAILOVER_TIMEOUT;
         let first_ns = wait_client(&shared, deadline)?;
         let exit_ns = exit_thread.join().ok().flatten();
+        notice_stop.store(true, Ordering::Release);
+        let notice_ns = notice_thread.and_then(|t| t.join().ok().flatten());
         let others: Vec<u8> = (0..o.replicas).filter(|&i| i != leader).collect();
         let (s, rec) = wait_record(&cluster, &others, term, deadline)?;
         let mut k = KillRecord {
@@ -367,11 +452,21 @@ fn sigkill_once(spec: &ClusterSpec, o: &FailoverOptions, index: usize) -> Result
             process_exit_us: exit_ns.map(|e| (e - kill_ns) / 1000),
             client_gap_us: Some((first_ns - kill_ns) / 1000),
             exit_to_client_us: exit_ns.map(|e| first_ns.saturating_sub(e) / 1000),
+            notice_us: notice_ns.map(|e| e.saturating_sub(kill_ns) / 1000),
+            notice_to_client_us: notice_ns.map(|e| first_ns.saturating_sub(e) / 1000),
             longest_op_us: shared.longest_ns.load(Ordering::SeqCst) / 1000,
             fd_period_us: fd_period,
             ..KillRecord::default()
         };
         fill_from_record(&mut k, &s, rec.as_ref());
+        if let Some(t) = rec.as_ref().and_then(|r| r.timeline) {
+            let kill_mono = shared.epoch_mono_ns + kill_ns;
+            let since = |at: u64| Some(at.saturating_sub(kill_mono) / 1000);
+            k.from_kill_seen_us = since(t.lost_ns);
+            k.from_kill_suspected_us = since(t.suspected_ns);
+            k.from_kill_elected_us = since(t.elected_ns);
+            k.from_kill_first_commit_us = t.first_commit_ns.and_then(since);
+        }
         Ok(k)
     })();
     shared.stop.store(true, Ordering::Relaxed);
@@ -387,8 +482,10 @@ fn sigstop_rounds(
 ) -> Result<Vec<KillRecord>> {
     let cluster = BenchCluster::start(spec, o.replicas, false)?;
     cluster.wait_leader(0, crate::cluster::LEADER_TIMEOUT)?;
+    let epoch = Instant::now();
     let shared = Arc::new(Shared {
-        epoch: Instant::now(),
+        epoch,
+        epoch_mono_ns: verbatim_client::process::monotonic_ns_of(epoch),
         stop: AtomicBool::new(false),
         victim: AtomicU8::new(u8::MAX),
         signal_ns: AtomicU64::new(0),

@@ -546,6 +546,7 @@ fn dist_row(name: &str, d: &Dist) -> Vec<String> {
 fn render_dists(d: &PhaseDists, kill: bool) -> String {
     let mut t = Table::new(&["phase", "n", "min µs", "p50 µs", "p90 µs", "max µs"]);
     if kill {
+        t.row(dist_row("death notice (kill → notice)", &d.notice));
         t.row(dist_row("process exit (kill → pidfd)", &d.process_exit));
     }
     t.row(dist_row("detection", &d.detection));
@@ -553,6 +554,17 @@ fn render_dists(d: &PhaseDists, kill: bool) -> String {
     t.row(dist_row("first commit", &d.first_commit));
     t.row(dist_row("client gap (signal → next op)", &d.client_gap));
     if kill {
+        t.row(dist_row("kill → new leader saw it", &d.from_kill_seen));
+        t.row(dist_row(
+            "kill → new leader suspected",
+            &d.from_kill_suspected,
+        ));
+        t.row(dist_row("kill → new leader elected", &d.from_kill_elected));
+        t.row(dist_row("kill → first commit", &d.from_kill_first_commit));
+        t.row(dist_row(
+            "client gap from death notice",
+            &d.notice_to_client,
+        ));
         t.row(dist_row("client gap from process exit", &d.exit_to_client));
     } else {
         t.row(dist_row("rejoin after SIGCONT", &d.rejoin));
@@ -564,6 +576,7 @@ fn kill_rows(kills: &[KillRecord]) -> String {
     let mut t = Table::new(&[
         "# signal",
         "old→new",
+        "notice µs",
         "exit µs",
         "detect µs",
         "by",
@@ -580,6 +593,7 @@ fn kill_rows(kills: &[KillRecord]) -> String {
                 k.old_leader,
                 k.new_leader.map_or("?".into(), |l| l.to_string())
             ),
+            opt(k.notice_us),
             opt(k.process_exit_us),
             opt(k.detection_us),
             k.detected_by.clone().unwrap_or_default(),

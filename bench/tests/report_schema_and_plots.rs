@@ -135,6 +135,12 @@ fn sample() -> Report {
         longest_op_us: 1500,
         rejoin_us: (signal == "SIGSTOP").then_some(3000),
         fd_period_us: Some(5000),
+        notice_us: (signal == "SIGKILL").then_some(300),
+        notice_to_client_us: (signal == "SIGKILL").then_some(1200),
+        from_kill_seen_us: (signal == "SIGKILL").then_some(350),
+        from_kill_suspected_us: (signal == "SIGKILL").then_some(410),
+        from_kill_elected_us: (signal == "SIGKILL").then_some(810),
+        from_kill_first_commit_us: (signal == "SIGKILL").then_some(880),
     };
     let sigkill: Vec<KillRecord> = (0..3).map(|i| kill(i, "SIGKILL")).collect();
     let sigstop: Vec<KillRecord> = (0..3).map(|i| kill(i, "SIGSTOP")).collect();
@@ -370,6 +376,8 @@ fn the_terminal_report_has_every_section_and_the_setup() {
         "THROUGHPUT",
         "WORKLOAD",
         "FAILOVER",
+        "kill → new leader elected",
+        "client gap from death notice",
         "COMPARE",
         "RECONFIG",
         "remove leader (member remove 0)",

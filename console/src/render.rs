@@ -1058,6 +1058,7 @@ mod tests {
             election_us: 17,
             first_commit_us: Some(23),
             detected_by: "pidfd".into(),
+            timeline: None,
         }];
         leader.events = vec![EventRecord {
             at_unix_ms: T0_UNIX_MS + 1_000,

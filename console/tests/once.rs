@@ -21,6 +21,7 @@ fn after_leader_change(dir: &std::path::Path) -> Vec<verbatim_console::fake::Fak
         election_us: 17,
         first_commit_us: Some(23),
         detected_by: "pidfd".into(),
+        timeline: None,
     }];
     let r1 = fake(dir, 1, leader);
     let r2 = fake(dir, 2, snapshot(2, "follower", 4, Some(1)));

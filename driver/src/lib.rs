@@ -44,7 +44,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use verbatim_core::engine::{Engine, EngineTag};
 use verbatim_core::fabric::{Action, Fabric, FabricError, MemberId};
 use verbatim_core::heartbeat::{CounterEvent, HeartbeatEngine};
@@ -233,7 +233,19 @@ pub struct Driver<M: Memory + Clone, S: StateMachine, R> {
     views_due_ns: u64,
     /// The log engine's restart read-back was reported to the view engine.
     own_acceptor_reported: bool,
+    /// Requests that came while no leader was known (an election runs),
+    /// with the time after which they are answered "no leader" anyway. A
+    /// client told "no leader" at once backs off and turns to another
+    /// member, usually away from the one about to win; held here, it is
+    /// served the moment this member leads, or sent straight to the
+    /// member that won.
+    held: VecDeque<(u64, Incoming<R>)>,
 }
+
+/// Requests held at most while no leader is known (beyond it, the newest
+/// are answered "no leader" at once): the client slots and RESP
+/// connections of one member bound it in practice.
+pub const HELD_REQUESTS_MAX: usize = 4096;
 
 impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
     /// Builds the engines over zeroed registered memory laid out by
@@ -267,6 +279,7 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             heartbeat_due_ns: 0,
             views_due_ns: 0,
             own_acceptor_reported: false,
+            held: VecDeque::new(),
         })
     }
 
@@ -291,13 +304,19 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
         self.counters
     }
 
-    /// Requests waiting for an answer (writes, reads).
+    /// Requests waiting for an answer (writes, reads), those held during
+    /// an election included.
     pub fn pending(&self) -> (usize, usize) {
-        (self.pending_writes.len(), self.pending_reads.len())
+        let held_writes = self.held.iter().filter(|(_, r)| r.write).count();
+        (
+            self.pending_writes.len() + held_writes,
+            self.pending_reads.len() + self.held.len() - held_writes,
+        )
     }
 
     /// When [`Driver::step`] must run at the latest (engine clock).
     pub fn next_deadline(&self) -> u64 {
+        let held = self.held.front().map_or(u64::MAX, |(at, _)| *at);
         let views = self
             .engines
             .views
@@ -308,6 +327,7 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             .next_deadline()
             .min(self.engines.heartbeat.next_deadline())
             .min(views)
+            .min(held)
     }
 
     /// One iteration of the loop (see the crate documentation). Returns
@@ -394,8 +414,49 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                 work = true;
             }
         }
+        if !self.held.is_empty() {
+            log_work |= self.release_held(now_ns, host);
+        }
         self.log_work = log_work;
         work || log_work
+    }
+
+    /// Whether a request that comes now waits for the election to end
+    /// rather than being answered "no leader".
+    fn should_hold(&self) -> bool {
+        let log = &self.engines.log;
+        log.role() != Role::Leader
+            && log.leader().is_none()
+            && log.config().election_timeout_max_ns > 0
+    }
+
+    /// Serves the held requests once this member leads, points them to
+    /// the leader once another one does, and answers "no leader" those
+    /// held for longer than an election may take. Returns whether it
+    /// answered or submitted any.
+    fn release_held<H: Host<M, S, Route = R>>(&mut self, now_ns: u64, host: &mut H) -> bool {
+        let log = &self.engines.log;
+        if log.role() == Role::Leader {
+            for (_, r) in std::mem::take(&mut self.held) {
+                self.submit(now_ns, r, host);
+            }
+            return true;
+        }
+        if let Some(l) = log.leader() {
+            for (_, r) in std::mem::take(&mut self.held) {
+                host.answer(r.route, Answer::NotLeader(Some(l)));
+                host.recycle(r.payload);
+            }
+            return true;
+        }
+        let mut any = false;
+        while self.held.front().is_some_and(|(at, _)| *at <= now_ns) {
+            let (_, r) = self.held.pop_front().expect("front checked");
+            host.answer(r.route, Answer::NotLeader(None));
+            host.recycle(r.payload);
+            any = true;
+        }
+        any
     }
 
     /// Runs the view engine when due and passes what it knows between it
@@ -483,6 +544,10 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
     /// Answers every waiting client "not the leader" (the process stops;
     /// clients fail over instead of timing out).
     pub fn abandon_pending<H: Host<M, S, Route = R>>(&mut self, host: &mut H) {
+        for (_, r) in std::mem::take(&mut self.held) {
+            host.answer(r.route, Answer::NotLeader(None));
+            host.recycle(r.payload);
+        }
         for (_, route) in std::mem::take(&mut self.pending_writes) {
             host.answer(route, Answer::NotLeader(None));
         }
@@ -524,6 +589,13 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
 
     /// Validates one request with the service and submits it (DARE §3.3).
     fn submit<H: Host<M, S, Route = R>>(&mut self, now_ns: u64, r: Incoming<R>, host: &mut H) {
+        if self.should_hold() && self.held.len() < HELD_REQUESTS_MAX {
+            // Checked when the election ends (end of `step`), or answered
+            // "no leader" after the longest election timeout.
+            let until = now_ns.saturating_add(self.engines.log.config().election_timeout_max_ns);
+            self.held.push_back((until, r));
+            return;
+        }
         let log = &mut self.engines.log;
         if let Err(e) = log.state_machine().check_request(&r.payload, r.write) {
             // Refused before it reaches the log: a malformed operation must

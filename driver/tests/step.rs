@@ -268,3 +268,68 @@ fn requests_are_checked_by_the_service_and_answered_from_the_log() {
     assert_eq!(d.counters().requests_refused, 2);
     assert_eq!(d.pending(), (0, 0));
 }
+
+#[test]
+fn a_request_that_comes_during_an_election_is_served_when_it_ends() {
+    // One member, before its first election: no leader is known yet.
+    let (mut d, cfg) = driver(1);
+    let mut fabric = RecordingFabric::default();
+    let mut host = TestHost::default();
+    host.inbox.push_back(Incoming {
+        client_id: 9,
+        request_id: 1,
+        write: true,
+        payload: encode(KvOp::Set {
+            key: b"k",
+            value: b"v",
+        }),
+        route: 1,
+    });
+    d.step(1, &mut fabric, &mut host);
+    assert!(
+        host.answers.is_empty(),
+        "held, not refused: {:?}",
+        host.answers
+    );
+    assert_eq!(d.pending(), (1, 0));
+    assert!(
+        d.next_deadline() <= 1 + cfg.election_timeout_max_ns,
+        "the loop wakes for the hold's end at the latest"
+    );
+    let mut now = 1;
+    while host.answers.is_empty() {
+        now = d.next_deadline().max(now + 1);
+        assert!(now < 10 * cfg.election_timeout_max_ns, "never answered");
+        d.step(now, &mut fabric, &mut host);
+    }
+    assert_eq!(d.log().role(), verbatim_core::Role::Leader);
+    let ok = KvReply::Ok.to_bytes();
+    assert_eq!(host.answers, vec![(1, format!("ok {:?}", &ok[..]))]);
+    assert_eq!(d.pending(), (0, 0));
+}
+
+#[test]
+fn a_request_held_while_no_leader_emerges_is_answered_no_leader_in_time() {
+    // Three members whose peers never answer: no election can end.
+    let (mut d, cfg) = driver(3);
+    let mut fabric = RecordingFabric::default();
+    let mut host = TestHost::default();
+    host.inbox.push_back(Incoming {
+        client_id: 9,
+        request_id: 1,
+        write: false,
+        payload: encode(KvOp::Get { key: b"k" }),
+        route: 7,
+    });
+    d.step(1, &mut fabric, &mut host);
+    let until = 1 + cfg.election_timeout_max_ns;
+    let mut now = 1;
+    while now < until {
+        assert!(host.answers.is_empty(), "answered before the hold ended");
+        assert_eq!(d.pending(), (0, 1));
+        now = (now + cfg.election_timeout_max_ns / 8).min(until);
+        d.step(now, &mut fabric, &mut host);
+    }
+    assert_eq!(host.answers, vec![(7, "not-leader None".to_string())]);
+    assert_eq!(d.pending(), (0, 0));
+}

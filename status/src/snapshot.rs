@@ -103,6 +103,23 @@ pub struct Failover {
     pub first_commit_us: Option<u64>,
     /// How the loss was detected: "pidfd", "heartbeat" or "vote".
     pub detected_by: String,
+    /// The same moments on the machine's CLOCK_MONOTONIC (ns), so that a
+    /// benchmark can time each from its own kill of the old leader.
+    #[serde(default)]
+    pub timeline: Option<FailoverTimeline>,
+}
+
+/// A failover's moments on CLOCK_MONOTONIC (ns since boot).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailoverTimeline {
+    /// The old leader was lost: its death seen, or its last heartbeat.
+    pub lost_ns: u64,
+    /// We suspected it.
+    pub suspected_ns: u64,
+    /// We became leader.
+    pub elected_ns: u64,
+    /// The first commit of our term, if it came.
+    pub first_commit_ns: Option<u64>,
 }
 
 /// Latency percentiles of one kind of request over the last window.

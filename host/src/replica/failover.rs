@@ -4,7 +4,7 @@
 //! term (the no-op, DARE §3.3).
 
 use std::collections::VecDeque;
-use verbatim_status::Failover;
+use verbatim_status::{Failover, FailoverTimeline};
 
 /// Failovers kept for the status endpoint.
 pub const FAILOVERS_KEPT: usize = 16;
@@ -27,12 +27,17 @@ struct Pending {
     commit_index_at_election: u64,
     at_unix_ms: u64,
     by: &'static str,
+    /// `(lost, suspected)` times of the suspicion, `now_ns` units.
+    lost_at_ns: u64,
+    suspected_at_ns: u64,
 }
 
 /// Turns role changes into [`Failover`] records.
 #[derive(Debug, Default)]
 pub struct FailoverTracker {
     me: u8,
+    /// CLOCK_MONOTONIC (ns) at `now_ns` 0.
+    clock_mono_ns: u64,
     leader: Option<u8>,
     suspicion: Option<Suspicion>,
     pending: Option<Pending>,
@@ -40,10 +45,12 @@ pub struct FailoverTracker {
 }
 
 impl FailoverTracker {
-    /// A tracker for member `me`.
-    pub fn new(me: u8) -> FailoverTracker {
+    /// A tracker for member `me`, whose `now_ns` 0 is `clock_mono_ns` on
+    /// CLOCK_MONOTONIC.
+    pub fn new(me: u8, clock_mono_ns: u64) -> FailoverTracker {
         FailoverTracker {
             me,
+            clock_mono_ns,
             ..FailoverTracker::default()
         }
     }
@@ -85,6 +92,8 @@ impl FailoverTracker {
                 commit_index_at_election: commit_index,
                 at_unix_ms: unix_ms,
                 by: s.by,
+                lost_at_ns: s.lost_at_ns,
+                suspected_at_ns: s.at_ns,
             });
             self.leader = Some(self.me);
         } else if leader.is_some() {
@@ -100,13 +109,16 @@ impl FailoverTracker {
     pub fn commit_advanced(&mut self, now_ns: u64, commit_index: u64) {
         if let Some(p) = self.pending {
             if commit_index > p.commit_index_at_election {
-                self.flush_pending(Some(now_ns.saturating_sub(p.elected_at_ns) / 1000));
+                self.flush_pending(Some(now_ns));
             }
         }
     }
 
-    fn flush_pending(&mut self, first_commit_us: Option<u64>) {
+    /// Completes the pending record; `first_commit_ns` is when its term's
+    /// first commit came (`now_ns` units), if it did.
+    fn flush_pending(&mut self, first_commit_ns: Option<u64>) {
         if let Some(p) = self.pending.take() {
+            let mono = |ns: u64| self.clock_mono_ns + ns;
             if self.records.len() == FAILOVERS_KEPT {
                 self.records.pop_front();
             }
@@ -117,8 +129,14 @@ impl FailoverTracker {
                 at_unix_ms: p.at_unix_ms,
                 detection_us: p.detection_us,
                 election_us: p.election_us,
-                first_commit_us,
+                first_commit_us: first_commit_ns.map(|c| c.saturating_sub(p.elected_at_ns) / 1000),
                 detected_by: p.by.to_string(),
+                timeline: Some(FailoverTimeline {
+                    lost_ns: mono(p.lost_at_ns),
+                    suspected_ns: mono(p.suspected_at_ns),
+                    elected_ns: mono(p.elected_at_ns),
+                    first_commit_ns: first_commit_ns.map(mono),
+                }),
             });
         }
     }
@@ -140,7 +158,7 @@ mod tests {
 
     #[test]
     fn a_failover_is_timed_from_death_to_first_commit() {
-        let mut t = FailoverTracker::new(1);
+        let mut t = FailoverTracker::new(1, 1_000_000);
         t.role_changed(0, 0, false, 1, Some(0), 5);
         t.suspected(10_000, 4_000, "pidfd");
         t.suspected(11_000, 0, "heartbeat"); // the first suspicion counts
@@ -163,14 +181,20 @@ mod tests {
                 detection_us: 6,
                 election_us: 40,
                 first_commit_us: Some(40),
-                detected_by: "pidfd".into()
+                detected_by: "pidfd".into(),
+                timeline: Some(FailoverTimeline {
+                    lost_ns: 1_004_000,
+                    suspected_ns: 1_010_000,
+                    elected_ns: 1_050_000,
+                    first_commit_ns: Some(1_090_000),
+                }),
             }
         );
     }
 
     #[test]
     fn losing_leadership_before_committing_still_records() {
-        let mut t = FailoverTracker::new(0);
+        let mut t = FailoverTracker::new(0, 0);
         t.role_changed(0, 0, true, 1, Some(0), 0);
         t.role_changed(5_000, 0, false, 2, Some(2), 0);
         let r = t.records();

@@ -1140,7 +1140,10 @@ fn drive<F: HostFabric>(
             queue_taken: 0,
             dead_buf: Vec::new(),
             step_started: Instant::now(),
-            failovers: FailoverTracker::new(opts.id),
+            failovers: FailoverTracker::new(
+                opts.id,
+                verbatim_client::process::monotonic_ns_of(clock),
+            ),
             events: VecDeque::new(),
             latency: Latency::new(),
             host_counters: BTreeMap::new(),
