@@ -112,6 +112,7 @@ pub fn snapshot(id: u8, role: &str, term: u64, leader: Option<u8>) -> Snapshot {
         },
         events: Vec::new(),
         lease: None,
+        views: None,
         recovery: Default::default(),
         group: GroupConfiguration {
             state: "stable".into(),

@@ -29,6 +29,7 @@ const DIM: Style = Style::new().fg(Color::DarkGray);
 const BOLD: Style = Style::new().add_modifier(Modifier::BOLD);
 const KEY: Style = Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD);
 const BAD: Style = Style::new().fg(Color::Red).add_modifier(Modifier::BOLD);
+const GOOD: Style = Style::new().fg(Color::Green);
 
 impl Widget for &App {
     fn render(self, area: Rect, buf: &mut Buffer) {
@@ -721,20 +722,88 @@ fn render_replica(app: &App, model: &Model, area: Rect, buf: &mut Buffer) {
         return;
     };
     let peer_count = r.snapshot.as_ref().map_or(0, |s| s.peers.len()) as u16;
-    let [info, log, peers, rest] = Layout::vertical([
+    let views = r.snapshot.as_ref().and_then(|s| s.views.as_ref());
+    let [info, log, peers, views_area, rest] = Layout::vertical([
         Constraint::Length(5),
         Constraint::Length(6),
         Constraint::Length(peer_count.max(1) + 3),
+        Constraint::Length(if views.is_some() { 6 } else { 0 }),
         Constraint::Min(0),
     ])
     .areas(area);
     render_replica_info(model, r, info, buf);
     render_log(r, log, buf);
     render_peers(r, peers, buf);
+    if let Some(v) = views {
+        render_views(v, r.snapshot.as_ref(), views_area, buf);
+    }
     let [counters, latency] =
         Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(rest);
     render_counters(r, counters, buf);
     render_latency_config(r, latency, buf);
+}
+
+/// Views and leases (uKharon): the view, the lease, the coordinators.
+fn render_views(
+    v: &verbatim_status::ViewsState,
+    s: Option<&verbatim_status::Snapshot>,
+    area: Rect,
+    buf: &mut Buffer,
+) {
+    let block = Block::bordered().title(Line::styled(" Views · lease ", BOLD));
+    let list = |ms: &[u8]| {
+        if ms.is_empty() {
+            "none".to_string()
+        } else {
+            ms.iter()
+                .map(|m| format!("r{m}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        }
+    };
+    let view = match v.leader {
+        Some(l) if v.epoch > 0 => format!(
+            "view {} · leader r{l} · term {} · lease {} µs",
+            v.epoch, v.log_term, v.lease_us
+        ),
+        _ => "no view decided yet".to_string(),
+    };
+    let lease = if v.fallback {
+        Line::styled(
+            "DARE fallback: no lease (coordinators lost or slots used up)",
+            BAD,
+        )
+    } else if v.lease_active {
+        Line::styled(
+            format!("lease held · {} µs left", v.lease_remaining_us),
+            GOOD,
+        )
+    } else {
+        Line::styled("lease not held (only the view's leader holds one)", DIM)
+    };
+    let counter = |name: &str| s.and_then(|s| s.counters.get(name)).copied().unwrap_or(0);
+    let lines = vec![
+        Line::from(view),
+        lease,
+        Line::from(format!(
+            "coordinators {} · out {} · slots {} of {} · proposed {} (won {})",
+            list(&v.coordinators),
+            list(&v.coordinators_out),
+            v.epoch,
+            v.slot_count,
+            v.proposed,
+            v.won,
+        )),
+        Line::from(format!(
+            "renewals {} (superseded {}, abandoned {}) · leased reads {} · commits awaiting view {}",
+            format::count(v.renewals),
+            v.renewals_superseded,
+            v.renewals_abandoned,
+            format::count(counter("lease_reads")),
+            format::count(counter("commits_awaiting_view")),
+        )),
+    ];
+    Paragraph::new(lines).block(block).render(area, buf);
 }
 
 fn render_replica_info(model: &Model, r: &ReplicaState, area: Rect, buf: &mut Buffer) {
@@ -1325,6 +1394,69 @@ mod tests {
             ),
             "{all}"
         );
+    }
+
+    #[test]
+    fn the_replica_panel_shows_the_view_the_lease_and_the_coordinators() {
+        let t0 = Now {
+            mono: Instant::now(),
+            unix_ms: T0_UNIX_MS,
+        };
+        let target = Target {
+            endpoints: vec![Endpoint {
+                id: Some(1),
+                socket: "/run/v/replica-1.sock".into(),
+            }],
+            cluster: Some("demo".into()),
+        };
+        let mut app = App::new(&target, t0);
+        let mut s = snapshot(1, "leader", 4, Some(1));
+        s.views = Some(verbatim_status::ViewsState {
+            epoch: 3,
+            leader: Some(1),
+            log_term: 4,
+            lease_us: 50,
+            lease_active: true,
+            lease_remaining_us: 31,
+            coordinators: vec![0, 1, 2],
+            coordinators_out: vec![0],
+            fallback: false,
+            slot_count: 4096,
+            proposed: 2,
+            won: 2,
+            renewals: 1234,
+            renewals_superseded: 1,
+            renewals_abandoned: 0,
+        });
+        s.counters.insert("lease_reads".into(), 567);
+        app.handle_message(report(0, s.clone()), t0);
+        app.tick(t0);
+        press(&mut app, KeyCode::Enter);
+        let lines = draw(&app, 100, 30);
+        let all = lines.join("\n");
+        assert!(all.contains("Views · lease"), "{all}");
+        assert!(
+            all.contains("view 3 · leader r1 · term 4 · lease 50 µs"),
+            "{all}"
+        );
+        assert!(all.contains("lease held · 31 µs left"), "{all}");
+        assert!(
+            all.contains("coordinators r0 r1 r2 · out r0 · slots 3 of 4096"),
+            "{all}"
+        );
+        assert!(
+            all.contains("renewals 1234 (superseded 1, abandoned 0) · leased reads 567"),
+            "{all}"
+        );
+        assert_boxes_intact(&lines, 1);
+        // In the fallback, the panel says so instead of a lease.
+        let v = s.views.as_mut().unwrap();
+        v.fallback = true;
+        v.lease_active = false;
+        app.handle_message(report(0, s), t0);
+        let all = frame(&app, 100, 30);
+        assert!(all.contains("DARE fallback: no lease"), "{all}");
+        assert!(!all.contains("lease held"), "{all}");
     }
 
     #[test]

@@ -227,6 +227,13 @@ pub struct ViewStatus {
     pub coordinators_out: u8,
     /// This member's own acceptor is not counted (it restarted).
     pub own_acceptor_excluded: bool,
+    /// The coordinators, as member ids (bit `m` for member `m`).
+    pub coordinator_members: u8,
+    /// Coordinator slots in all (one view each).
+    pub slot_count: u32,
+    /// The log engine may commit without a view of its own (DARE alone):
+    /// see [`ViewEngine::fallback_allowed`].
+    pub fallback: bool,
     /// The consensus engine's counters.
     pub consensus: ConsensusStatus,
 }
@@ -426,6 +433,11 @@ impl<M: Memory + Clone> ViewEngine<M> {
         s.coordinators_out = (0..self.acceptor_count)
             .filter(|&a| self.consensus.acceptor_out(a))
             .fold(0u8, |m, a| m | (1 << a));
+        s.coordinator_members = self.acceptors[..self.acceptor_count]
+            .iter()
+            .fold(0u8, |m, a| m | (1 << a.0));
+        s.slot_count = self.consensus.layout().slot_count;
+        s.fallback = self.fallback_allowed(now_ns);
         s.consensus = self.consensus.status();
         s
     }

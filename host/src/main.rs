@@ -463,6 +463,11 @@ fn main() -> Result<()> {
                         ", not committed yet"
                     }
                 );
+                // With views on, the leader's lease (`--json` has every
+                // member's view and counters).
+                if let Some(lease) = &l.lease {
+                    println!("views: {lease}");
+                }
             }
             println!(
                 "{:<3} {:<10} {:>5} {:>6} {:>10} {:>10} {:>10} {:>9}  peers",

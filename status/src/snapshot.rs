@@ -84,6 +84,44 @@ pub struct PeerSnapshot {
     pub counter_stalled: bool,
 }
 
+/// Views and leases as one replica sees them (uKharon §5–6).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ViewsState {
+    /// The newest view known (0: none yet); view `k` is decided in
+    /// coordinator slot `k − 1`.
+    pub epoch: u64,
+    /// The log leader it names.
+    pub leader: Option<u8>,
+    /// The DARE term it leads in.
+    pub log_term: u64,
+    /// The lease length δ it is held under (µs).
+    pub lease_us: u64,
+    /// This replica holds an active lease on it (only its leader does).
+    pub lease_active: bool,
+    /// Lease left (µs).
+    pub lease_remaining_us: u64,
+    /// The coordinators (members that decide views).
+    pub coordinators: Vec<u8>,
+    /// Coordinators not counted: reported dead, restarted, or our own
+    /// after a restart.
+    pub coordinators_out: Vec<u8>,
+    /// A majority of coordinators is gone, or every slot is used: the log
+    /// engine goes by DARE's own election alone.
+    pub fallback: bool,
+    /// Coordinator slots (views) available in all.
+    pub slot_count: u64,
+    /// Views this replica proposed, and of those decided with its value.
+    pub proposed: u64,
+    /// See `proposed`.
+    pub won: u64,
+    /// Lease checks that started or extended a lease.
+    pub renewals: u64,
+    /// Lease checks that found a newer view.
+    pub renewals_superseded: u64,
+    /// Lease checks given up (too few coordinators answered).
+    pub renewals_abandoned: u64,
+}
+
 /// One leader change, timed by the new leader (microseconds).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Failover {
@@ -229,6 +267,9 @@ pub struct Snapshot {
     /// Views and leases (`[views]`, uKharon): the newest view this replica
     /// knows and whether it holds a lease on it; null with views off.
     pub lease: Option<String>,
+    /// The same in detail (null with views off).
+    #[serde(default)]
+    pub views: Option<ViewsState>,
     /// Recovery by state transfer (DARE §3.4): this replica's own
     /// progress while it copies a snapshot, and its totals.
     #[serde(default)]

@@ -583,6 +583,7 @@ impl<F: HostFabric> Replica<F> {
         let st = log.status();
         let m = &self.opts.manifest;
         let now = self.now_ns();
+        let views_status = self.driver.engines().views.as_ref().map(|v| v.status(now));
         let role = |r: Role| match r {
             Role::Leader => "leader",
             Role::Follower => "follower",
@@ -731,27 +732,8 @@ impl<F: HostFabric> Replica<F> {
             counters,
             latency: self.gw.latency.last.clone(),
             events: self.gw.events.iter().cloned().collect(),
-            lease: self.driver.engines().views.as_ref().map(|v| {
-                let vs = v.status(now);
-                let view = match vs.view {
-                    Some(view) => format!(
-                        "view {} (leader {}, term {})",
-                        vs.epoch, view.leader.0, view.log_term
-                    ),
-                    None => "no view yet".to_string(),
-                };
-                let held = if vs.lease_active {
-                    format!("held, {} µs left", vs.lease_remaining_ns / 1000)
-                } else {
-                    "not held".to_string()
-                };
-                let lost = if vs.coordinators_lost {
-                    " · coordinators lost: DARE fallback"
-                } else {
-                    ""
-                };
-                format!("{view} · {held}{lost}")
-            }),
+            lease: views_status.as_ref().map(lease_line),
+            views: views_status.as_ref().map(views_state),
             recovery: {
                 let r = log.recovery_status();
                 verbatim_status::RecoveryProgress {
@@ -1239,6 +1221,65 @@ fn drive<F: HostFabric>(
     segment.unlink();
     r.gw.slots.segment().unlink();
     Ok(())
+}
+
+/// The one-line lease summary of status (`verbatim status`, the console
+/// header): `view 4 (leader 1, term 3) · held, 31 µs left`.
+fn lease_line(vs: &verbatim_core::views::ViewStatus) -> String {
+    let view = match vs.view {
+        Some(view) => format!(
+            "view {} (leader {}, term {})",
+            vs.epoch, view.leader.0, view.log_term
+        ),
+        None => "no view yet".to_string(),
+    };
+    let held = if vs.lease_active {
+        format!("held, {} µs left", vs.lease_remaining_ns / 1000)
+    } else {
+        "not held".to_string()
+    };
+    let lost = if vs.fallback {
+        " · DARE fallback"
+    } else if vs.coordinators_lost {
+        " · coordinators lost"
+    } else {
+        ""
+    };
+    format!("{view} · {held}{lost}")
+}
+
+/// Views and leases as the status schema shows them.
+fn views_state(vs: &verbatim_core::views::ViewStatus) -> verbatim_status::ViewsState {
+    let members = |mask: u8| {
+        (0..8u8)
+            .filter(|m| mask & (1 << m) != 0)
+            .collect::<Vec<u8>>()
+    };
+    let coordinators = members(vs.coordinator_members);
+    // `coordinators_out` counts the a-th coordinator (bit a).
+    let coordinators_out = coordinators
+        .iter()
+        .enumerate()
+        .filter(|(a, _)| vs.coordinators_out & (1 << a) != 0)
+        .map(|(_, &m)| m)
+        .collect();
+    verbatim_status::ViewsState {
+        epoch: vs.epoch,
+        leader: vs.view.map(|v| v.leader.0),
+        log_term: vs.view.map_or(0, |v| v.log_term),
+        lease_us: vs.view.map_or(0, |v| v.lease_ns / 1000),
+        lease_active: vs.lease_active,
+        lease_remaining_us: vs.lease_remaining_ns / 1000,
+        coordinators,
+        coordinators_out,
+        fallback: vs.fallback,
+        slot_count: u64::from(vs.slot_count),
+        proposed: vs.proposed,
+        won: vs.won,
+        renewals: vs.renewals,
+        renewals_superseded: vs.renewals_superseded,
+        renewals_abandoned: vs.renewals_abandoned,
+    }
 }
 
 /// A configuration as the status schema shows it.
