@@ -89,6 +89,10 @@ pub struct KillRecord {
     pub election_us: Option<u64>,
     /// Leadership → first commit of the new term.
     pub first_commit_us: Option<u64>,
+    /// With views on: leadership → its view active (part of the first
+    /// commit's time).
+    #[serde(default)]
+    pub view_wait_us: Option<u64>,
     /// "pidfd", "heartbeat" or "vote".
     pub detected_by: Option<String>,
     /// Signal → first request completed by another replica.
@@ -134,6 +138,9 @@ pub struct PhaseDists {
     pub election: Dist,
     /// First commit.
     pub first_commit: Dist,
+    /// With views on: the wait for the view (inside the first commit).
+    #[serde(default)]
+    pub view_wait: Dist,
     /// Client gap from the signal.
     pub client_gap: Dist,
     /// Client gap from the process exit.
@@ -168,6 +175,7 @@ impl PhaseDists {
             detection: d(|k| k.detection_us),
             election: d(|k| k.election_us),
             first_commit: d(|k| k.first_commit_us),
+            view_wait: d(|k| k.view_wait_us),
             client_gap: d(|k| k.client_gap_us),
             exit_to_client: d(|k| k.exit_to_client_us),
             notice: d(|k| k.notice_us),
@@ -367,6 +375,7 @@ fn fill_from_record(k: &mut KillRecord, s: &Snapshot, rec: Option<&Failover>) {
         k.detection_us = Some(f.detection_us);
         k.election_us = Some(f.election_us);
         k.first_commit_us = f.first_commit_us;
+        k.view_wait_us = f.view_wait_us;
         k.detected_by = Some(f.detected_by.clone());
     }
 }

@@ -552,6 +552,9 @@ fn render_dists(d: &PhaseDists, kill: bool) -> String {
     t.row(dist_row("detection", &d.detection));
     t.row(dist_row("election", &d.election));
     t.row(dist_row("first commit", &d.first_commit));
+    if d.view_wait.count > 0 {
+        t.row(dist_row("  of which view wait (views on)", &d.view_wait));
+    }
     t.row(dist_row("client gap (signal → next op)", &d.client_gap));
     if kill {
         t.row(dist_row("kill → new leader saw it", &d.from_kill_seen));

@@ -610,13 +610,21 @@ fn render_failovers(model: &Model, area: Rect, buf: &mut Buffer) {
     if failover_count == 0 {
         Paragraph::new(Line::styled("no failovers seen yet", DIM)).render(inner, buf);
     } else {
-        let header = [
+        // With views on, the wait for the new leader's view (inside its
+        // first commit), where the width allows.
+        let views = model.failovers().any(|r| r.failover.view_wait_us.is_some())
+            && inner.width >= WIDE_COLUMNS;
+        let mut header = vec![
             "TERM", "OLD", "NEW", "AT (UTC)", "DETECT", "ELECT", "COMMIT", "CLIENT", "TOTAL", "BY",
         ];
-        let widths = [5, 3, 3, 12, 7, 7, 7, 7, 7, 9];
+        let mut widths = vec![5, 3, 3, 12, 7, 7, 7, 7, 7, 9];
+        if views {
+            header.insert(6, "VIEW");
+            widths.insert(6, 7);
+        }
         let rows = model.failovers().map(|row| {
             let f = &row.failover;
-            Row::new(vec![
+            let mut cells = vec![
                 Cell::from(f.term.to_string()).style(BOLD),
                 Cell::from(format::replica(f.old_leader)),
                 Cell::from(format!("r{}", f.new_leader)).style(Style::new().fg(Color::Green)),
@@ -627,9 +635,13 @@ fn render_failovers(model: &Model, area: Rect, buf: &mut Buffer) {
                 Cell::from(format::micros_opt(row.client_gap_us)),
                 Cell::from(format::micros_opt(row.total_us())).style(BOLD),
                 Cell::from(f.detected_by.clone()),
-            ])
+            ];
+            if views {
+                cells.insert(6, Cell::from(format::micros_opt(f.view_wait_us)));
+            }
+            Row::new(cells)
         });
-        let table = Table::new(rows, widths.map(Constraint::Length)).header(
+        let table = Table::new(rows, widths.into_iter().map(Constraint::Length)).header(
             Row::new(header).style(Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD)),
         );
         Widget::render(table, inner, buf);
@@ -1127,6 +1139,7 @@ mod tests {
             election_us: 17,
             first_commit_us: Some(23),
             detected_by: "pidfd".into(),
+            view_wait_us: None,
             timeline: None,
         }];
         leader.events = vec![EventRecord {
@@ -1310,6 +1323,41 @@ mod tests {
             "{all}"
         );
         assert_boxes_intact(&lines, 1);
+    }
+
+    #[test]
+    fn with_views_a_wide_failover_panel_shows_the_wait_for_the_view() {
+        let mut app = after_failover();
+        let mut leader = app.live.leader_snapshot().unwrap().clone();
+        leader.failovers[0].view_wait_us = Some(12);
+        let report = Report {
+            snapshot: leader,
+            client_gaps_us: BTreeMap::new(),
+        };
+        app.handle_message(
+            LinkMessage::Report {
+                endpoint: 1,
+                report: Box::new(report),
+            },
+            app.live.now,
+        );
+        press(&mut app, KeyCode::Char('2'));
+        let lines = draw(&app, 110, 24);
+        assert!(
+            lines[2].starts_with(
+                "│TERM  OLD NEW AT (UTC)     DETECT  ELECT   VIEW    COMMIT  CLIENT  TOTAL   BY"
+            ),
+            "{}",
+            lines.join("\n")
+        );
+        assert!(
+            lines[3].starts_with("│4     r0  r1  22:13:21.000 42      17      12      23 "),
+            "{}",
+            lines.join("\n")
+        );
+        // Too narrow for it: the column goes, the rest stays.
+        let lines = draw(&app, 80, 24);
+        assert!(!lines[2].contains("VIEW"), "{}", lines[2]);
     }
 
     #[test]

@@ -141,6 +141,11 @@ pub struct Failover {
     pub first_commit_us: Option<u64>,
     /// How the loss was detected: "pidfd", "heartbeat" or "vote".
     pub detected_by: String,
+    /// With views on: from leadership to its view being active (every
+    /// lease on an older view ran out), before which it commits nothing
+    /// (part of `first_commit_us`). None with views off.
+    #[serde(default)]
+    pub view_wait_us: Option<u64>,
     /// The same moments on the machine's CLOCK_MONOTONIC (ns), so that a
     /// benchmark can time each from its own kill of the old leader.
     #[serde(default)]
@@ -158,6 +163,9 @@ pub struct FailoverTimeline {
     pub elected_ns: u64,
     /// The first commit of our term, if it came.
     pub first_commit_ns: Option<u64>,
+    /// With views on: our view was active (we could commit).
+    #[serde(default)]
+    pub view_active_ns: Option<u64>,
 }
 
 /// Latency percentiles of one kind of request over the last window.

@@ -30,6 +30,8 @@ struct Pending {
     /// `(lost, suspected)` times of the suspicion, `now_ns` units.
     lost_at_ns: u64,
     suspected_at_ns: u64,
+    /// With views on: when our view was active (commits allowed).
+    view_active_at_ns: Option<u64>,
 }
 
 /// Turns role changes into [`Failover`] records.
@@ -94,6 +96,7 @@ impl FailoverTracker {
                 by: s.by,
                 lost_at_ns: s.lost_at_ns,
                 suspected_at_ns: s.at_ns,
+                view_active_at_ns: None,
             });
             self.leader = Some(self.me);
         } else if leader.is_some() {
@@ -105,9 +108,13 @@ impl FailoverTracker {
     }
 
     /// Called on every loop iteration while leading: the first commit of
-    /// our term completes the record.
-    pub fn commit_advanced(&mut self, now_ns: u64, commit_index: u64) {
-        if let Some(p) = self.pending {
+    /// our term completes the record. `view_active` is whether our view
+    /// lets us commit (`None` with views off).
+    pub fn commit_advanced(&mut self, now_ns: u64, commit_index: u64, view_active: Option<bool>) {
+        if let Some(p) = &mut self.pending {
+            if view_active == Some(true) && p.view_active_at_ns.is_none() {
+                p.view_active_at_ns = Some(now_ns);
+            }
             if commit_index > p.commit_index_at_election {
                 self.flush_pending(Some(now_ns));
             }
@@ -131,11 +138,15 @@ impl FailoverTracker {
                 election_us: p.election_us,
                 first_commit_us: first_commit_ns.map(|c| c.saturating_sub(p.elected_at_ns) / 1000),
                 detected_by: p.by.to_string(),
+                view_wait_us: p
+                    .view_active_at_ns
+                    .map(|v| v.saturating_sub(p.elected_at_ns) / 1000),
                 timeline: Some(FailoverTimeline {
                     lost_ns: mono(p.lost_at_ns),
                     suspected_ns: mono(p.suspected_at_ns),
                     elected_ns: mono(p.elected_at_ns),
                     first_commit_ns: first_commit_ns.map(mono),
+                    view_active_ns: p.view_active_at_ns.map(mono),
                 }),
             });
         }
@@ -167,8 +178,8 @@ mod tests {
             t.records().is_empty(),
             "not complete before the first commit"
         );
-        t.commit_advanced(60_000, 9);
-        t.commit_advanced(90_000, 10);
+        t.commit_advanced(60_000, 9, None);
+        t.commit_advanced(90_000, 10, None);
         let r = t.records();
         assert_eq!(r.len(), 1);
         assert_eq!(
@@ -182,14 +193,32 @@ mod tests {
                 election_us: 40,
                 first_commit_us: Some(40),
                 detected_by: "pidfd".into(),
+                view_wait_us: None,
                 timeline: Some(FailoverTimeline {
                     lost_ns: 1_004_000,
                     suspected_ns: 1_010_000,
                     elected_ns: 1_050_000,
                     first_commit_ns: Some(1_090_000),
+                    view_active_ns: None,
                 }),
             }
         );
+    }
+
+    #[test]
+    fn with_views_the_wait_for_the_view_is_timed() {
+        let mut t = FailoverTracker::new(1, 0);
+        t.role_changed(0, 0, false, 1, Some(0), 5);
+        t.suspected(10_000, 4_000, "notice");
+        t.role_changed(50_000, 7, true, 2, Some(1), 9);
+        t.commit_advanced(60_000, 9, Some(false));
+        t.commit_advanced(75_000, 9, Some(true));
+        t.commit_advanced(80_000, 9, Some(true));
+        t.commit_advanced(90_000, 10, Some(true));
+        let r = t.records();
+        assert_eq!(r[0].view_wait_us, Some(25));
+        assert_eq!(r[0].first_commit_us, Some(40));
+        assert_eq!(r[0].timeline.unwrap().view_active_ns, Some(75_000));
     }
 
     #[test]

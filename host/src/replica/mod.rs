@@ -837,7 +837,15 @@ impl<F: HostFabric> Replica<F> {
         }
         let log = self.driver.log();
         if log.role() == Role::Leader {
-            self.gw.failovers.commit_advanced(now, log.commit_index());
+            let view_active = self
+                .driver
+                .engines()
+                .views
+                .is_some()
+                .then(|| log.commit_cleared(log.term()));
+            self.gw
+                .failovers
+                .commit_advanced(now, log.commit_index(), view_active);
         }
         let granted = log.log_granted_to();
         if granted != self.last_granted {
