@@ -122,6 +122,19 @@ fn reconfiguration_seeds_that_once_failed_stay_fixed() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Seeds of today's swarm that once failed: 712937947 (liveness: a member
+/// adopted a leader while it copied a snapshot, the copy dropped the
+/// grant, the copy was abandoned and the grant never given; the leader
+/// waited for it with a full log; found by `scripts/soak`).
+#[test]
+fn recovery_seeds_that_once_failed_stay_fixed() {
+    let mut failures = Vec::new();
+    for seed in [712937947] {
+        failures.extend(run_seeds(seed..seed + 1, Mutation::None));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 #[test]
 fn one_seed_reproduces_exactly() {
     let a = run_seed(12345, Mutation::None, false);
