@@ -32,7 +32,7 @@ fn usage() -> ExitCode {
 }
 
 /// Every mutation's name (the soak script runs each).
-const MUTATIONS: [&str; 19] = [
+const MUTATIONS: [&str; 20] = [
     "commit-on-minority",
     "vote-without-log-check",
     "read-without-term-check",
@@ -52,6 +52,7 @@ const MUTATIONS: [&str; 19] = [
     "never-readd-zombies",
     "grant-while-copying",
     "commit-before-view-active",
+    "lease-without-drift-allowance",
 ];
 
 fn parse_mutation(s: &str) -> Option<Mutation> {
@@ -59,6 +60,7 @@ fn parse_mutation(s: &str) -> Option<Mutation> {
         "none" => Mutation::None,
         "commit-on-minority" => Mutation::CommitOnMinority,
         "commit-before-view-active" => Mutation::CommitBeforeViewActive,
+        "lease-without-drift-allowance" => Mutation::LeaseWithoutDriftAllowance,
         "vote-without-log-check" => Mutation::VoteWithoutLogCheck,
         "read-without-term-check" => Mutation::ReadWithoutTermCheck,
         "counter-read-without-gap" => Mutation::CounterReadWithoutGap,
