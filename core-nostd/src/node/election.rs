@@ -324,10 +324,16 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             return;
         }
         if self.copying() && !matches!(self.duty, Duty::None) {
-            // Nobody gets our log while a snapshot is copied into place
-            // (a grant, a vote); the restore grants the leader we follow
-            // then (finish_recovery), or the next one we adopt.
-            self.duty = Duty::None;
+            // Nobody gets our log while a snapshot is copied into place. A
+            // vote is dropped (asked again from the rows); a grant waits:
+            // the restore replaces it with one for the leader we follow
+            // then (finish_recovery), and a copy abandoned without a
+            // restore leaves our log as it was, so the grant goes ahead.
+            // (Dropped, it was never given again: the leader waited for
+            // it with a full log, swarm seed 712937947.)
+            if !matches!(self.duty, Duty::Grant { .. }) {
+                self.duty = Duty::None;
+            }
             return;
         }
         match self.duty {

@@ -328,7 +328,6 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         match self.recovery.phase {
             RecoveryPhase::Idle => {
                 let Some(l) = leader else { return };
-                self.grant_dropped_by_a_copy(l);
                 if !leader_marks && !self.recovery.state_lost {
                     self.recovery.no_restart_before_ns = 0;
                     self.recovery.regrant_beats = None;
@@ -352,23 +351,6 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 self.recovery_reads();
             }
             RecoveryPhase::Regrant => {}
-        }
-    }
-
-    /// A leader adopted while a copy ran was not granted our log (the
-    /// copy drops the grant duty, run_duty). When the copy ends without a
-    /// restore (abandoned: our log is the one we had), that leader gets
-    /// it now: otherwise it waits for the grant forever, never reads our
-    /// log, never marks us for the recovery we may still need, and its
-    /// ring fills (swarm seed 712937947: the leader's log full for 40 ms).
-    fn grant_dropped_by_a_copy(&mut self, leader: MemberId) {
-        let granted = self.row.grant == crate::sst::Ballot::new(self.term, leader)
-            && self.granted_to == Some(leader);
-        if !granted && matches!(self.duty, Duty::None) && !self.copying() {
-            self.duty = Duty::Grant {
-                leader,
-                term: self.term,
-            };
         }
     }
 

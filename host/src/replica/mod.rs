@@ -1259,7 +1259,7 @@ fn lease_line(vs: &verbatim_core::views::ViewStatus) -> String {
 /// Views and leases as the status schema shows them.
 fn views_state(vs: &verbatim_core::views::ViewStatus) -> verbatim_status::ViewsState {
     let members = |mask: u8| {
-        (0..8u8)
+        (0..verbatim_core::fabric::MAX_MEMBERS as u8)
             .filter(|m| mask & (1 << m) != 0)
             .collect::<Vec<u8>>()
     };
