@@ -485,7 +485,10 @@ fn follow_recovery(
                 .collect();
             if r.bytes_total > 0 {
                 t.snapshot_ready_ms.get_or_insert(ms(now));
-                progress.set_fraction(r.bytes_copied as f64 / r.bytes_total as f64);
+                // Half the bar copies, half restores.
+                progress.set_fraction(
+                    (r.bytes_copied + r.bytes_restored) as f64 / (2 * r.bytes_total) as f64,
+                );
             }
             if r.completed > 0 && t.completed_ms.is_none() {
                 t.completed_ms = Some(ms(now));

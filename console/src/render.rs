@@ -390,6 +390,9 @@ fn render_replica_table(app: &App, model: &Model, area: Rect, buf: &mut Buffer) 
                 let r = &s.recovery;
                 let text = match r.bytes_total {
                     0 => "recovering".to_string(),
+                    total if r.bytes_restored > 0 => {
+                        format!("restore {}%", r.bytes_restored.saturating_mul(100) / total)
+                    }
                     total => format!("recover {}%", r.bytes_copied.saturating_mul(100) / total),
                 };
                 (text, Style::new().fg(Color::Yellow))
@@ -1270,6 +1273,21 @@ mod tests {
         let lines = draw(&app, 80, 24);
         assert!(
             lines[6].starts_with("│ r2  recover 37% 4 "),
+            "{}",
+            lines.join("\n")
+        );
+        // Copied whole, then restored a piece per step.
+        let mut s = snapshot(2, "follower", 4, Some(1));
+        s.recovery.active = true;
+        s.recovery.donor = Some(0);
+        s.recovery.bytes_copied = 8 << 20;
+        s.recovery.bytes_total = 8 << 20;
+        s.recovery.bytes_restored = 6 << 20;
+        app.handle_message(report(2, s), t);
+        app.tick(t);
+        let lines = draw(&app, 80, 24);
+        assert!(
+            lines[6].starts_with("│ r2  restore 75% 4 "),
             "{}",
             lines.join("\n")
         );

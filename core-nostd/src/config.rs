@@ -79,6 +79,11 @@ pub enum Mutation {
     /// A member copying a snapshot votes and grants its log (which the
     /// restore then replaces under the leader that counts on it).
     GrantWhileCopying,
+    /// A member whose copy is whole but restored only in part (a piece
+    /// per step) votes and grants its log again, as if the recovery were
+    /// over (the last piece then replaces the log under the leader that
+    /// counts on it).
+    GrantWhileRestoring,
     /// Consensus engine (uKharon §5): a proposer skips the prepare phase
     /// and CASes its own value in without a majority of promises and
     /// without adopting what acceptors accepted, so two proposers can
@@ -160,6 +165,11 @@ pub struct Config {
     pub snapshot_bytes_max: u64,
     /// Bytes a recovering member READs from its donor in one request.
     pub snapshot_read_bytes: u32,
+    /// Bytes of a copied snapshot a recovering member checks and restores
+    /// in one step at most (a record is never split): a large state is
+    /// restored over many steps, so the member keeps its row alive and the
+    /// processes sharing its core run in between.
+    pub snapshot_restore_step_bytes: u64,
     /// A recovering member that sees no progress from its donor for this
     /// long asks another one.
     pub snapshot_wait_ns: u64,
@@ -225,6 +235,7 @@ impl Config {
             apply_batch_max: 256,
             snapshot_bytes_max: 0,
             snapshot_read_bytes: 64 * 1024,
+            snapshot_restore_step_bytes: 256 * 1024,
             snapshot_wait_ns: 20_000_000,
             seed: 0x5EED,
             counter_increment_period_ns: 5_000_000,
@@ -346,6 +357,14 @@ impl Config {
                 value: u64::from(self.snapshot_read_bytes),
                 min: 64,
                 max: 1 << 30,
+            });
+        }
+        if !(64..=(1 << 40)).contains(&self.snapshot_restore_step_bytes) {
+            return Err(OutOfRange {
+                field: "snapshot_restore_step_bytes",
+                value: self.snapshot_restore_step_bytes,
+                min: 64,
+                max: 1 << 40,
             });
         }
         for (field, v) in [

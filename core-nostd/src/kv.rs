@@ -21,7 +21,10 @@
 
 use crate::log::EntryHeader;
 use crate::sm::{ReadError, RequestError, StateMachine};
-use crate::snapshot::{wire, RestoreError, SnapshotFull, SnapshotSink, SnapshotSource};
+use crate::snapshot::{
+    wire, CountingSource, RestoreCursor, RestoreError, RestoreProgress, SnapshotFull, SnapshotSink,
+    SnapshotSource,
+};
 
 const OP_GET: u8 = 1;
 const OP_SET: u8 = 2;
@@ -433,12 +436,18 @@ pub fn format_i64(v: i64, buf: &mut [u8; 20]) -> &[u8] {
 pub struct KvStateMachine<B> {
     backend: B,
     limits: KvLimits,
+    /// Where a restore in pieces is.
+    restore_at: RestoreCursor,
 }
 
 impl<B: KvBackend> KvStateMachine<B> {
     /// A state machine over `backend`.
     pub fn new(backend: B, limits: KvLimits) -> Self {
-        KvStateMachine { backend, limits }
+        KvStateMachine {
+            backend,
+            limits,
+            restore_at: RestoreCursor::Start,
+        }
     }
 
     /// The backend (for inspection).
@@ -527,18 +536,32 @@ impl<B: KvBackend> StateMachine for KvStateMachine<B> {
         wire::put_u8(sink, KV_RECORD_END)
     }
 
-    fn restore(
+    fn restore_begin(&mut self) {
+        self.backend.clear();
+        self.restore_at = RestoreCursor::Start;
+    }
+
+    fn restore_some(
         &mut self,
         source: &mut dyn SnapshotSource,
         scratch: &mut [u8],
-    ) -> Result<(), RestoreError> {
-        self.backend.clear();
-        if wire::get_u32(source)? != KV_SNAPSHOT_MAGIC {
-            return Err(RestoreError::Malformed);
+        budget_bytes: u64,
+    ) -> Result<RestoreProgress, RestoreError> {
+        let mut source = CountingSource::new(source);
+        let source = &mut source;
+        if self.restore_at == RestoreCursor::Start {
+            if wire::get_u32(source)? != KV_SNAPSHOT_MAGIC {
+                return Err(RestoreError::Malformed);
+            }
+            self.restore_at = RestoreCursor::Records;
         }
+        // At least one record per call, so that every call makes progress.
         loop {
+            if self.restore_at == RestoreCursor::Done {
+                return Ok(RestoreProgress::Done);
+            }
             match wire::get_u8(source)? {
-                KV_RECORD_END => return Ok(()),
+                KV_RECORD_END => self.restore_at = RestoreCursor::Done,
                 KV_RECORD_PAIR => {
                     let key_len = usize::from(wire::get_u16(source)?);
                     let value_len = wire::get_u32(source)? as usize;
@@ -555,6 +578,9 @@ impl<B: KvBackend> StateMachine for KvStateMachine<B> {
                     self.backend
                         .set(key, value)
                         .map_err(|()| RestoreError::StoreFull)?;
+                    if source.count() >= budget_bytes {
+                        return Ok(RestoreProgress::More);
+                    }
                 }
                 _ => return Err(RestoreError::Malformed),
             }

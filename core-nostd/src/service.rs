@@ -8,7 +8,9 @@
 
 use crate::log::EntryHeader;
 use crate::sm::{ReadError, RequestError, StateMachine};
-use crate::snapshot::{RestoreError, SnapshotFull, SnapshotSink, SnapshotSource};
+use crate::snapshot::{
+    CountingSource, RestoreError, RestoreProgress, SnapshotFull, SnapshotSink, SnapshotSource,
+};
 
 /// The key-value store and the stream service on one log.
 pub struct KvAndStreams<K, S> {
@@ -16,12 +18,18 @@ pub struct KvAndStreams<K, S> {
     pub kv: K,
     /// The streams.
     pub streams: S,
+    /// A restore in pieces has reached the streams' part.
+    restoring_streams: bool,
 }
 
 impl<K, S> KvAndStreams<K, S> {
     /// Both services.
     pub fn new(kv: K, streams: S) -> Self {
-        KvAndStreams { kv, streams }
+        KvAndStreams {
+            kv,
+            streams,
+            restoring_streams: false,
+        }
     }
 }
 
@@ -63,13 +71,30 @@ impl<K: StateMachine, S: StateMachine> StateMachine for KvAndStreams<K, S> {
         self.streams.snapshot(sink)
     }
 
-    fn restore(
+    fn restore_begin(&mut self) {
+        self.kv.restore_begin();
+        self.streams.restore_begin();
+        self.restoring_streams = false;
+    }
+
+    fn restore_some(
         &mut self,
         source: &mut dyn SnapshotSource,
         scratch: &mut [u8],
-    ) -> Result<(), RestoreError> {
-        self.kv.restore(source, scratch)?;
-        self.streams.restore(source, scratch)
+        budget_bytes: u64,
+    ) -> Result<RestoreProgress, RestoreError> {
+        let mut source = CountingSource::new(source);
+        if !self.restoring_streams {
+            match self.kv.restore_some(&mut source, scratch, budget_bytes)? {
+                RestoreProgress::More => return Ok(RestoreProgress::More),
+                RestoreProgress::Done => self.restoring_streams = true,
+            }
+            if source.count() >= budget_bytes {
+                return Ok(RestoreProgress::More);
+            }
+        }
+        let left = budget_bytes - source.count();
+        self.streams.restore_some(&mut source, scratch, left)
     }
 }
 
@@ -188,6 +213,62 @@ mod tests {
         );
         // And its snapshot is the same bytes.
         assert_eq!(snapshot_of(&copy), bytes);
+    }
+
+    /// A restore in pieces of any budget gives the state a restore in one
+    /// call gives; a small budget takes several calls, each of which reads
+    /// at most one record past its budget.
+    #[test]
+    fn a_restore_in_pieces_is_the_restore_in_one() {
+        let original = populated();
+        let bytes = snapshot_of(&original);
+        let mut scratch = [0u8; 128];
+        // The largest record here (the stream with two entries) is under
+        // 128 bytes.
+        let record_max = 128;
+        for budget in [1u64, 7, 16, 40, 100, u64::MAX] {
+            let mut copy = populated();
+            copy.restore_begin();
+            let mut source = SliceSource::new(&bytes);
+            let mut calls = 0;
+            loop {
+                let before = source.remaining();
+                let progress = copy
+                    .restore_some(&mut source, &mut scratch, budget)
+                    .unwrap();
+                let read = (before - source.remaining()) as u64;
+                assert!(read > 0, "every call makes progress");
+                assert!(
+                    read <= budget.saturating_add(record_max + 4 + 4),
+                    "budget {budget} read {read} of {}",
+                    bytes.len()
+                );
+                calls += 1;
+                if progress == RestoreProgress::Done {
+                    break;
+                }
+            }
+            assert_eq!(source.remaining(), 0, "budget {budget}");
+            assert_eq!(copy.kv.backend(), original.kv.backend());
+            assert_eq!(copy.streams.backend(), original.streams.backend());
+            assert_eq!(snapshot_of(&copy), bytes);
+            if budget <= 16 {
+                assert!(calls >= 4, "budget {budget} took {calls} calls");
+            } else if budget == u64::MAX {
+                assert_eq!(calls, 1);
+            }
+        }
+        // Begun again, a restore under way starts over.
+        let mut copy = service();
+        copy.restore_begin();
+        let mut source = SliceSource::new(&bytes);
+        assert_eq!(
+            copy.restore_some(&mut source, &mut scratch, 1),
+            Ok(RestoreProgress::More)
+        );
+        copy.restore(&mut SliceSource::new(&bytes), &mut scratch)
+            .unwrap();
+        assert_eq!(copy.kv.backend(), original.kv.backend());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The replicated state machine interface (DARE §3.1.1, "the client SM").
 
 use crate::log::EntryHeader;
-use crate::snapshot::{RestoreError, SnapshotFull, SnapshotSink, SnapshotSource};
+use crate::snapshot::{RestoreError, RestoreProgress, SnapshotFull, SnapshotSink, SnapshotSource};
 
 /// Why a read query was not answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,14 +50,41 @@ pub trait StateMachine {
     /// recovering member reads). The state is not changed.
     fn snapshot(&self, sink: &mut dyn SnapshotSink) -> Result<(), SnapshotFull>;
 
-    /// Replaces the whole state with the one a [`StateMachine::snapshot`]
-    /// wrote. `scratch` stages one record at a time; it is as large as the
+    /// Starts replacing the whole state with the one a
+    /// [`StateMachine::snapshot`] wrote: clears the state and forgets any
+    /// restore under way. [`StateMachine::restore_some`] then reads the
+    /// snapshot's bytes in order, in as many calls as it takes.
+    fn restore_begin(&mut self);
+
+    /// Restores the next records of the snapshot from `source` (which
+    /// continues where the last call's stopped), until about
+    /// `budget_bytes` were read (a record is never split, so a call may
+    /// read one record past the budget) or the end mark. A recovering
+    /// member restores a large state a bounded piece per step, so that it
+    /// keeps its row alive and its core's other tenants run in between.
+    /// `scratch` stages one record at a time; it is as large as the
     /// largest log entry, which bounds every record a service holds.
     /// Every field is checked against the service's limits: a malformed
-    /// snapshot is an error, never a panic.
+    /// snapshot is an error, never a panic, and leaves a state that must
+    /// be begun again before use.
+    fn restore_some(
+        &mut self,
+        source: &mut dyn SnapshotSource,
+        scratch: &mut [u8],
+        budget_bytes: u64,
+    ) -> Result<RestoreProgress, RestoreError>;
+
+    /// Replaces the whole state in one call (tests, fuzzing, and services
+    /// nested in another's snapshot).
     fn restore(
         &mut self,
         source: &mut dyn SnapshotSource,
         scratch: &mut [u8],
-    ) -> Result<(), RestoreError>;
+    ) -> Result<(), RestoreError> {
+        self.restore_begin();
+        // Each call reads at least one record or fails, and the source is
+        // finite: this ends.
+        while self.restore_some(source, scratch, u64::MAX)? == RestoreProgress::More {}
+        Ok(())
+    }
 }

@@ -33,6 +33,83 @@ pub enum RestoreError {
     StoreFull,
 }
 
+/// How far a restore in pieces got ([`crate::sm::StateMachine::restore_some`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestoreProgress {
+    /// The budget ran out: more records follow.
+    More,
+    /// The end mark was read: the state is whole.
+    Done,
+}
+
+/// Where a service's restore in pieces is (kept by the service between
+/// calls of [`crate::sm::StateMachine::restore_some`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RestoreCursor {
+    /// The magic word is next.
+    #[default]
+    Start,
+    /// Records (or the end mark) are next.
+    Records,
+    /// The end mark was read.
+    Done,
+}
+
+/// A source that counts the bytes read through it, so that a restore in
+/// pieces can stop after a budget of bytes.
+pub struct CountingSource<'a> {
+    inner: &'a mut dyn SnapshotSource,
+    count: u64,
+}
+
+impl<'a> CountingSource<'a> {
+    /// Counts from 0 what is read from `inner`.
+    pub fn new(inner: &'a mut dyn SnapshotSource) -> Self {
+        CountingSource { inner, count: 0 }
+    }
+
+    /// Bytes read so far.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+}
+
+impl SnapshotSource for CountingSource<'_> {
+    fn read_exact(&mut self, out: &mut [u8]) -> bool {
+        let ok = self.inner.read_exact(out);
+        if ok {
+            self.count += out.len() as u64;
+        }
+        ok
+    }
+}
+
+/// A source that adds every byte read through it to a running checksum,
+/// so that a restore checks exactly the bytes it used (one pass over a
+/// large snapshot, and nothing written between a check and the restore
+/// can slip in).
+pub struct ChecksummingSource<'a> {
+    inner: &'a mut dyn SnapshotSource,
+    checksum: &'a mut StreamChecksum,
+}
+
+impl<'a> ChecksummingSource<'a> {
+    /// Reads from `inner`, continuing `checksum`.
+    pub fn new(inner: &'a mut dyn SnapshotSource, checksum: &'a mut StreamChecksum) -> Self {
+        ChecksummingSource { inner, checksum }
+    }
+}
+
+impl SnapshotSource for ChecksummingSource<'_> {
+    fn read_exact(&mut self, out: &mut [u8]) -> bool {
+        let ok = self.inner.read_exact(out);
+        if ok {
+            self.checksum.bytes(out);
+        }
+        ok
+    }
+}
+
 /// Where a snapshot's bytes go, in order.
 pub trait SnapshotSink {
     /// Appends `bytes`.
@@ -240,13 +317,16 @@ pub struct StreamChecksum {
 impl StreamChecksum {
     const DOMAIN: u64 = 0x534E_4150_504C; // "SNAPPL"
 
+    /// An empty stream (for constant initialisers).
+    pub const NEW: StreamChecksum = StreamChecksum {
+        words: crate::checksum::Checksum::new(Self::DOMAIN),
+        pending: [0; 8],
+        pending_len: 0,
+    };
+
     /// An empty stream.
     pub fn new() -> Self {
-        StreamChecksum {
-            words: crate::checksum::Checksum::new(Self::DOMAIN),
-            pending: [0; 8],
-            pending_len: 0,
-        }
+        Self::NEW
     }
 
     /// Adds bytes.

@@ -30,7 +30,10 @@
 use crate::kv::KvLimits;
 use crate::log::EntryHeader;
 use crate::sm::{ReadError, RequestError, StateMachine};
-use crate::snapshot::{wire, RestoreError, SnapshotFull, SnapshotSink, SnapshotSource};
+use crate::snapshot::{
+    wire, CountingSource, RestoreCursor, RestoreError, RestoreProgress, SnapshotFull, SnapshotSink,
+    SnapshotSource,
+};
 
 /// First operation code of the stream service.
 pub const OP_XADD: u8 = 0x10;
@@ -575,13 +578,19 @@ const STREAM_RECORD_END: u8 = 0;
 pub struct StreamStateMachine<B> {
     backend: B,
     limits: KvLimits,
+    /// Where a restore in pieces is.
+    restore_at: RestoreCursor,
 }
 
 impl<B: StreamBackend> StreamStateMachine<B> {
     /// A state machine over `backend`; keys and each field and value obey
     /// `limits`.
     pub fn new(backend: B, limits: KvLimits) -> Self {
-        StreamStateMachine { backend, limits }
+        StreamStateMachine {
+            backend,
+            limits,
+            restore_at: RestoreCursor::Start,
+        }
     }
 
     /// The backend (for inspection).
@@ -756,19 +765,38 @@ impl<B: StreamBackend> StateMachine for StreamStateMachine<B> {
         wire::put_u8(sink, STREAM_RECORD_END)
     }
 
-    fn restore(
+    fn restore_begin(&mut self) {
+        self.backend.clear();
+        self.restore_at = RestoreCursor::Start;
+    }
+
+    /// A stream is one record: a long stream is restored in one call.
+    fn restore_some(
         &mut self,
         source: &mut dyn SnapshotSource,
         scratch: &mut [u8],
-    ) -> Result<(), RestoreError> {
-        self.backend.clear();
-        if wire::get_u32(source)? != STREAM_SNAPSHOT_MAGIC {
-            return Err(RestoreError::Malformed);
+        budget_bytes: u64,
+    ) -> Result<RestoreProgress, RestoreError> {
+        let mut source = CountingSource::new(source);
+        let source = &mut source;
+        if self.restore_at == RestoreCursor::Start {
+            if wire::get_u32(source)? != STREAM_SNAPSHOT_MAGIC {
+                return Err(RestoreError::Malformed);
+            }
+            self.restore_at = RestoreCursor::Records;
         }
         loop {
+            if self.restore_at == RestoreCursor::Done {
+                return Ok(RestoreProgress::Done);
+            }
             match wire::get_u8(source)? {
-                STREAM_RECORD_END => return Ok(()),
-                STREAM_RECORD_STREAM => self.restore_stream(source, scratch)?,
+                STREAM_RECORD_END => self.restore_at = RestoreCursor::Done,
+                STREAM_RECORD_STREAM => {
+                    self.restore_stream(source, scratch)?;
+                    if source.count() >= budget_bytes {
+                        return Ok(RestoreProgress::More);
+                    }
+                }
                 _ => return Err(RestoreError::Malformed),
             }
         }

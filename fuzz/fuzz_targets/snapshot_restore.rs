@@ -2,14 +2,16 @@
 //! memory (DARE §3.4), on arbitrary bytes: restoring never panics; what is
 //! accepted is a state whose own snapshot restores to the same state and
 //! is the same bytes again (the format is canonical for a given state up to
-//! the backends' iteration order, which is fixed here).
+//! the backends' iteration order, which is fixed here). A restore in pieces
+//! (as a recovering member restores, a budget per step) accepts and refuses
+//! exactly what a restore in one call does, and gives the same state.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use verbatim_core::kv::{KvLimits, KvStateMachine};
 use verbatim_core::service::KvAndStreams;
 use verbatim_core::sm::StateMachine;
-use verbatim_core::snapshot::{SliceSink, SliceSource};
+use verbatim_core::snapshot::{RestoreProgress, SliceSink, SliceSource};
 use verbatim_core::stream::StreamStateMachine;
 use verbatim_host::replica::storage::{HashBackend, StreamMap};
 
@@ -40,13 +42,32 @@ fuzz_target!(|data: &[u8]| {
     let limits = LIMITS[usize::from(select) % LIMITS.len()];
     let mut scratch = vec![0u8; 4096];
     let mut s = service(limits);
-    if s.restore(&mut SliceSource::new(bytes), &mut scratch).is_err() {
+    let whole = s.restore(&mut SliceSource::new(bytes), &mut scratch);
+    // The same bytes in pieces of a budget the input chooses.
+    let budget = 1 + u64::from(select / 2) * 8;
+    let mut p = service(limits);
+    p.restore_begin();
+    let mut source = SliceSource::new(bytes);
+    let pieces = loop {
+        match p.restore_some(&mut source, &mut scratch, budget) {
+            Ok(RestoreProgress::More) => {}
+            Ok(RestoreProgress::Done) => break Ok(()),
+            Err(e) => break Err(e),
+        }
+    };
+    assert_eq!(whole, pieces, "a restore in pieces decides as one in one call");
+    if whole.is_err() {
         return;
     }
     let mut out = vec![0u8; bytes.len() + 64];
     let mut sink = SliceSink::new(&mut out);
     s.snapshot(&mut sink).expect("an accepted state fits the bytes it came from");
     let n = sink.len();
+    let mut out_pieces = vec![0u8; bytes.len() + 64];
+    let mut sink = SliceSink::new(&mut out_pieces);
+    p.snapshot(&mut sink).unwrap();
+    let m = sink.len();
+    assert_eq!(&out_pieces[..m], &out[..n], "restored in pieces, the same state");
     let mut t = service(limits);
     t.restore(&mut SliceSource::new(&out[..n]), &mut scratch)
         .expect("a state's own snapshot restores");

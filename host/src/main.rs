@@ -326,6 +326,10 @@ fn main() -> Result<()> {
                                 // shows how far it is instead of its log.
                                 let progress = match (s.recovery.active, s.recovery.bytes_total) {
                                     (true, 0) => "recovering (asking a donor)".to_string(),
+                                    (true, total) if s.recovery.bytes_restored > 0 => format!(
+                                        "recovering: restored {}%",
+                                        s.recovery.bytes_restored.saturating_mul(100) / total
+                                    ),
                                     (true, total) => format!(
                                         "recovering {}%",
                                         s.recovery.bytes_copied.saturating_mul(100) / total

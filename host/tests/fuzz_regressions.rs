@@ -58,7 +58,7 @@ fn snapshot_restore_regressions_hold() {
     use verbatim_core::kv::{KvLimits, KvStateMachine};
     use verbatim_core::service::KvAndStreams;
     use verbatim_core::sm::StateMachine;
-    use verbatim_core::snapshot::{SliceSink, SliceSource};
+    use verbatim_core::snapshot::{RestoreProgress, SliceSink, SliceSource};
     use verbatim_core::stream::StreamStateMachine;
     use verbatim_host::replica::storage::{HashBackend, StreamMap};
     type Service = KvAndStreams<KvStateMachine<HashBackend>, StreamStateMachine<StreamMap>>;
@@ -86,9 +86,26 @@ fn snapshot_restore_regressions_hold() {
         let limits = all_limits[usize::from(select) % all_limits.len()];
         let mut scratch = vec![0u8; 4096];
         let mut s = service(limits);
-        if s.restore(&mut SliceSource::new(bytes), &mut scratch)
-            .is_err()
-        {
+        let whole = s.restore(&mut SliceSource::new(bytes), &mut scratch);
+        // In pieces, as the fuzz target does.
+        let budget = 1 + u64::from(select / 2) * 8;
+        let mut p = service(limits);
+        p.restore_begin();
+        let mut source = SliceSource::new(bytes);
+        let pieces = loop {
+            match p.restore_some(&mut source, &mut scratch, budget) {
+                Ok(RestoreProgress::More) => {}
+                Ok(RestoreProgress::Done) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        assert_eq!(
+            whole,
+            pieces,
+            "{}: pieces decide as one call",
+            path.display()
+        );
+        if whole.is_err() {
             continue;
         }
         let mut out = vec![0u8; bytes.len() + 64];
@@ -96,6 +113,11 @@ fn snapshot_restore_regressions_hold() {
         s.snapshot(&mut sink)
             .unwrap_or_else(|e| panic!("{}: snapshot: {e:?}", path.display()));
         let n = sink.len();
+        let mut out_pieces = vec![0u8; bytes.len() + 64];
+        let mut sink = SliceSink::new(&mut out_pieces);
+        p.snapshot(&mut sink).unwrap();
+        let m = sink.len();
+        assert_eq!(&out_pieces[..m], &out[..n], "{}", path.display());
         let mut t = service(limits);
         t.restore(&mut SliceSource::new(&out[..n]), &mut scratch)
             .unwrap_or_else(|e| {

@@ -268,6 +268,10 @@ pub struct ClusterOptions {
     pub client_timeout_ns: u64,
     /// Network model.
     pub net: NetParams,
+    /// CPU time a member spends per byte of a snapshot it restores (a
+    /// step that restores a piece takes that much longer: the swarm can
+    /// model a state far larger than its few keys).
+    pub restore_ns_per_byte: f64,
     /// Torn placement of large writes.
     pub tearing: bool,
     /// A member's step is not an instant: the pieces of a torn WRITE in
@@ -310,6 +314,9 @@ impl ClusterOptions {
         // Members pruned past recover by state transfer (DARE §3.4).
         config.snapshot_bytes_max = 1 << 20;
         config.snapshot_read_bytes = 16 * 1024;
+        // A restore in pieces of a record or two: the swarm steps through
+        // half-restored states (votes, elections, crashes in between).
+        config.snapshot_restore_step_bytes = 64;
         config.prune_grace_ns = 20_000_000;
         config.reconnect_backoff_ns = 200_000;
         // Heartbeat counters on the simulated network's time scale.
@@ -331,6 +338,7 @@ impl ClusterOptions {
             think_ns_max: 20_000,
             client_timeout_ns: 1_000_000,
             net: NetParams::DARE,
+            restore_ns_per_byte: 1.0,
             tearing: false,
             interleaving: false,
             reordering: false,
@@ -1400,6 +1408,7 @@ impl Cluster {
             return;
         }
         let local = self.local(i, t);
+        let recovery_before = self.nodes[i].driver.log().recovery_status();
         // The member's host loop is the driver's: the simulator supplies
         // only the fabric (posts are buffered and scheduled with their
         // LogGP departure times below), the clock and the gateway.
@@ -1429,6 +1438,17 @@ impl Cluster {
             driver.step(local, &mut fabric, &mut host);
         }
         let mut depart = t + self.opts.net.poll_ns as u64;
+        // The CPU time of the piece of a restore this step did.
+        let recovery_after = self.nodes[i].driver.log().recovery_status();
+        let restored_to = if recovery_after.bytes_restored > 0 {
+            recovery_after.bytes_restored
+        } else if recovery_after.completed > recovery_before.completed {
+            recovery_before.bytes_total
+        } else {
+            0
+        };
+        let restored = restored_to.saturating_sub(recovery_before.bytes_restored);
+        depart += (restored as f64 * self.opts.restore_ns_per_byte) as u64;
         let mut stopped = false;
         for wr in posted {
             if stopped {

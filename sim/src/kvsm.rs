@@ -10,7 +10,9 @@ use verbatim_core::kv::{KvBackend, KvLimits, KvStateMachine};
 use verbatim_core::log::EntryHeader;
 use verbatim_core::service::KvAndStreams;
 use verbatim_core::sm::{ReadError, RequestError, StateMachine};
-use verbatim_core::snapshot::{RestoreError, SnapshotFull, SnapshotSink, SnapshotSource};
+use verbatim_core::snapshot::{
+    RestoreError, RestoreProgress, SnapshotFull, SnapshotSink, SnapshotSource,
+};
 use verbatim_core::stream::{StreamBackend, StreamId, StreamStateMachine};
 
 /// A `BTreeMap` backend (deterministic iteration for state digests).
@@ -171,11 +173,16 @@ impl StateMachine for RecordingKv {
         self.inner.snapshot(sink)
     }
 
-    fn restore(
+    fn restore_begin(&mut self) {
+        self.inner.restore_begin()
+    }
+
+    fn restore_some(
         &mut self,
         source: &mut dyn SnapshotSource,
         scratch: &mut [u8],
-    ) -> Result<(), RestoreError> {
-        self.inner.restore(source, scratch)
+        budget_bytes: u64,
+    ) -> Result<RestoreProgress, RestoreError> {
+        self.inner.restore_some(source, scratch, budget_bytes)
     }
 }

@@ -25,14 +25,14 @@ fn usage() -> ExitCode {
          skip-revoke, skip-vote-replication, commit-before-own-noop, drop-overwrite-guard, skip-session-check,\n  \
          recover-from-any-donor, restart-without-vote-recovery, false-suspicion-without-proof,\n  \
          act-on-own-stall, transitional-new-majority-only, never-readd-zombies, grant-while-copying,\n  \
-         commit-before-view-active\n\
+         grant-while-restoring, commit-before-view-active, lease-without-drift-allowance\n\
          verbatim-sim --list-mutations prints them one per line"
     );
     ExitCode::from(2)
 }
 
 /// Every mutation's name (the soak script runs each).
-const MUTATIONS: [&str; 20] = [
+const MUTATIONS: [&str; 21] = [
     "commit-on-minority",
     "vote-without-log-check",
     "read-without-term-check",
@@ -51,6 +51,7 @@ const MUTATIONS: [&str; 20] = [
     "transitional-new-majority-only",
     "never-readd-zombies",
     "grant-while-copying",
+    "grant-while-restoring",
     "commit-before-view-active",
     "lease-without-drift-allowance",
 ];
@@ -78,6 +79,7 @@ fn parse_mutation(s: &str) -> Option<Mutation> {
         "transitional-new-majority-only" => Mutation::TransitionalNewMajorityOnly,
         "never-readd-zombies" => Mutation::NeverReaddZombies,
         "grant-while-copying" => Mutation::GrantWhileCopying,
+        "grant-while-restoring" => Mutation::GrantWhileRestoring,
         _ => return None,
     })
 }

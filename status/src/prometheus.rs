@@ -226,6 +226,12 @@ pub fn render(s: &Snapshot) -> String {
         s.recovery.bytes_copied as f64,
     );
     o.one(
+        "verbatim_recovery_restored_bytes",
+        "gauge",
+        "Bytes of the copied snapshot restored so far.",
+        s.recovery.bytes_restored as f64,
+    );
+    o.one(
         "verbatim_recovery_total_bytes",
         "gauge",
         "Bytes of the snapshot being copied (0 until the donor wrote it).",

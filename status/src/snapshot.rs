@@ -411,6 +411,10 @@ pub struct RecoveryProgress {
     pub bytes_copied: u64,
     /// Bytes of the snapshot (0 until the donor finished writing it).
     pub bytes_total: u64,
+    /// Bytes of the copy restored so far (the copy is whole; restored a
+    /// bounded piece per step).
+    #[serde(default)]
+    pub bytes_restored: u64,
     /// Recoveries completed by this replica.
     pub completed: u64,
     /// Attempts given up (donor silent, snapshot changed or corrupt).

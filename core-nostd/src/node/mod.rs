@@ -1147,7 +1147,11 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             if self.read_back_can_ask() {
                 at = at.min(self.now);
             }
-        } else if self.revoke_pending || self.row_dirty || self.duty != Duty::None {
+        } else if self.revoke_pending
+            || self.row_dirty
+            || self.duty != Duty::None
+            || self.restoring()
+        {
             at = at.min(self.now);
         }
         for p in self.peers.iter().take(self.member_count) {

@@ -24,8 +24,13 @@
 //! 4. The joiner READs the donor's header until it is complete for its
 //!    generation, READs the payload in bounded chunks into its own
 //!    `Snapshot` region, READs the header again (unchanged: nothing was
-//!    rewritten under it), checks the payload's checksum, restores its
-//!    session table and state machine from its own copy, and sets its log
+//!    rewritten under it), then restores its state machine from its own
+//!    copy a bounded piece per step (`snapshot_restore_step_bytes`),
+//!    checksumming exactly the bytes it restores. A large state thus
+//!    takes many short steps, between which the member keeps its row
+//!    alive and the processes sharing its core run; until the last piece
+//!    it applies and gives nothing. At the end it checks the payload's
+//!    checksum, puts the session table in place, and sets its log
 //!    pointers to the snapshot's apply position, with an empty log after
 //!    it.
 //! 5. It prepares a fresh adjustment list and grants the leader log access
@@ -40,7 +45,10 @@
 
 use super::*;
 use crate::fabric::{Op, RegionId};
-use crate::snapshot::{MemorySink, MemorySource, SnapshotHeader, SnapshotState, StreamChecksum};
+use crate::snapshot::{
+    ChecksummingSource, MemorySink, MemorySource, RestoreProgress, SnapshotHeader, SnapshotState,
+    StreamChecksum,
+};
 use crate::sst::SnapshotRequest;
 
 /// Chunk READs in flight at most while a joiner copies a snapshot.
@@ -76,6 +84,9 @@ pub(super) enum RecoveryPhase {
     /// Payload copied: READing the header again to check it did not
     /// change.
     Confirming,
+    /// Restoring the copy a piece per step (the state machine is cleared:
+    /// nothing is applied or given until it is whole).
+    Restoring,
     /// Restored: granting the leader access with a fresh adjustment list.
     Regrant,
 }
@@ -92,6 +103,10 @@ pub(super) struct Recovery {
     /// Payload bytes asked for and landed.
     requested: u64,
     landed: u64,
+    /// Payload bytes restored (session table image first, then the state
+    /// machine's bytes), and their running checksum.
+    restored: u64,
+    restored_checksum: StreamChecksum,
     reads_inflight: u64,
     /// A header READ is in flight.
     header_inflight: bool,
@@ -166,6 +181,8 @@ impl Recovery {
         },
         requested: 0,
         landed: 0,
+        restored: 0,
+        restored_checksum: StreamChecksum::NEW,
         reads_inflight: 0,
         header_inflight: false,
         header_read_at_ns: 0,
@@ -204,6 +221,8 @@ pub struct RecoveryStatus {
     pub bytes_copied: u64,
     /// Payload bytes of the snapshot being copied.
     pub bytes_total: u64,
+    /// Payload bytes restored so far, once the copy is whole.
+    pub bytes_restored: u64,
     /// Recoveries completed by this member.
     pub completed: u64,
     /// Attempts given up (donor silent, snapshot changed or corrupt).
@@ -219,8 +238,16 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             active,
             donor: active.then_some(r.donor),
             bytes_copied: r.landed,
-            bytes_total: if matches!(r.phase, RecoveryPhase::Copying | RecoveryPhase::Confirming) {
+            bytes_total: if matches!(
+                r.phase,
+                RecoveryPhase::Copying | RecoveryPhase::Confirming | RecoveryPhase::Restoring
+            ) {
                 r.header.payload_bytes()
+            } else {
+                0
+            },
+            bytes_restored: if r.phase == RecoveryPhase::Restoring {
+                r.restored
             } else {
                 0
             },
@@ -241,7 +268,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     /// any other it heard from recently).
     pub(super) fn published_apply_point(&self) -> (u64, u64) {
         match self.recovery.phase {
-            RecoveryPhase::Copying | RecoveryPhase::Confirming => (
+            RecoveryPhase::Copying | RecoveryPhase::Confirming | RecoveryPhase::Restoring => (
                 self.recovery.header.apply_pos,
                 self.recovery.header.apply_index,
             ),
@@ -265,7 +292,8 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
 
     // ----- joiner ------------------------------------------------------
 
-    /// True while a copy is under way (asked, copying or confirming): our
+    /// True while a copy is under way (asked, copying, confirming or
+    /// restoring): our
     /// log and state are about to be replaced, so we neither grant log
     /// access (to a leader or by a vote) nor stand.
     pub(super) fn copying(&self) -> bool {
@@ -273,10 +301,25 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         if self.cfg.mutation == crate::config::Mutation::GrantWhileCopying {
             return false;
         }
+        #[cfg(feature = "mutation-testing")]
+        if self.cfg.mutation == crate::config::Mutation::GrantWhileRestoring
+            && self.recovery.phase == RecoveryPhase::Restoring
+        {
+            return false;
+        }
         matches!(
             self.recovery.phase,
-            RecoveryPhase::AwaitSnapshot | RecoveryPhase::Copying | RecoveryPhase::Confirming
+            RecoveryPhase::AwaitSnapshot
+                | RecoveryPhase::Copying
+                | RecoveryPhase::Confirming
+                | RecoveryPhase::Restoring
         )
+    }
+
+    /// True while a restore has pieces left: the host must step us again
+    /// at once rather than park.
+    pub(super) fn restoring(&self) -> bool {
+        self.recovery.phase == RecoveryPhase::Restoring
     }
 
     /// False while recovery says we cannot win an election, so a campaign
@@ -349,6 +392,11 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                     return;
                 }
                 self.recovery_reads();
+            }
+            RecoveryPhase::Restoring => {
+                // Our own work, not the donor's: no timeout.
+                self.recovery.progress_ns = self.now;
+                self.restore_piece();
             }
             RecoveryPhase::Regrant => {}
         }
@@ -527,7 +575,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                     self.recovery.reads_inflight += 1;
                 }
             }
-            RecoveryPhase::Idle | RecoveryPhase::Regrant => {}
+            RecoveryPhase::Idle | RecoveryPhase::Restoring | RecoveryPhase::Regrant => {}
         }
     }
 
@@ -586,7 +634,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 }
             }
             (RecoveryPhase::Confirming, Some(h)) if h == self.recovery.header => {
-                self.finish_recovery();
+                self.begin_restore();
             }
             (RecoveryPhase::Confirming, _) => {
                 // Rewritten while we copied: never restored.
@@ -618,50 +666,96 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         }
     }
 
-    /// The copy is whole and unchanged: check it, restore it, and rejoin.
-    /// Work proportional to the snapshot, once per recovery, on a member
-    /// that serves nothing yet.
-    fn finish_recovery(&mut self) {
+    /// The copy is whole and unchanged: clear the state machine and
+    /// restore the copy into it over the next steps.
+    fn begin_restore(&mut self) {
         let h = self.recovery.header;
-        // The payload's checksum, over our own copy.
-        let mut sum = StreamChecksum::new();
-        let mut offset = 0;
-        let payload = h.payload_bytes();
-        while offset < payload {
-            let n = (payload - offset).min(self.payload.len() as u64) as usize;
-            self.mem
-                .read(self.layout.snapshot_payload(offset), &mut self.payload[..n]);
-            sum.bytes(&self.payload[..n]);
-            offset += n as u64;
-        }
         // The group configuration as of the snapshot (DARE §3.4).
-        let configuration =
-            crate::membership::Configuration::decode(&h.configuration, self.member_count as u8);
-        let (Ok(configuration), true) = (configuration, sum.finish() == h.payload_checksum) else {
+        if crate::membership::Configuration::decode(&h.configuration, self.member_count as u8)
+            .is_err()
+        {
             self.counters.entries_rejected += 1;
             self.abandon_recovery();
             return;
-        };
+        }
         assert!(
             !self.never_back()
                 || h.apply_index > self.apply_index
                 || (h.apply_index == self.apply_index && self.recovery.state_lost),
             "a snapshot never takes a member back"
         );
-        // The state machine first. A snapshot that passed its checksum but
-        // does not restore (a donor's bug, or a hostile one) leaves our
-        // state machine cleared: we then apply nothing and give nothing
-        // away until another snapshot restores it.
-        let mut source = MemorySource::new(
-            &self.mem,
-            self.layout.snapshot_payload(h.sessions_bytes),
-            h.sm_bytes,
-        );
-        if self.sm.restore(&mut source, &mut self.payload).is_err() || source.remaining() != 0 {
-            self.recovery.state_lost = true;
-            self.abandon_recovery();
+        // From here on our state machine is neither the old one nor the
+        // snapshot's until the last piece: nothing is applied or given
+        // away (a restore that fails leaves it so until another snapshot
+        // restores it).
+        self.sm.restore_begin();
+        self.recovery.state_lost = true;
+        self.recovery.restored = 0;
+        self.recovery.restored_checksum = StreamChecksum::new();
+        self.recovery.phase = RecoveryPhase::Restoring;
+    }
+
+    /// One step's piece of a restore: about `snapshot_restore_step_bytes`
+    /// of the copy (the session table image is only checksummed here and
+    /// put in place at the end), through the checksum, into the state
+    /// machine.
+    fn restore_piece(&mut self) {
+        let h = self.recovery.header;
+        let mut budget = self.cfg.snapshot_restore_step_bytes;
+        while self.recovery.restored < h.sessions_bytes && budget > 0 {
+            let n = (h.sessions_bytes - self.recovery.restored)
+                .min(self.payload.len() as u64)
+                .min(budget) as usize;
+            self.mem.read(
+                self.layout.snapshot_payload(self.recovery.restored),
+                &mut self.payload[..n],
+            );
+            self.recovery.restored_checksum.bytes(&self.payload[..n]);
+            self.recovery.restored += n as u64;
+            budget -= n as u64;
+        }
+        if budget == 0 {
             return;
         }
+        let sm_restored = self.recovery.restored - h.sessions_bytes;
+        let mut copy = MemorySource::new(
+            &self.mem,
+            self.layout.snapshot_payload(self.recovery.restored),
+            h.sm_bytes - sm_restored,
+        );
+        let left_before = copy.remaining();
+        let mut source = ChecksummingSource::new(&mut copy, &mut self.recovery.restored_checksum);
+        let progress = self.sm.restore_some(&mut source, &mut self.payload, budget);
+        self.recovery.restored += left_before - copy.remaining();
+        let trailing = copy.remaining() != 0;
+        match progress {
+            Ok(RestoreProgress::More) => {}
+            Ok(RestoreProgress::Done) if !trailing => self.finish_recovery(),
+            // A snapshot that passed the header check but does not
+            // restore (a donor's bug, or a hostile one): our state machine
+            // stays cleared until another snapshot restores it.
+            Ok(RestoreProgress::Done) | Err(_) => {
+                self.counters.entries_rejected += 1;
+                self.abandon_recovery();
+            }
+        }
+    }
+
+    /// The last piece is restored: check the whole payload's checksum,
+    /// put the session table in place, and rejoin.
+    fn finish_recovery(&mut self) {
+        let h = self.recovery.header;
+        let payload = h.payload_bytes();
+        let configuration =
+            crate::membership::Configuration::decode(&h.configuration, self.member_count as u8);
+        let (Ok(configuration), true) = (
+            configuration,
+            self.recovery.restored_checksum.finish() == h.payload_checksum,
+        ) else {
+            self.counters.entries_rejected += 1;
+            self.abandon_recovery();
+            return;
+        };
         self.recovery.state_lost = false;
         // The session table, as the donor's region held it.
         let mut offset = 0;

@@ -1429,6 +1429,8 @@ fn member_two_pruned_past() -> (Harness, u64) {
     let mut h = Harness::with(3, |c| {
         c.snapshot_bytes_max = 64 * 1024;
         c.snapshot_read_bytes = 512;
+        // A few records per step: the restore takes many steps.
+        c.snapshot_restore_step_bytes = 64;
         c.prune_grace_ns = 2_000_000;
         c.prune_period_ns = 500_000;
     });
@@ -1473,13 +1475,28 @@ fn recover_member_two(corrupt_first: bool, follower_down: bool) {
     };
     let mut served = 0;
     let mut recovered = None;
+    let mut restoring_steps = 0;
     for _ in 0..4000 {
         h.now += 50_000;
         for i in 0..3 {
             if h.down[i] {
                 continue;
             }
+            let applied_before = h.nodes[i].apply_index();
             h.tick(i);
+            let r = h.nodes[i].recovery_status();
+            if r.bytes_restored > 0 {
+                // Restoring in pieces: nothing applied, nothing given,
+                // the row kept alive.
+                restoring_steps += 1;
+                assert!(r.bytes_restored <= r.bytes_total);
+                assert!(
+                    !h.nodes[i].state_intact(),
+                    "a half-restored state is not used"
+                );
+                assert_eq!(h.nodes[i].apply_index(), applied_before);
+                assert!(h.nodes[i].copying(), "no vote or grant while restoring");
+            }
             for e in h.events(i) {
                 match e {
                     Event::SnapshotWanted { .. } => {
@@ -1553,6 +1570,10 @@ fn recover_member_two(corrupt_first: bool, follower_down: bool) {
         Some(&b"recovery"[..])
     );
     assert_eq!(h.nodes[2].recovery_status().completed, 1);
+    assert!(
+        restoring_steps >= 2,
+        "the restore took several steps ({restoring_steps})"
+    );
     if corrupt_first {
         assert!(served >= 2, "asked again after the corrupt copy");
         assert!(h.nodes[2].recovery_status().abandoned >= 1);

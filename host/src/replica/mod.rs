@@ -741,6 +741,7 @@ impl<F: HostFabric> Replica<F> {
                     donor: r.donor.map(|d| d.0),
                     bytes_copied: r.bytes_copied,
                     bytes_total: r.bytes_total,
+                    bytes_restored: r.bytes_restored,
                     completed: r.completed,
                     abandoned: r.abandoned,
                     served: st.counters.snapshots_served,
