@@ -114,6 +114,9 @@ fn default_log_ring_bytes() -> u64 {
 fn default_snapshot_bytes_max() -> u64 {
     64 << 20
 }
+fn default_snapshot_restore_step_bytes() -> u64 {
+    256 << 10
+}
 fn default_key_bytes_max() -> u32 {
     256
 }
@@ -167,6 +170,11 @@ pub struct ClusterSection {
     /// restarts, or falls behind the pruned log, then cannot rejoin).
     #[serde(default = "default_snapshot_bytes_max")]
     pub snapshot_bytes_max: u64,
+    /// Bytes of a copied snapshot a recovering replica restores per loop
+    /// iteration at most (whole records): smaller pieces keep it
+    /// responsive and its core's other tenants running.
+    #[serde(default = "default_snapshot_restore_step_bytes")]
+    pub snapshot_restore_step_bytes: u64,
     /// Largest key.
     #[serde(default = "default_key_bytes_max")]
     pub key_bytes_max: u32,
@@ -260,6 +268,11 @@ pub struct TimingSection {
     /// Heartbeat-counter engine: wait between two READs of a peer's counter;
     /// the same value twice reports it stalled.
     pub counter_read_gap_us: u64,
+    /// A recovering replica parks this long between two pieces of its
+    /// restore (`cluster.snapshot_restore_step_bytes`), so that it takes a
+    /// share of a core it shares (with a leader) rather than all of it.
+    /// 0: back to back.
+    pub snapshot_restore_pause_us: u64,
 }
 
 impl Default for TimingSection {
@@ -292,6 +305,7 @@ impl Default for TimingSection {
             // reported stalled about once a second while they ran).
             counter_increment_period_us: 5_000,
             counter_read_gap_us: 40_000,
+            snapshot_restore_pause_us: 200,
         }
     }
 }
@@ -516,6 +530,7 @@ impl Manifest {
                 spin_us: default_spin_us(),
                 log_ring_bytes: default_log_ring_bytes(),
                 snapshot_bytes_max: default_snapshot_bytes_max(),
+                snapshot_restore_step_bytes: default_snapshot_restore_step_bytes(),
                 key_bytes_max: default_key_bytes_max(),
                 value_bytes_max: default_value_bytes_max(),
                 session_slot_count: default_session_slot_count(),
@@ -620,6 +635,8 @@ impl Manifest {
         let mut cfg = Config::new(self.member_count(), MemberId(id));
         cfg.log_ring_bytes = c.log_ring_bytes;
         cfg.snapshot_bytes_max = c.snapshot_bytes_max;
+        cfg.snapshot_restore_step_bytes = c.snapshot_restore_step_bytes;
+        cfg.snapshot_restore_pause_ns = us_to_ns(t.snapshot_restore_pause_us);
         cfg.entry_payload_bytes_max = self.kv_limits().encoded_bytes_max();
         cfg.session_slot_count = c.session_slot_count;
         cfg.reply_bytes_max = c.reply_bytes_max;
@@ -843,6 +860,8 @@ impl Manifest {
             "entry_payload_bytes_max" => ("cluster.value_bytes_max (and key_bytes_max)", false),
             "session_slot_count" => ("cluster.session_slot_count", false),
             "snapshot_bytes_max" => ("cluster.snapshot_bytes_max", false),
+            "snapshot_restore_step_bytes" => ("cluster.snapshot_restore_step_bytes", false),
+            "snapshot_restore_pause_ns" => ("timing.snapshot_restore_pause_us", true),
             "reply_bytes_max" => ("cluster.reply_bytes_max", false),
             "heartbeat_period_ns" => ("timing.heartbeat_period_us", true),
             "fd_check_period_ns" => ("timing.fd_check_period_us", true),
@@ -1070,6 +1089,14 @@ id = 2
         assert!(e.message.contains("twice"), "{e}");
         let e = Manifest::parse(BASE, &["cluster.log_ring_bytes=1000".into()]).unwrap_err();
         assert_eq!(e.field, "cluster.log_ring_bytes");
+        let e =
+            Manifest::parse(BASE, &["cluster.snapshot_restore_step_bytes=8".into()]).unwrap_err();
+        assert_eq!(e.field, "cluster.snapshot_restore_step_bytes");
+        let e = Manifest::parse(BASE, &["timing.snapshot_restore_pause_us=5000000".into()])
+            .unwrap_err();
+        assert_eq!(e.field, "timing.snapshot_restore_pause_us");
+        let m = Manifest::parse(BASE, &["timing.snapshot_restore_pause_us=0".into()]).unwrap();
+        assert_eq!(m.core_config(0).snapshot_restore_pause_ns, 0);
         let e =
             Manifest::parse("[cluster]\nname='x'\nbogus=1\n[[members]]\nid=0\n", &[]).unwrap_err();
         assert!(e.message.contains("bogus"), "{e}");

@@ -170,6 +170,10 @@ pub struct Config {
     /// restored over many steps, so the member keeps its row alive and the
     /// processes sharing its core run in between.
     pub snapshot_restore_step_bytes: u64,
+    /// Pause between two pieces of a restore: the member parks meanwhile,
+    /// so a restore takes at most a share of the core it shares with
+    /// others (a leader's latency) instead of all of it. 0: back to back.
+    pub snapshot_restore_pause_ns: u64,
     /// A recovering member that sees no progress from its donor for this
     /// long asks another one.
     pub snapshot_wait_ns: u64,
@@ -236,6 +240,7 @@ impl Config {
             snapshot_bytes_max: 0,
             snapshot_read_bytes: 64 * 1024,
             snapshot_restore_step_bytes: 256 * 1024,
+            snapshot_restore_pause_ns: 200_000,
             snapshot_wait_ns: 20_000_000,
             seed: 0x5EED,
             counter_increment_period_ns: 5_000_000,
@@ -365,6 +370,14 @@ impl Config {
                 value: self.snapshot_restore_step_bytes,
                 min: 64,
                 max: 1 << 40,
+            });
+        }
+        if self.snapshot_restore_pause_ns > 1_000_000_000 {
+            return Err(OutOfRange {
+                field: "snapshot_restore_pause_ns",
+                value: self.snapshot_restore_pause_ns,
+                min: 0,
+                max: 1_000_000_000,
             });
         }
         for (field, v) in [

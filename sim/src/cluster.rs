@@ -314,9 +314,11 @@ impl ClusterOptions {
         // Members pruned past recover by state transfer (DARE §3.4).
         config.snapshot_bytes_max = 1 << 20;
         config.snapshot_read_bytes = 16 * 1024;
-        // A restore in pieces of a record or two: the swarm steps through
-        // half-restored states (votes, elections, crashes in between).
-        config.snapshot_restore_step_bytes = 64;
+        // A restore in pieces of a record or two, paced: the swarm steps
+        // through half-restored states (votes, elections, crashes in
+        // between).
+        config.snapshot_restore_step_bytes = 256;
+        config.snapshot_restore_pause_ns = 10_000;
         config.prune_grace_ns = 20_000_000;
         config.reconnect_backoff_ns = 200_000;
         // Heartbeat counters on the simulated network's time scale.

@@ -920,6 +920,7 @@ fn leader_change_while_restoring_scenario(seed: u64, mutation: Mutation) -> Clus
     let mut o = leader_change_while_copying_scenario(seed, mutation);
     o.config.snapshot_read_bytes = 64 * 1024;
     o.config.snapshot_restore_step_bytes = 64;
+    o.config.snapshot_restore_pause_ns = 0;
     // A state far larger than these few keys: the ~30 KB snapshot takes
     // 1.2 ms to restore, longer than the detection and the election.
     o.restore_ns_per_byte = 40.0;

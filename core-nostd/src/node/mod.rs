@@ -1147,12 +1147,11 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             if self.read_back_can_ask() {
                 at = at.min(self.now);
             }
-        } else if self.revoke_pending
-            || self.row_dirty
-            || self.duty != Duty::None
-            || self.restoring()
-        {
+        } else if self.revoke_pending || self.row_dirty || self.duty != Duty::None {
             at = at.min(self.now);
+        }
+        if let Some(due_ns) = self.restore_due() {
+            at = at.min(due_ns);
         }
         for p in self.peers.iter().take(self.member_count) {
             for ch in &p.channels {

@@ -107,6 +107,9 @@ pub(super) struct Recovery {
     /// machine's bytes), and their running checksum.
     restored: u64,
     restored_checksum: StreamChecksum,
+    /// The next piece of the restore is due then (paced by
+    /// `snapshot_restore_pause_ns`).
+    restore_due_ns: u64,
     reads_inflight: u64,
     /// A header READ is in flight.
     header_inflight: bool,
@@ -183,6 +186,7 @@ impl Recovery {
         landed: 0,
         restored: 0,
         restored_checksum: StreamChecksum::NEW,
+        restore_due_ns: 0,
         reads_inflight: 0,
         header_inflight: false,
         header_read_at_ns: 0,
@@ -316,10 +320,10 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         )
     }
 
-    /// True while a restore has pieces left: the host must step us again
-    /// at once rather than park.
-    pub(super) fn restoring(&self) -> bool {
-        self.recovery.phase == RecoveryPhase::Restoring
+    /// While a restore has pieces left, when the next one is due (the
+    /// host steps us again then rather than park longer).
+    pub(super) fn restore_due(&self) -> Option<u64> {
+        (self.recovery.phase == RecoveryPhase::Restoring).then_some(self.recovery.restore_due_ns)
     }
 
     /// False while recovery says we cannot win an election, so a campaign
@@ -396,7 +400,11 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             RecoveryPhase::Restoring => {
                 // Our own work, not the donor's: no timeout.
                 self.recovery.progress_ns = self.now;
-                self.restore_piece();
+                if self.now >= self.recovery.restore_due_ns {
+                    self.restore_piece();
+                    self.recovery.restore_due_ns =
+                        self.now.saturating_add(self.cfg.snapshot_restore_pause_ns);
+                }
             }
             RecoveryPhase::Regrant => {}
         }
@@ -492,10 +500,14 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 return;
             }
         };
-        // Our log will be rewritten: nobody may write it meanwhile.
+        // Our log will be rewritten: nobody may write it meanwhile, and
+        // our row says so (a leader that still saw its grant there READ
+        // the revoked log over and over, backing its channel off until,
+        // after a long restore, the member waited for the reconnect).
         if self.granted_to.is_some() {
             self.revoke_all();
         }
+        self.row.grant = crate::sst::Ballot::default();
         // A generation no earlier request of ours used (also across a
         // restart: it follows the clock).
         let generation = self.now.max(self.recovery.generation + 1);
@@ -522,6 +534,18 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.recovery.phase = RecoveryPhase::Idle;
         self.row.snapshot_request.from = None;
         self.row_dirty = true;
+        // Our log is as it was: the leader we follow gets it back (the
+        // copy withdrew the grant). Nothing is granted from a state a
+        // failed restore cleared: another copy follows.
+        if let (Role::Follower, Some(l), false) = (self.role, self.leader, self.recovery.state_lost)
+        {
+            if l != self.me && matches!(self.duty, Duty::None) {
+                self.duty = Duty::Grant {
+                    leader: l,
+                    term: self.term,
+                };
+            }
+        }
     }
 
     /// Posts what the current phase needs: header READs, chunk READs.
@@ -692,6 +716,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.recovery.state_lost = true;
         self.recovery.restored = 0;
         self.recovery.restored_checksum = StreamChecksum::new();
+        self.recovery.restore_due_ns = self.now;
         self.recovery.phase = RecoveryPhase::Restoring;
     }
 
