@@ -201,8 +201,8 @@ pub struct RecoveryReport {
     pub snapshot_bytes_max: u64,
     /// `cluster.log_ring_bytes`.
     pub log_ring_bytes: u64,
-    /// `timing.prune_grace_us` the run set ([`prune_grace_us_for`]; an
-    /// override of the user's wins over it).
+    /// `timing.prune_grace_us` the replicas ran with (the manifest's
+    /// default, or the user's override).
     #[serde(default)]
     pub prune_grace_us: u64,
     /// Value size of the measured SETs.
@@ -266,17 +266,6 @@ pub fn snapshot_bytes_for(state_bytes: u64) -> u64 {
 /// The log ring the run picks for `state_bytes` (see [`RING_BYTES_MAX`]).
 pub fn ring_bytes_for(state_bytes: u64) -> u64 {
     round_up(state_bytes / 4, MIB).clamp(RING_BYTES_MIN, RING_BYTES_MAX)
-}
-
-/// Prune grace for `state_bytes` of state: the recovering replica
-/// restores its snapshot in one step of its loop, silent meanwhile, and
-/// the leader stops holding the log for a member silent longer than the
-/// grace (which then recovers again). This machine restored 1 GiB in 3 to
-/// 14 s with the leader spinning on the same core: 16 s per GiB, and not
-/// below the manifest's default of 2 s. (`--set timing.prune_grace_us=`
-/// overrides it.)
-pub fn prune_grace_us_for(state_bytes: u64) -> u64 {
-    (state_bytes.saturating_mul(16_000_000) >> 30).max(2_000_000)
 }
 
 /// Memory the run needs, roughly: every replica's store holds the state
@@ -580,7 +569,6 @@ pub fn run(spec: &ClusterSpec, o: &RecoveryOptions, progress: &Progress) -> Resu
     let ring = o
         .log_ring_bytes
         .unwrap_or_else(|| ring_bytes_for(state_bytes));
-    let prune_grace_us = prune_grace_us_for(state_bytes);
     let needed = memory_needed(o.replicas, state_bytes, snapshot, ring);
     if let Some(avail) = mem_available_bytes() {
         if needed > avail {
@@ -600,7 +588,6 @@ pub fn run(spec: &ClusterSpec, o: &RecoveryOptions, progress: &Progress) -> Resu
         format!("cluster.value_bytes_max={value_max}"),
         format!("cluster.snapshot_bytes_max={snapshot}"),
         format!("cluster.log_ring_bytes={ring}"),
-        format!("timing.prune_grace_us={prune_grace_us}"),
     ];
     spec.overrides.splice(0..0, ours);
     // What the replicas run with: the last override of the key.
@@ -614,7 +601,7 @@ pub fn run(spec: &ClusterSpec, o: &RecoveryOptions, progress: &Progress) -> Resu
                 .parse()
                 .ok()
         })
-        .unwrap_or(prune_grace_us);
+        .unwrap_or(verbatim_client::manifest::TimingSection::default().prune_grace_us);
     let probe_manifest = verbatim_client::manifest::Manifest::local("probe", o.replicas, 0);
     if let Some(free) = fs_free_bytes(&probe_manifest.shm_dir()) {
         // The segments hold the snapshot regions; the donor's and the
@@ -872,17 +859,6 @@ mod tests {
         ];
         assert_eq!(restored_bytes(&events), [4_850_630, 4_850_700]);
         assert!(restored_bytes(&events[..1]).is_empty());
-    }
-
-    #[test]
-    fn the_prune_grace_grows_with_the_state() {
-        assert_eq!(prune_grace_us_for(1 << 30), 16_000_000);
-        assert_eq!(prune_grace_us_for(256 * MIB), 4_000_000);
-        assert_eq!(
-            prune_grace_us_for(MIB),
-            2_000_000,
-            "never below the default"
-        );
     }
 
     #[test]
