@@ -297,9 +297,8 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     // ----- joiner ------------------------------------------------------
 
     /// True while a copy is under way (asked, copying, confirming or
-    /// restoring): our
-    /// log and state are about to be replaced, so we neither grant log
-    /// access (to a leader or by a vote) nor stand.
+    /// restoring): our log and state are about to be replaced, so we
+    /// neither grant log access (to a leader or by a vote) nor stand.
     pub(super) fn copying(&self) -> bool {
         #[cfg(feature = "mutation-testing")]
         if self.cfg.mutation == crate::config::Mutation::GrantWhileCopying {
