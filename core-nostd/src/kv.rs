@@ -22,8 +22,8 @@
 use crate::log::EntryHeader;
 use crate::sm::{ReadError, RequestError, StateMachine};
 use crate::snapshot::{
-    wire, CountingSource, RestoreCursor, RestoreError, RestoreProgress, SnapshotFull, SnapshotSink,
-    SnapshotSource,
+    restore_records, wire, RestoreCursor, RestoreError, RestoreProgress, SnapshotFull,
+    SnapshotSink, SnapshotSource,
 };
 
 const OP_GET: u8 = 1;
@@ -547,44 +547,32 @@ impl<B: KvBackend> StateMachine for KvStateMachine<B> {
         scratch: &mut [u8],
         budget_bytes: u64,
     ) -> Result<RestoreProgress, RestoreError> {
-        let mut source = CountingSource::new(source);
-        let source = &mut source;
-        if self.restore_at == RestoreCursor::Start {
-            if wire::get_u32(source)? != KV_SNAPSHOT_MAGIC {
-                return Err(RestoreError::Malformed);
-            }
-            self.restore_at = RestoreCursor::Records;
-        }
-        // At least one record per call, so that every call makes progress.
-        loop {
-            if self.restore_at == RestoreCursor::Done {
-                return Ok(RestoreProgress::Done);
-            }
-            match wire::get_u8(source)? {
-                KV_RECORD_END => self.restore_at = RestoreCursor::Done,
-                KV_RECORD_PAIR => {
-                    let key_len = usize::from(wire::get_u16(source)?);
-                    let value_len = wire::get_u32(source)? as usize;
-                    if key_len == 0 {
-                        return Err(RestoreError::Malformed);
-                    }
-                    let key_max = self.limits.key_bytes_max as usize;
-                    let value_max = self.limits.value_bytes_max as usize;
-                    if key_len > key_max || value_len > value_max {
-                        return Err(RestoreError::Malformed);
-                    }
-                    let both = wire::get_bytes(source, key_len + value_len, usize::MAX, scratch)?;
-                    let (key, value) = both.split_at(key_len);
-                    self.backend
-                        .set(key, value)
-                        .map_err(|()| RestoreError::StoreFull)?;
-                    if source.count() >= budget_bytes {
-                        return Ok(RestoreProgress::More);
-                    }
+        let (backend, limits) = (&mut self.backend, &self.limits);
+        restore_records(
+            &mut self.restore_at,
+            source,
+            KV_SNAPSHOT_MAGIC,
+            KV_RECORD_END,
+            budget_bytes,
+            |tag, source| {
+                if tag != KV_RECORD_PAIR {
+                    return Err(RestoreError::Malformed);
                 }
-                _ => return Err(RestoreError::Malformed),
-            }
-        }
+                let key_len = usize::from(wire::get_u16(source)?);
+                let value_len = wire::get_u32(source)? as usize;
+                if key_len == 0
+                    || key_len > limits.key_bytes_max as usize
+                    || value_len > limits.value_bytes_max as usize
+                {
+                    return Err(RestoreError::Malformed);
+                }
+                let both = wire::get_bytes(source, key_len + value_len, usize::MAX, scratch)?;
+                let (key, value) = both.split_at(key_len);
+                backend
+                    .set(key, value)
+                    .map_err(|()| RestoreError::StoreFull)
+            },
+        )
     }
 
     fn read(&self, query: &[u8], out: &mut [u8]) -> Result<usize, ReadError> {

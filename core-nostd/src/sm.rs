@@ -81,10 +81,25 @@ pub trait StateMachine {
         source: &mut dyn SnapshotSource,
         scratch: &mut [u8],
     ) -> Result<(), RestoreError> {
-        self.restore_begin();
-        // Each call reads at least one record or fails, and the source is
-        // finite: this ends.
-        while self.restore_some(source, scratch, u64::MAX)? == RestoreProgress::More {}
-        Ok(())
+        restore_in_pieces(self, source, scratch, u64::MAX).map(|_| ())
     }
+}
+
+/// Replaces `sm`'s state with the snapshot in `source`, in pieces of
+/// `budget_bytes` as a recovering member restores (one per step); returns
+/// how many pieces it took.
+pub fn restore_in_pieces<S: StateMachine + ?Sized>(
+    sm: &mut S,
+    source: &mut dyn SnapshotSource,
+    scratch: &mut [u8],
+    budget_bytes: u64,
+) -> Result<u64, RestoreError> {
+    sm.restore_begin();
+    let mut pieces = 1;
+    // Each call reads at least one record or fails, and the source is
+    // finite: this ends.
+    while sm.restore_some(source, scratch, budget_bytes)? == RestoreProgress::More {
+        pieces += 1;
+    }
+    Ok(pieces)
 }

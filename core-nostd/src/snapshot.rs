@@ -55,6 +55,43 @@ pub enum RestoreCursor {
     Done,
 }
 
+/// A service's restore in pieces ([`crate::sm::StateMachine::restore_some`])
+/// over the shape every service's snapshot has: a magic word, records each
+/// begun by a tag byte, and an end tag. `cursor` keeps the place between
+/// calls; `record` restores the record after its tag (and refuses a tag it
+/// does not know). At least one record per call, so that every call makes
+/// progress; a call stops once `budget_bytes` were read.
+pub fn restore_records(
+    cursor: &mut RestoreCursor,
+    source: &mut dyn SnapshotSource,
+    magic: u32,
+    end_tag: u8,
+    budget_bytes: u64,
+    mut record: impl FnMut(u8, &mut dyn SnapshotSource) -> Result<(), RestoreError>,
+) -> Result<RestoreProgress, RestoreError> {
+    let mut source = CountingSource::new(source);
+    if *cursor == RestoreCursor::Start {
+        if wire::get_u32(&mut source)? != magic {
+            return Err(RestoreError::Malformed);
+        }
+        *cursor = RestoreCursor::Records;
+    }
+    loop {
+        if *cursor == RestoreCursor::Done {
+            return Ok(RestoreProgress::Done);
+        }
+        let tag = wire::get_u8(&mut source)?;
+        if tag == end_tag {
+            *cursor = RestoreCursor::Done;
+            continue;
+        }
+        record(tag, &mut source)?;
+        if source.count() >= budget_bytes {
+            return Ok(RestoreProgress::More);
+        }
+    }
+}
+
 /// A source that counts the bytes read through it, so that a restore in
 /// pieces can stop after a budget of bytes.
 pub struct CountingSource<'a> {

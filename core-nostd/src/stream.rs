@@ -31,8 +31,8 @@ use crate::kv::KvLimits;
 use crate::log::EntryHeader;
 use crate::sm::{ReadError, RequestError, StateMachine};
 use crate::snapshot::{
-    wire, CountingSource, RestoreCursor, RestoreError, RestoreProgress, SnapshotFull, SnapshotSink,
-    SnapshotSource,
+    restore_records, wire, RestoreCursor, RestoreError, RestoreProgress, SnapshotFull,
+    SnapshotSink, SnapshotSource,
 };
 
 /// First operation code of the stream service.
@@ -777,29 +777,20 @@ impl<B: StreamBackend> StateMachine for StreamStateMachine<B> {
         scratch: &mut [u8],
         budget_bytes: u64,
     ) -> Result<RestoreProgress, RestoreError> {
-        let mut source = CountingSource::new(source);
-        let source = &mut source;
-        if self.restore_at == RestoreCursor::Start {
-            if wire::get_u32(source)? != STREAM_SNAPSHOT_MAGIC {
-                return Err(RestoreError::Malformed);
-            }
-            self.restore_at = RestoreCursor::Records;
-        }
-        loop {
-            if self.restore_at == RestoreCursor::Done {
-                return Ok(RestoreProgress::Done);
-            }
-            match wire::get_u8(source)? {
-                STREAM_RECORD_END => self.restore_at = RestoreCursor::Done,
-                STREAM_RECORD_STREAM => {
-                    self.restore_stream(source, scratch)?;
-                    if source.count() >= budget_bytes {
-                        return Ok(RestoreProgress::More);
-                    }
-                }
-                _ => return Err(RestoreError::Malformed),
-            }
-        }
+        let mut at = self.restore_at;
+        let progress = restore_records(
+            &mut at,
+            source,
+            STREAM_SNAPSHOT_MAGIC,
+            STREAM_RECORD_END,
+            budget_bytes,
+            |tag, source| match tag {
+                STREAM_RECORD_STREAM => self.restore_stream(source, scratch),
+                _ => Err(RestoreError::Malformed),
+            },
+        );
+        self.restore_at = at;
+        progress
     }
 
     fn apply(&mut self, _entry: &EntryHeader, payload: &[u8], reply: &mut [u8]) -> usize {

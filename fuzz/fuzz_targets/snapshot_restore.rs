@@ -10,8 +10,8 @@
 use libfuzzer_sys::fuzz_target;
 use verbatim_core::kv::{KvLimits, KvStateMachine};
 use verbatim_core::service::KvAndStreams;
-use verbatim_core::sm::StateMachine;
-use verbatim_core::snapshot::{RestoreProgress, SliceSink, SliceSource};
+use verbatim_core::sm::{restore_in_pieces, StateMachine};
+use verbatim_core::snapshot::{SliceSink, SliceSource};
 use verbatim_core::stream::StreamStateMachine;
 use verbatim_host::replica::storage::{HashBackend, StreamMap};
 
@@ -46,16 +46,8 @@ fuzz_target!(|data: &[u8]| {
     // The same bytes in pieces of a budget the input chooses.
     let budget = 1 + u64::from(select / 2) * 8;
     let mut p = service(limits);
-    p.restore_begin();
-    let mut source = SliceSource::new(bytes);
-    let pieces = loop {
-        match p.restore_some(&mut source, &mut scratch, budget) {
-            Ok(RestoreProgress::More) => {}
-            Ok(RestoreProgress::Done) => break Ok(()),
-            Err(e) => break Err(e),
-        }
-    };
-    assert_eq!(whole, pieces, "a restore in pieces decides as one in one call");
+    let pieces = restore_in_pieces(&mut p, &mut SliceSource::new(bytes), &mut scratch, budget);
+    assert_eq!(whole, pieces.map(|_| ()), "a restore in pieces decides as one in one call");
     if whole.is_err() {
         return;
     }

@@ -57,8 +57,8 @@ fn manifest_regressions_hold() {
 fn snapshot_restore_regressions_hold() {
     use verbatim_core::kv::{KvLimits, KvStateMachine};
     use verbatim_core::service::KvAndStreams;
-    use verbatim_core::sm::StateMachine;
-    use verbatim_core::snapshot::{RestoreProgress, SliceSink, SliceSource};
+    use verbatim_core::sm::{restore_in_pieces, StateMachine};
+    use verbatim_core::snapshot::{SliceSink, SliceSource};
     use verbatim_core::stream::StreamStateMachine;
     use verbatim_host::replica::storage::{HashBackend, StreamMap};
     type Service = KvAndStreams<KvStateMachine<HashBackend>, StreamStateMachine<StreamMap>>;
@@ -90,18 +90,10 @@ fn snapshot_restore_regressions_hold() {
         // In pieces, as the fuzz target does.
         let budget = 1 + u64::from(select / 2) * 8;
         let mut p = service(limits);
-        p.restore_begin();
-        let mut source = SliceSource::new(bytes);
-        let pieces = loop {
-            match p.restore_some(&mut source, &mut scratch, budget) {
-                Ok(RestoreProgress::More) => {}
-                Ok(RestoreProgress::Done) => break Ok(()),
-                Err(e) => break Err(e),
-            }
-        };
+        let pieces = restore_in_pieces(&mut p, &mut SliceSource::new(bytes), &mut scratch, budget);
         assert_eq!(
             whole,
-            pieces,
+            pieces.map(|_| ()),
             "{}: pieces decide as one call",
             path.display()
         );
