@@ -159,6 +159,12 @@ pub struct Config {
     pub reconnect_backoff_ns: u64,
     /// Entries applied per call at most (bounds the work of one call).
     pub apply_batch_max: u32,
+    /// Bytes of log entries the leader sends a follower in one batch at
+    /// most (whole entries, at least one). A follower far behind (just
+    /// restored, or back from a pause) is caught up in many batches: one
+    /// WRITE of the whole backlog stalled the leader's loop for seconds
+    /// on the shared-memory fabric, whose WRITEs are the poster's copies.
+    pub log_batch_bytes_max: u64,
     /// Bytes of the snapshot a member can give to a recovering one (DARE
     /// §3.4): its session table and its state machine's snapshot must fit.
     /// 0 disables recovery by state transfer (no snapshot region).
@@ -237,6 +243,7 @@ impl Config {
             zombie_remove_ns: 0,
             reconnect_backoff_ns: 1_000_000,
             apply_batch_max: 256,
+            log_batch_bytes_max: 1 << 20,
             snapshot_bytes_max: 0,
             snapshot_read_bytes: 64 * 1024,
             snapshot_restore_step_bytes: 256 * 1024,
@@ -370,6 +377,14 @@ impl Config {
                 value: self.snapshot_restore_step_bytes,
                 min: 64,
                 max: 1 << 40,
+            });
+        }
+        if !(4096..=(1 << 30)).contains(&self.log_batch_bytes_max) {
+            return Err(OutOfRange {
+                field: "log_batch_bytes_max",
+                value: self.log_batch_bytes_max,
+                min: 4096,
+                max: 1 << 30,
             });
         }
         if self.snapshot_restore_pause_ns > 1_000_000_000 {

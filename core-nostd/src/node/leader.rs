@@ -566,7 +566,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         {
             return;
         }
-        let end = self.tail_pos;
+        let end = self.batch_end(r.sent_pos);
         // Never overwrite entries the follower has not applied yet (its
         // apply pointer as last published): it is lagging, wait.
         #[allow(unused_mut)]
@@ -609,6 +609,28 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         r.batches_inflight += 1;
         self.counters.log_batches += 1;
         self.send_commit(p);
+    }
+
+    /// Where a batch from `from` ends: after whole entries, once
+    /// `log_batch_bytes_max` is reached (at least one entry), or at our
+    /// tail. Our own log, which nobody else writes while we lead: a
+    /// header that does not read back is a bug, and the batch then runs
+    /// to the tail as before.
+    fn batch_end(&self, from: u64) -> u64 {
+        let cap = self.cfg.log_batch_bytes_max;
+        if self.tail_pos - from <= cap {
+            return self.tail_pos;
+        }
+        let mut pos = from;
+        // Bounded: every entry moves `pos` on, and the cap is reached
+        // after at most cap / (the smallest entry) of them.
+        while pos < self.tail_pos && pos - from < cap {
+            match self.ring.header_at(&self.mem, pos) {
+                Ok((_, _, end)) if end > pos && end <= self.tail_pos => pos = end,
+                _ => return self.tail_pos,
+            }
+        }
+        pos
     }
 
     /// (e) of Figure 6: the remote commit pointer, lazily (nobody waits).

@@ -2165,3 +2165,89 @@ fn a_change_cut_short_does_not_block_the_next_leadership() {
         Configuration::initial(3)
     );
 }
+
+/// A follower far behind is caught up in batches of at most
+/// `log_batch_bytes_max` (whole entries): one WRITE of the whole backlog
+/// stalled the leader's loop for seconds on the shared-memory fabric, whose
+/// WRITEs are the poster's own copies (found by `verbatim-bench recovery`
+/// after a 1 GiB restore).
+#[test]
+fn a_far_behind_follower_is_caught_up_in_bounded_batches() {
+    let cap = 4096u64;
+    let mut h = Harness::with(3, |c| {
+        c.log_batch_bytes_max = cap;
+        c.log_ring_bytes = 256 * 1024;
+        c.prune_grace_ns = 1_000_000_000;
+        // Member 2 must not suspect the leader when it runs again.
+        c.fd_check_period_ns = 1_000_000_000;
+        c.fd_check_period_max_ns = 1_000_000_000;
+        c.leader_quorum_timeout_ns = 1_000_000_000;
+    });
+    h.elect_zero();
+    h.settle(3);
+    // Member 2 stops reading and answering; the leader commits with 1.
+    h.down[2] = true;
+    let value = [b'v'; 32];
+    let mut request = 1;
+    for round in 0..60u64 {
+        for k in 0..6u64 {
+            let key = std::format!("k{}", round * 6 + k);
+            if h.nodes[0]
+                .submit_write(h.now, 7, request, &set(key.as_bytes(), &value))
+                .is_ok()
+            {
+                request += 1;
+            }
+        }
+        h.now += 100_000;
+        h.settle(2);
+        // (Replies are events: a leader whose events nobody takes stops
+        // applying, its queue being bounded.)
+        h.events(0);
+    }
+    let backlog = h.nodes[0].status().tail_pos;
+    assert!(
+        backlog > 4 * cap,
+        "a backlog of several batches ({backlog} bytes)"
+    );
+    h.down[2] = false;
+    let entry_max = crate::log::entry_bytes(h.nodes[0].cfg.entry_payload_bytes_max);
+    let mut batches = 0;
+    for _ in 0..4000 {
+        h.now += 50_000;
+        for i in 0..3 {
+            for a in h.tick(i) {
+                if let Action::Post(wr) = a {
+                    if let Op::Write { remote, len, .. } = wr.op {
+                        if remote.region == RegionId::Log {
+                            assert!(
+                                u64::from(len) < cap + entry_max,
+                                "a batch of {len} bytes, over the cap"
+                            );
+                            if wr.peer == MemberId(2) {
+                                batches += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for i in 0..3 {
+            h.events(i);
+        }
+        let done = (0..3).map(|i| h.nodes[i].commit_index()).max().unwrap();
+        if (0..3).all(|i| h.nodes[i].apply_index() == done) {
+            break;
+        }
+    }
+    let applied: std::vec::Vec<u64> = (0..3).map(|i| h.nodes[i].apply_index()).collect();
+    assert!(
+        applied.iter().all(|&a| a == applied[0]) && applied[0] >= backlog / 200,
+        "everyone caught up: {applied:?}"
+    );
+    assert!(batches >= 4, "the backlog took several batches ({batches})");
+    assert_eq!(
+        h.nodes[2].state_machine().backend(),
+        h.nodes[0].state_machine().backend()
+    );
+}
