@@ -841,11 +841,14 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     pub(super) fn recovery_granted(&mut self) {
         if self.recovery.phase == RecoveryPhase::Regrant {
             self.recovery.phase = RecoveryPhase::Idle;
-            // The window starts at our next step: this one's clock was read
-            // before the restore, which takes long for a large state (a
-            // window counted from it had passed before the leader could
-            // see our row, and we recovered again and again: found by
-            // `verbatim-bench recovery`).
+            // The window starts at our next step, not this one's clock:
+            // when the restore was one long step, a window counted from a
+            // clock read before it had passed before the leader could see
+            // our row, and we recovered again and again (`verbatim-bench
+            // recovery`). The restore is now paced pieces, so this matters
+            // only for a step the host itself stalled; with the leader's
+            // beats (REGRANT_LEADER_BEATS) it may be simplified, which
+            // changes election behaviour and waits for a swarm run.
             self.recovery.no_restart_before_ns = NO_RESTART_PENDING;
             self.recovery.granted_at_ns = self.now;
             self.recovery.regrant_beats = self
