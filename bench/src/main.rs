@@ -336,8 +336,9 @@ struct RecoveryArgs {
     /// How long the follower stays down before its restart (ms).
     #[arg(long, default_value_t = 200)]
     down_ms: u64,
-    /// Log ring of each replica (bytes; default: a quarter of the state,
-    /// 1 to 256 MiB, so that the fill wraps it).
+    /// Log ring of each replica (bytes; default: the state's size, 1 MiB
+    /// to 1 GiB, so that the fill wraps it and the ring holds the writes
+    /// of one transfer).
     #[arg(long)]
     log_ring_bytes: Option<u64>,
     /// How long restart → caught up may take (s).

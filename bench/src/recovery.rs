@@ -47,13 +47,16 @@ pub const FILL_DEPTH: usize = 16;
 /// encoding of key + 2 × value_bytes_max, since a CAS carries two values).
 pub const FILL_VALUE_BYTES_DEFAULT: usize = 32_000;
 
-/// The log ring's size when the run picks it: a quarter of the state (so
-/// the fill wraps it and the leader prunes), between [`RING_BYTES_MIN`]
-/// and [`RING_BYTES_MAX`]. Not smaller: the leader keeps the log for a
-/// member while it copies its snapshot, and the measuring client writes
-/// ~15 MB/s of log entries, so a transfer of seconds needs a ring of a
-/// few hundred MiB not to fill (a full log stalls every write).
-pub const RING_BYTES_MAX: u64 = 256 << 20;
+/// The log ring's size when the run picks it: the state's (the fill
+/// wraps it once and the leader prunes), between [`RING_BYTES_MIN`] and
+/// [`RING_BYTES_MAX`]. The leader keeps the log for a member while it
+/// copies and restores its snapshot, and the measuring client writes
+/// flat out, 15–25 MB/s of log entries here: a 1 GiB transfer of 20–30 s
+/// needs 300–750 MiB. A quarter of the state (the old choice, 256 MiB
+/// for 1 GiB) filled in ~10 s: the leader then releases the member
+/// (`recovery_log_hold_percent`), which recovers again and, at that rate,
+/// never finishes.
+pub const RING_BYTES_MAX: u64 = 1 << 30;
 /// See [`RING_BYTES_MAX`]; four entries of the largest size fit.
 pub const RING_BYTES_MIN: u64 = 1 << 20;
 
@@ -87,7 +90,7 @@ pub struct RecoveryOptions {
     pub down: Duration,
     /// How long recovery (restart → caught up) may take.
     pub recovery_timeout: Duration,
-    /// Log ring bytes (None: a quarter of the state, see [`RING_BYTES_MAX`]).
+    /// Log ring bytes (None: the state's size, see [`RING_BYTES_MAX`]).
     pub log_ring_bytes: Option<u64>,
     /// Core of the measuring client.
     pub client_core: Option<usize>,
@@ -121,10 +124,11 @@ pub struct LatencyWindow {
 type LeaderAt = (u8, u64, BTreeMap<String, u64>);
 
 /// The leader's counters recorded per window.
-pub const LEADER_COUNTERS: [&str; 5] = [
+pub const LEADER_COUNTERS: [&str; 6] = [
     "entries_appended",
     "log_full",
     "prunes",
+    "recovery_holds_released",
     "snapshots_served",
     "step_downs",
 ];
@@ -265,7 +269,7 @@ pub fn snapshot_bytes_for(state_bytes: u64) -> u64 {
 
 /// The log ring the run picks for `state_bytes` (see [`RING_BYTES_MAX`]).
 pub fn ring_bytes_for(state_bytes: u64) -> u64 {
-    round_up(state_bytes / 4, MIB).clamp(RING_BYTES_MIN, RING_BYTES_MAX)
+    round_up(state_bytes, MIB).clamp(RING_BYTES_MIN, RING_BYTES_MAX)
 }
 
 /// Memory the run needs, roughly: every replica's store holds the state
@@ -504,9 +508,25 @@ fn follow_recovery(
         }
         if now > deadline {
             // What the other members said last helps more than a count.
-            let others: Vec<String> = (0..cluster.local().manifest.member_count())
+            let statuses: Vec<_> = (0..cluster.local().manifest.member_count())
                 .filter(|&id| id != victim)
                 .filter_map(|id| cluster.status_of(id, Duration::from_millis(500)))
+                .collect();
+            let released: u64 = statuses
+                .iter()
+                .filter_map(|s| s.counters.get("recovery_holds_released"))
+                .sum();
+            let outrun = if released > 0 {
+                format!(
+                    "its transfer outran the log {released} time(s) (the leader pruned past \
+                     its snapshot): the ring is too small for the writes of one transfer, \
+                     run with a larger --log-ring-bytes; "
+                )
+            } else {
+                String::new()
+            };
+            let others: Vec<String> = statuses
+                .iter()
                 .map(|s| {
                     let last: Vec<String> = s
                         .events
@@ -526,7 +546,7 @@ fn follow_recovery(
                 .collect();
             t.failure = Some(format!(
                 "member {victim} did not recover and catch up within {timeout:?} (copied {} of \
-                 {} bytes, {} recoveries completed, {} abandoned); its last events: {}; {}",
+                 {} bytes, {} recoveries completed, {} abandoned); {outrun}its last events: {}; {}",
                 t.bytes_copied,
                 t.bytes_total,
                 t.completed,
@@ -867,8 +887,9 @@ mod tests {
         let snap = snapshot_bytes_for(state);
         assert!(snap > state + state / 16, "{snap}");
         assert_eq!(snap % 64, 0);
-        // 1 GiB: a 256 MiB ring, well below the state (the log is pruned).
+        // 1 GiB: a ring of the state's size (the largest the run picks).
         assert_eq!(ring_bytes_for(state), RING_BYTES_MAX);
+        assert_eq!(ring_bytes_for(64 * MIB), 64 * MIB);
         // A few MiB: the smallest ring, still below the state.
         assert_eq!(ring_bytes_for(4 * MIB), RING_BYTES_MIN);
         assert!(ring_bytes_for(4 * MIB) < 4 * MIB);

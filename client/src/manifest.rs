@@ -117,6 +117,12 @@ fn default_snapshot_bytes_max() -> u64 {
 fn default_snapshot_restore_step_bytes() -> u64 {
     256 << 10
 }
+fn default_recovery_log_hold_percent() -> u8 {
+    90
+}
+fn default_recovery_releases_max() -> u32 {
+    1
+}
 fn default_key_bytes_max() -> u32 {
     256
 }
@@ -175,6 +181,20 @@ pub struct ClusterSection {
     /// responsive and its core's other tenants running.
     #[serde(default = "default_snapshot_restore_step_bytes")]
     pub snapshot_restore_step_bytes: u64,
+    /// A recovering replica holds the log back (the leader keeps the
+    /// entries after its snapshot) only until the log fills this
+    /// percentage of the room writes may use. Past it the leader prunes
+    /// past the replica, which recovers again later, so that no client
+    /// waits for one replica's transfer. 100: hold until full (writes wait
+    /// for the transfer). Size `log_ring_bytes` for the writes of one
+    /// transfer, or large states never finish recovering under load.
+    #[serde(default = "default_recovery_log_hold_percent")]
+    pub recovery_log_hold_percent: u8,
+    /// Times in a row the leader releases one recovering replica's hold
+    /// before it holds the log for it until full (writes wait) so that it
+    /// does rejoin. 4294967295: always release.
+    #[serde(default = "default_recovery_releases_max")]
+    pub recovery_releases_max: u32,
     /// Largest key.
     #[serde(default = "default_key_bytes_max")]
     pub key_bytes_max: u32,
@@ -531,6 +551,8 @@ impl Manifest {
                 log_ring_bytes: default_log_ring_bytes(),
                 snapshot_bytes_max: default_snapshot_bytes_max(),
                 snapshot_restore_step_bytes: default_snapshot_restore_step_bytes(),
+                recovery_log_hold_percent: default_recovery_log_hold_percent(),
+                recovery_releases_max: default_recovery_releases_max(),
                 key_bytes_max: default_key_bytes_max(),
                 value_bytes_max: default_value_bytes_max(),
                 session_slot_count: default_session_slot_count(),
@@ -636,6 +658,8 @@ impl Manifest {
         cfg.log_ring_bytes = c.log_ring_bytes;
         cfg.snapshot_bytes_max = c.snapshot_bytes_max;
         cfg.snapshot_restore_step_bytes = c.snapshot_restore_step_bytes;
+        cfg.recovery_log_hold_percent = c.recovery_log_hold_percent;
+        cfg.recovery_releases_max = c.recovery_releases_max;
         cfg.snapshot_restore_pause_ns = us_to_ns(t.snapshot_restore_pause_us);
         cfg.entry_payload_bytes_max = self.kv_limits().encoded_bytes_max();
         cfg.session_slot_count = c.session_slot_count;
@@ -861,6 +885,7 @@ impl Manifest {
             "session_slot_count" => ("cluster.session_slot_count", false),
             "snapshot_bytes_max" => ("cluster.snapshot_bytes_max", false),
             "snapshot_restore_step_bytes" => ("cluster.snapshot_restore_step_bytes", false),
+            "recovery_log_hold_percent" => ("cluster.recovery_log_hold_percent", false),
             "snapshot_restore_pause_ns" => ("timing.snapshot_restore_pause_us", true),
             "reply_bytes_max" => ("cluster.reply_bytes_max", false),
             "heartbeat_period_ns" => ("timing.heartbeat_period_us", true),
@@ -1092,6 +1117,13 @@ id = 2
         let e =
             Manifest::parse(BASE, &["cluster.snapshot_restore_step_bytes=8".into()]).unwrap_err();
         assert_eq!(e.field, "cluster.snapshot_restore_step_bytes");
+        let e = Manifest::parse(BASE, &["cluster.recovery_log_hold_percent=0".into()]).unwrap_err();
+        assert_eq!(e.field, "cluster.recovery_log_hold_percent");
+        assert!(e.message.contains("1 to 100"), "{e}");
+        let m = Manifest::parse(BASE, &["cluster.recovery_log_hold_percent=100".into()]).unwrap();
+        assert_eq!(m.core_config(0).recovery_log_hold_percent, 100);
+        let m = Manifest::parse(BASE, &["cluster.recovery_releases_max=3".into()]).unwrap();
+        assert_eq!(m.core_config(0).recovery_releases_max, 3);
         let e = Manifest::parse(BASE, &["timing.snapshot_restore_pause_us=5000000".into()])
             .unwrap_err();
         assert_eq!(e.field, "timing.snapshot_restore_pause_us");

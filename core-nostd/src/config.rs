@@ -96,6 +96,10 @@ pub enum Mutation {
     /// A new leader commits before its view is active, while a deposed
     /// leader may still answer reads under its lease on the older view.
     CommitBeforeViewActive,
+    /// A recovering member holds the log back until the ring is full,
+    /// whatever `recovery_log_hold_percent` says: clients wait for the
+    /// transfer.
+    HoldLogForRecoveryUntilFull,
 }
 
 /// Configuration of one member. Construct with [`Config::new`], adjust
@@ -165,6 +169,22 @@ pub struct Config {
     /// WRITE of the whole backlog stalled the leader's loop for seconds
     /// on the shared-memory fabric, whose WRITEs are the poster's copies.
     pub log_batch_bytes_max: u64,
+    /// A member that recovers by state transfer holds the log back (the
+    /// entries after its snapshot must still be there when it is
+    /// restored) only while the log fills at most this percentage of the
+    /// ring. Past it the leader prunes past the member, which recovers
+    /// again from a newer snapshot later, rather than make every client
+    /// wait for one member's transfer (a group that stalled writes for a
+    /// joiner was unavailable for as long as the transfer took). 100:
+    /// hold until the ring is full (writes wait for the transfer).
+    pub recovery_log_hold_percent: u8,
+    /// How many times in a row the leader releases one recovering
+    /// member's hold (`recovery_log_hold_percent`) before it holds the
+    /// log for it until full, writes waiting, so that the member does
+    /// rejoin: under a steady write rate a ring too small for one transfer
+    /// outruns every attempt, and a group left a member short is one
+    /// failure from unavailable. `u32::MAX`: always release.
+    pub recovery_releases_max: u32,
     /// Bytes of the snapshot a member can give to a recovering one (DARE
     /// §3.4): its session table and its state machine's snapshot must fit.
     /// 0 disables recovery by state transfer (no snapshot region).
@@ -244,6 +264,8 @@ impl Config {
             reconnect_backoff_ns: 1_000_000,
             apply_batch_max: 256,
             log_batch_bytes_max: 1 << 20,
+            recovery_log_hold_percent: 90,
+            recovery_releases_max: 1,
             snapshot_bytes_max: 0,
             snapshot_read_bytes: 64 * 1024,
             snapshot_restore_step_bytes: 256 * 1024,
@@ -385,6 +407,14 @@ impl Config {
                 value: self.log_batch_bytes_max,
                 min: 4096,
                 max: 1 << 30,
+            });
+        }
+        if !(1..=100).contains(&self.recovery_log_hold_percent) {
+            return Err(OutOfRange {
+                field: "recovery_log_hold_percent",
+                value: u64::from(self.recovery_log_hold_percent),
+                min: 1,
+                max: 100,
             });
         }
         if self.snapshot_restore_pause_ns > 1_000_000_000 {

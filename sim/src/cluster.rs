@@ -391,6 +391,14 @@ pub struct RunReport {
     pub zombies_removed: u64,
     /// See `zombies_removed`.
     pub zombies_readded: u64,
+    /// Writes leaders refused because the log was full, over all members.
+    pub log_full: u64,
+    /// Of `log_full`, those refused after the first member was marked for
+    /// recovery.
+    pub log_full_since_recovery_marked: u64,
+    /// Prunes past a recovering member's snapshot (its transfer would
+    /// have filled the log), over all members.
+    pub recovery_holds_released: u64,
     /// True when the linearizability search gave up (budget): the seed
     /// is undecided, which is not a pass.
     pub linearizability_unknown: bool,
@@ -609,6 +617,9 @@ struct SimNode {
     false_suspicions: u64,
     /// The log engine's `lease_reads` after the last step observed.
     lease_reads_seen: u64,
+    /// The log engine's `log_full` after the last step observed (its
+    /// counters start again at a restart).
+    log_full_seen: u64,
     /// Armed by a `Restart { after_vote }` fault: crash after the step
     /// that publishes a vote newer than this (term), then come back after
     /// this long.
@@ -675,6 +686,12 @@ pub struct Cluster {
     sm_safety: StateMachineSafety,
     violations: Vec<Violation>,
     needs_recovery: u64,
+    /// Writes refused for a full log (all members, all incarnations), and
+    /// that count when the first member was marked for recovery.
+    log_full_total: u64,
+    log_full_at_first_mark: Option<u64>,
+    /// The end of the run waited for a recovery under way.
+    waited_for_recovery: bool,
     /// Members some leader reported as needing state transfer.
     needing_recovery: std::collections::BTreeSet<usize>,
     /// Configurations applied (DARE §3.4), and reconfigurations started.
@@ -732,6 +749,7 @@ impl Cluster {
                 peer_up: Vec::new(),
                 false_suspicions: 0,
                 lease_reads_seen: 0,
+                log_full_seen: 0,
                 crash_after_vote: None,
                 stop_mid_copy_until: None,
                 paused_mid_copy: false,
@@ -839,6 +857,9 @@ impl Cluster {
             sm_safety: StateMachineSafety::default(),
             violations: Vec::new(),
             needs_recovery: 0,
+            log_full_total: 0,
+            log_full_at_first_mark: None,
+            waited_for_recovery: false,
             needing_recovery: Default::default(),
             configurations: ConfigurationAgreement::initial(
                 verbatim_core::membership::Configuration::initial(initial_members),
@@ -975,17 +996,24 @@ impl Cluster {
                 // zombie removal) no running member is away, since the
                 // checks at the end need the time to finish those.
                 let zombies_off = self.opts.config.zombie_remove_ns == 0;
-                let quiet =
-                    self.configuration_settled() && (zombies_off || !self.running_member_away());
+                let recovering = self.recovery_under_way();
+                self.waited_for_recovery |= recovering;
+                let quiet = self.configuration_settled()
+                    && (zombies_off || !self.running_member_away())
+                    && !recovering;
                 if !quiet {
                     self.quiet_since = None;
                     self.end_ns = self.opts.safety_ns + self.opts.liveness_ns;
                 } else {
-                    let since = *self.quiet_since.get_or_insert(if zombies_off {
-                        t
-                    } else {
-                        self.now.max(t)
-                    });
+                    // After a recovery, the time to catch up counts from
+                    // its end.
+                    let since = *self.quiet_since.get_or_insert(
+                        if zombies_off && !self.waited_for_recovery {
+                            t
+                        } else {
+                            self.now.max(t)
+                        },
+                    );
                     self.end_ns = self.end_ns.min(since + 2_000_000);
                 }
             }
@@ -1003,6 +1031,14 @@ impl Cluster {
 
     /// True when the configuration committed last marks a running
     /// member away (removed as a zombie, not added back yet).
+    /// A running member copies or restores a snapshot: the checks at the
+    /// end (every member caught up) need the time to let it finish.
+    fn recovery_under_way(&self) -> bool {
+        self.nodes
+            .iter()
+            .any(|n| n.state == NodeState::Running && n.driver.log().recovery_status().active)
+    }
+
     fn running_member_away(&self) -> bool {
         self.configurations.latest().is_some_and(|c| {
             c.away.iter().any(|m| {
@@ -1326,6 +1362,7 @@ impl Cluster {
         n.peer_up.clear();
         n.false_suspicions = 0;
         n.lease_reads_seen = 0;
+        n.log_full_seen = 0;
         n.crash_after_vote = None;
         n.stop_mid_copy_until = None;
         n.paused_mid_copy = false;
@@ -1692,6 +1729,9 @@ impl Cluster {
                 detail: format!("node {i} found a corrupt committed entry at position {pos}"),
             }),
             Event::PeerNeedsRecovery { peer } => {
+                if self.log_full_at_first_mark.is_none() {
+                    self.log_full_at_first_mark = Some(self.log_full_total);
+                }
                 self.needs_recovery += 1;
                 self.needing_recovery.insert(peer.index());
                 self.log(|| format!("node {i}: peer {} needs recovery", peer.0));
@@ -1711,6 +1751,12 @@ impl Cluster {
                 });
             }
             Event::LogFull => self.log(|| format!("node {i}: log full")),
+            Event::RecoveryHoldReleased { peer, held_bytes } => self.log(|| {
+                format!(
+                    "node {i}: pruned past recovering peer {} ({held_bytes} bytes held)",
+                    peer.0
+                )
+            }),
             Event::PeerUnreachable { peer } => {
                 self.log(|| format!("node {i}: peer {} unreachable", peer.0))
             }
@@ -1840,6 +1886,9 @@ impl Cluster {
 
     fn observe(&mut self, i: usize) {
         self.check_votes(i);
+        let log_full = self.nodes[i].driver.log().counters().log_full;
+        self.log_full_total += log_full.saturating_sub(self.nodes[i].log_full_seen);
+        self.nodes[i].log_full_seen = log_full;
         if let Some(v) = &self.nodes[i].driver.engines().views {
             let leased = v
                 .leased(self.local(i, self.now))
@@ -2481,6 +2530,15 @@ impl Cluster {
                 .nodes
                 .iter()
                 .map(|n| n.driver.log().counters().zombies_readded)
+                .sum(),
+            log_full: self.log_full_total,
+            log_full_since_recovery_marked: self
+                .log_full_at_first_mark
+                .map_or(0, |at| self.log_full_total - at),
+            recovery_holds_released: self
+                .nodes
+                .iter()
+                .map(|n| n.driver.log().counters().recovery_holds_released)
                 .sum(),
             final_apply_index: self
                 .nodes

@@ -25,14 +25,15 @@ fn usage() -> ExitCode {
          skip-revoke, skip-vote-replication, commit-before-own-noop, drop-overwrite-guard, skip-session-check,\n  \
          recover-from-any-donor, restart-without-vote-recovery, false-suspicion-without-proof,\n  \
          act-on-own-stall, transitional-new-majority-only, never-readd-zombies, grant-while-copying,\n  \
-         grant-while-restoring, commit-before-view-active, lease-without-drift-allowance\n\
+         grant-while-restoring, commit-before-view-active, lease-without-drift-allowance,\n  \
+         hold-log-for-recovery-until-full\n\
          verbatim-sim --list-mutations prints them one per line"
     );
     ExitCode::from(2)
 }
 
 /// Every mutation's name (the soak script runs each).
-const MUTATIONS: [&str; 21] = [
+const MUTATIONS: [&str; 22] = [
     "commit-on-minority",
     "vote-without-log-check",
     "read-without-term-check",
@@ -54,6 +55,7 @@ const MUTATIONS: [&str; 21] = [
     "grant-while-restoring",
     "commit-before-view-active",
     "lease-without-drift-allowance",
+    "hold-log-for-recovery-until-full",
 ];
 
 fn parse_mutation(s: &str) -> Option<Mutation> {
@@ -61,6 +63,7 @@ fn parse_mutation(s: &str) -> Option<Mutation> {
         "none" => Mutation::None,
         "commit-on-minority" => Mutation::CommitOnMinority,
         "commit-before-view-active" => Mutation::CommitBeforeViewActive,
+        "hold-log-for-recovery-until-full" => Mutation::HoldLogForRecoveryUntilFull,
         "lease-without-drift-allowance" => Mutation::LeaseWithoutDriftAllowance,
         "vote-without-log-check" => Mutation::VoteWithoutLogCheck,
         "read-without-term-check" => Mutation::ReadWithoutTermCheck,

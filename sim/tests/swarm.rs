@@ -962,6 +962,101 @@ fn the_leader_change_while_restoring_scenario_is_fine_without_the_mutation() {
     assert!(recovered > 0, "nobody recovered: the scenario is void");
 }
 
+/// Issue 13 (a held log that fills): a member cut off until the log was
+/// pruned past it recovers with a slow restore (a state far larger than
+/// these few keys) while the clients write on, so its transfer outlasts
+/// what the 16 KiB ring holds.
+fn recovery_outrun_scenario(seed: u64, mutation: Mutation) -> ClusterOptions {
+    let mut o = ClusterOptions::new(1100 + seed, 3).with_mutation(mutation);
+    o.config.prune_grace_ns = 2_000_000;
+    o.config.log_ring_bytes = 16 * 1024;
+    // Every attempt is released (the default holds a member's second
+    // attempt until the log is full, so that it does rejoin).
+    o.config.recovery_releases_max = u32::MAX;
+    // About 450 pieces of 64 bytes, 26 µs apart: a 12 ms restore, in
+    // steps short enough for the heartbeat counters.
+    o.config.snapshot_restore_step_bytes = 64;
+    o.config.snapshot_restore_pause_ns = 20_000;
+    o.restore_ns_per_byte = 100.0;
+    // No streams: a stream is one record, restored in one step, and the
+    // streams grow with every attempt here; a step of milliseconds stalls
+    // the member's heartbeat counter (README, Limits).
+    o.stream_permille = 0;
+    o.safety_ns = 30_000_000;
+    o.faults.push(Fault::Partition {
+        side: vec![(seed % 3) as u8],
+        from_ns: 2_000_000,
+        to_ns: 6_000_000,
+        symmetric: true,
+    });
+    o.trace = std::env::var("SWARM_TRACE").is_ok();
+    o
+}
+
+/// Issue 13: the leader prunes past a recovering member whose transfer
+/// would fill the log (`recovery_log_hold_percent`) rather than refuse
+/// every client's write until it is over. Without the rule (the mutation
+/// holds the log until it is full) the writes wait.
+#[test]
+fn holding_the_log_for_a_recovery_until_full_is_caught() {
+    let hits = (0..40)
+        .filter(|&seed| {
+            let r = run(recovery_outrun_scenario(
+                seed,
+                Mutation::HoldLogForRecoveryUntilFull,
+            ));
+            r.log_full_since_recovery_marked > 0 || !r.violations.is_empty()
+        })
+        .count();
+    assert!(hits > 0, "writes never waited for a recovery");
+}
+
+/// Without the mutation: every invariant holds, no write is refused for
+/// a full log, and the leader did release recovering members (the
+/// scenario is not void). They are told so and recover anew at once;
+/// with the clients writing flat out to the end and every attempt
+/// released they never catch up here (the ring is too small for one
+/// transfer): the price of the rule, which `recovery_releases_max` bounds
+/// (next test).
+#[test]
+fn a_recovery_outrun_by_the_log_never_makes_writes_wait() {
+    let (mut released, mut recoveries) = (0, 0);
+    for seed in 0..40 {
+        let r = run(recovery_outrun_scenario(seed, Mutation::None));
+        assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+        assert_eq!(
+            r.log_full_since_recovery_marked, 0,
+            "seed {seed}: writes waited for a recovery"
+        );
+        released += r.recovery_holds_released;
+        recoveries += r.recoveries;
+    }
+    assert!(released > 0, "no recovery was outrun: the scenario is void");
+    assert!(recoveries > 0, "nobody recovered: the scenario is void");
+}
+
+/// With the default `recovery_releases_max` (1) the same members rejoin:
+/// the first attempt is released, the second is held until the log is
+/// full (writes wait for part of it), and every member catches up.
+#[test]
+fn a_recovery_outrun_once_is_held_the_next_time_and_rejoins() {
+    let mut released = 0;
+    for seed in 0..40 {
+        let mut o = recovery_outrun_scenario(seed, Mutation::None);
+        o.config.recovery_releases_max = 1;
+        let r = run(o);
+        assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+        assert!(
+            every_member_caught_up(&r),
+            "seed {seed}: {:?}",
+            r.final_apply_index
+        );
+        assert!(r.recoveries >= 1, "seed {seed}");
+        released += r.recovery_holds_released;
+    }
+    assert!(released > 0, "no recovery was outrun: the scenario is void");
+}
+
 /// Issue 13's promise: a failed replica comes back. Every running member
 /// applied about as much as the one furthest ahead when the run ended
 /// (after its quiet phase; the clients write until the end).

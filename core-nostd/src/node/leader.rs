@@ -210,8 +210,21 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             SessionCheck::Stale => return Err(SubmitError::Stale),
             SessionCheck::New => {}
         }
-        let index = self.tail_index;
-        match self.append_entry(EntryKind::Operation, client_id, request_id, payload, false) {
+        let mut index = self.tail_index;
+        let mut appended =
+            self.append_entry(EntryKind::Operation, client_id, request_id, payload, false);
+        if appended.is_err() && self.pruned_when_full_ns != Some(self.now) {
+            // Full: prune now rather than at the next period (a fast
+            // writer fills a small ring within one), once per instant. This
+            // is also where a recovering member's hold gives way when it
+            // is what fills the log.
+            self.pruned_when_full_ns = Some(self.now);
+            self.prune();
+            index = self.tail_index;
+            appended =
+                self.append_entry(EntryKind::Operation, client_id, request_id, payload, false);
+        }
+        match appended {
             Ok(_) => {
                 self.log_full_reported = false;
                 Ok(Submitted::Appended { index })
@@ -404,21 +417,35 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     /// answered: a newer generation, no donor), whose log starts at or
     /// after our head, and that granted us its log again, is adjusted and
     /// replicated like any follower.
+    ///
+    /// One restored behind our head (we released its hold on the log
+    /// during its transfer) is told so in our row (`Row::outrun_bit`), so
+    /// that it recovers again at once; the bit goes when it asks again.
     fn check_recovered(&mut self, p: MemberId) {
         let me = Ballot::new(self.term, self.me);
         let peer = &self.peers[p.index()];
         let req = peer.row.snapshot_request;
-        if req.from.is_none()
-            && req.generation > peer.repl.recover_gen
-            && peer.row.grant == me
-            && peer.row.apply_pos >= self.head_pos
-            && peer.row.apply_pos <= self.tail_pos
-        {
+        let outrun = Row::outrun_bit(p);
+        if req.from.is_some() {
+            if self.row.recover_mask & outrun != 0 {
+                self.row.recover_mask &= !outrun;
+                self.row_dirty = true;
+            }
+            return;
+        }
+        if req.generation <= peer.repl.recover_gen || peer.row.grant != me {
+            return;
+        }
+        if peer.row.apply_pos >= self.head_pos && peer.row.apply_pos <= self.tail_pos {
             self.peers[p.index()].repl = Repl::IDLE;
             self.peers[p.index()].repl.state = ReplState::AwaitGrant;
-            self.row.recover_mask &= !(1u64 << p.0);
-            self.row_dirty = true;
+            self.row.recover_mask &= !(Row::recover_bit(p) | outrun);
+        } else {
+            // Its answered request no longer holds the log either.
+            self.peers[p.index()].repl.recover_gen = req.generation;
+            self.row.recover_mask |= outrun;
         }
+        self.row_dirty = true;
     }
 
     /// Log adjustment (DARE §3.3.1): the remote tail goes to the first
@@ -745,6 +772,14 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.mem.store_u64(self.layout.log_commit(), candidate);
     }
 
+    fn recovery_hold_percent(&self) -> u8 {
+        #[cfg(feature = "mutation-testing")]
+        if self.cfg.mutation == crate::config::Mutation::HoldLogForRecoveryUntilFull {
+            return 100;
+        }
+        self.cfg.recovery_log_hold_percent
+    }
+
     /// Log pruning (DARE §3.3.2): the head moves to the smallest apply
     /// pointer among members heard from recently, announced by a HEAD
     /// entry so that later leaders know it.
@@ -754,7 +789,22 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         // transfer) do not hold the log back. A member that is merely
         // unreachable for a moment (a partition) does: pruning past it
         // would turn a transient fault into a lost replica.
+        let ring = self.ring.ring_bytes();
+        // A recovering member holds the log only while it fills at most
+        // `recovery_log_hold_percent` of the room clients' writes may use
+        // (`append_entry` keeps two maximal entries for internal ones):
+        // past that, one member's transfer would make every client wait.
+        // It recovers again later, from a newer snapshot.
+        let hold_percent = self.recovery_hold_percent();
+        let held_bytes = self.tail_pos - self.head_pos;
+        let usable = ring.saturating_sub(2 * self.layout.log.entry_bytes_max);
+        let past_hold = hold_percent < 100
+            && u128::from(held_bytes) * 100 > u128::from(usable) * u128::from(hold_percent);
         let mut holders = MemberMask::NONE;
+        let mut recovering_holders = MemberMask::NONE;
+        // Members that can acknowledge now (us, and those heard from that
+        // need no recovery).
+        let mut healthy = MemberMask::NONE.with(self.me);
         let replicas = self.configuration.replicas();
         for p in self.others().filter(|&p| replicas.contains(p)) {
             let peer = &self.peers[p.index()];
@@ -767,13 +817,30 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             // it again, and it recovered over and over (found by
             // `verbatim-bench recovery` with a full log).
             let req = peer.row.snapshot_request;
-            let recovering = peer.repl.state == ReplState::NeedsRecovery
-                && (req.from.is_some() || req.generation > peer.repl.recover_gen);
+            let needs_recovery = peer.repl.state == ReplState::NeedsRecovery;
+            let recovering =
+                needs_recovery && (req.from.is_some() || req.generation > peer.repl.recover_gen);
             if !peer.down
-                && (peer.repl.state != ReplState::NeedsRecovery || recovering)
+                && (!needs_recovery || recovering)
                 && self.now.saturating_sub(peer.row_changed_ns) <= self.cfg.prune_grace_ns
             {
                 holders = holders.with(p);
+                if !recovering {
+                    healthy = healthy.with(p);
+                } else if peer.repl.hold_releases < self.cfg.recovery_releases_max {
+                    recovering_holders = recovering_holders.with(p);
+                }
+            }
+        }
+        // Releasing buys availability only when the others commit without
+        // the recovering members: when one is needed for a majority, the
+        // writes taken would not commit before it is back anyway, and
+        // releasing it would only send it round again (found by the
+        // swarm, seed 641770780: 3 members, one down, one recovering).
+        let release_recovering = past_hold && self.configuration.is_quorum(healthy);
+        if release_recovering {
+            for p in recovering_holders.iter() {
+                holders = holders.without(p);
             }
         }
         // The table's reducer skips members whose row it never accepted.
@@ -784,9 +851,25 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         if min <= self.head_pos {
             return;
         }
-        let ring = self.ring.ring_bytes();
         if min - self.head_pos < ring / 8 && self.tail_pos - self.head_pos < ring / 2 {
             return; // not worth an entry yet
+        }
+        if release_recovering {
+            // Members whose snapshot's entries this prune gives up: they
+            // will be marked again once restored (the operator hears of
+            // it: a ring too small for the write rate during a transfer
+            // never lets a large state recover).
+            for p in recovering_holders.iter() {
+                let at = self.peers[p.index()].row.apply_pos;
+                if at >= self.head_pos && at < min {
+                    self.peers[p.index()].repl.hold_releases += 1;
+                    self.counters.recovery_holds_released += 1;
+                    self.push_event(Event::RecoveryHoldReleased {
+                        peer: p,
+                        held_bytes,
+                    });
+                }
+            }
         }
         // Advance our own head first, then announce it (DARE §3.3.2): a
         // full ring must be able to make room for the HEAD entry itself.

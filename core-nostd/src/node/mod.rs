@@ -118,6 +118,17 @@ pub enum Event {
         /// The peer.
         peer: MemberId,
     },
+    /// The leader pruned past the snapshot a recovering member is
+    /// fetching or restoring: the log reached `recovery_log_hold_percent`
+    /// of the ring during its transfer. The member recovers again from a
+    /// newer snapshot; if this repeats, the ring is too small for the
+    /// write rate over a transfer.
+    RecoveryHoldReleased {
+        /// The member.
+        peer: MemberId,
+        /// Bytes the log held when it was released.
+        held_bytes: u64,
+    },
     /// Our own log holds an entry that fails validation below the commit
     /// pointer: this member stops applying and does not vote.
     LogCorrupt {
@@ -270,6 +281,9 @@ pub struct Counters {
     pub zombies_removed: u64,
     /// Members away as zombies this leader added back when they returned.
     pub zombies_readded: u64,
+    /// Prunes past the snapshot of a recovering member, because its
+    /// transfer would have filled the log (`recovery_log_hold_percent`).
+    pub recovery_holds_released: u64,
     /// Timeouts that fired late by half their length or more, so that
     /// this member was not running when they were due (descheduled, a CPU
     /// quota spent, a stopped VM), and were given a fresh window instead
@@ -458,6 +472,10 @@ struct Repl {
     /// is still the list we adjusted from (the follower did not restart or
     /// grant anew), adjust afresh otherwise.
     verify: bool,
+    /// Times we pruned past its snapshot while it recovered (since we last
+    /// replicated to it): past `recovery_releases_max` we hold the log for
+    /// it until full, so that it does rejoin.
+    hold_releases: u32,
 }
 
 impl Repl {
@@ -474,6 +492,7 @@ impl Repl {
         recover_gen: 0,
         adjusted_nonce: None,
         verify: false,
+        hold_releases: 0,
     };
 }
 
@@ -733,6 +752,9 @@ pub struct Node<M: Memory, S: StateMachine> {
     actions: Deque<Action, ACTION_QUEUE_CAP>,
     events: Deque<Event, EVENT_QUEUE_CAP>,
     log_full_reported: bool,
+    /// When a write found the log full and pruned on the spot (once per
+    /// instant: many writes may find it full in one).
+    pruned_when_full_ns: Option<u64>,
     counters: Counters,
     payload: [u8; ENTRY_PAYLOAD_BYTES_CAP as usize],
     /// The state machine writes a write's reply here (the first
@@ -886,6 +908,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             actions: Deque::new(),
             events: Deque::new(),
             log_full_reported: false,
+            pruned_when_full_ns: None,
             counters: Counters::default(),
             payload: [0; ENTRY_PAYLOAD_BYTES_CAP as usize],
             reply_buf: [0; REPLY_BYTES_CAP as usize],
@@ -1230,9 +1253,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 state: ReplState::AwaitGrant,
                 ..Repl::IDLE
             };
-            if self.row.recover_mask & (1u64 << peer.0) != 0 {
-                self.row.recover_mask &= !(1u64 << peer.0);
-            }
+            self.row.recover_mask &= !(Row::recover_bit(peer) | Row::outrun_bit(peer));
         }
         // It missed our pushes: send the current row again.
         self.row_dirty = true;

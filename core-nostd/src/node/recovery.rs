@@ -143,6 +143,10 @@ pub(super) struct Recovery {
     /// The leader we granted our restored log, and its heartbeat counter
     /// then.
     regrant_beats: Option<(MemberId, u64)>,
+    /// Since that grant, the leader's row was seen without our outrun
+    /// bit: once it shows the bit, it is about this restore (an older
+    /// one's bit is cleared when the leader sees us ask again).
+    outrun_clear_seen: bool,
     /// While some follower's row is still unseen, the leader is asked
     /// for a snapshot only from this time on (0: not waiting).
     leader_asked_after_ns: u64,
@@ -200,6 +204,7 @@ impl Recovery {
         leader_asked_after_ns: 0,
         granted_at_ns: 0,
         regrant_beats: None,
+        outrun_clear_seen: false,
         served: [0; MAX_MEMBERS],
         job: None,
     };
@@ -363,8 +368,16 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             self.recovery.no_restart_before_ns =
                 self.now.saturating_add(2 * self.cfg.snapshot_wait_ns);
         }
-        let leader_marks = leader
-            .is_some_and(|l| self.peers[l.index()].row.recover_mask & (1u64 << self.me.0) != 0);
+        let leader_marks = leader.is_some_and(|l| {
+            self.peers[l.index()].row.recover_mask & Row::recover_bit(self.me) != 0
+        });
+        if let (Some(l), Some((granted, _))) = (leader, self.recovery.regrant_beats) {
+            if l == granted
+                && self.peers[l.index()].row.recover_mask & Row::outrun_bit(self.me) == 0
+            {
+                self.recovery.outrun_clear_seen = true;
+            }
+        }
         if leader.is_some() {
             // What the leader we follow says (kept when we lose it). Just
             // after a recovery its mark is for the log we had, until it
@@ -412,6 +425,17 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     /// True while the leader we granted our restored log may not have
     /// seen the grant yet: its mark is for the log we had.
     fn regrant_pending(&self, leader: MemberId) -> bool {
+        // The leader saw our grant and says our log starts before its
+        // head: no need to wait to be sure it saw it.
+        if self.recovery.outrun_clear_seen
+            && self
+                .recovery
+                .regrant_beats
+                .is_some_and(|(l, _)| l == leader)
+            && self.peers[leader.index()].row.recover_mask & Row::outrun_bit(self.me) != 0
+        {
+            return false;
+        }
         if self.now < self.recovery.no_restart_before_ns {
             return true;
         }
@@ -854,6 +878,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             self.recovery.regrant_beats = self
                 .leader
                 .map(|l| (l, self.peers[l.index()].row.heartbeat.counter));
+            self.recovery.outrun_clear_seen = false;
             self.row.snapshot_request.from = None;
             self.row_dirty = true;
         }

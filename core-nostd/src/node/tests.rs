@@ -1426,6 +1426,12 @@ fn a_member_that_cannot_win_does_not_raise_the_term() {
 /// log was pruned past it. Returns the harness (member 2 still down) and
 /// the next request id.
 fn member_two_pruned_past() -> (Harness, u64) {
+    member_two_pruned_past_with(|_| {})
+}
+
+/// [`member_two_pruned_past`] with every member's configuration adjusted
+/// further by `tune`.
+fn member_two_pruned_past_with(tune: impl Fn(&mut Config)) -> (Harness, u64) {
     let mut h = Harness::with(3, |c| {
         c.snapshot_bytes_max = 64 * 1024;
         c.snapshot_read_bytes = 512;
@@ -1433,6 +1439,7 @@ fn member_two_pruned_past() -> (Harness, u64) {
         c.snapshot_restore_step_bytes = 64;
         c.prune_grace_ns = 2_000_000;
         c.prune_period_ns = 500_000;
+        tune(c);
     });
     h.elect_zero();
     h.down[2] = true;
@@ -1578,6 +1585,160 @@ fn recover_member_two(corrupt_first: bool, follower_down: bool) {
         assert!(served >= 2, "asked again after the corrupt copy");
         assert!(h.nodes[2].recovery_status().abandoned >= 1);
     }
+}
+
+/// What a slow recovery of member 2 looked like to the leader's clients.
+struct OutrunRun {
+    /// Writes the leader refused for a full log while member 2 recovered.
+    refused_full: u64,
+    /// Writes it took meanwhile.
+    accepted: u64,
+    /// `RecoveryHoldReleased` events about member 2.
+    released: u64,
+    /// The leader's row told member 2 its restore came too late.
+    outrun_told: bool,
+    /// From member 2's first restore to its next copy (ns).
+    restart_after_ns: Option<u64>,
+    harness: Harness,
+}
+
+/// Member 2, pruned past, recovers with a slow restore (1 ms between
+/// pieces of 64 bytes) while the leader takes a write every 100 µs,
+/// more than its 8 KiB ring holds over the transfer. The writes stop once
+/// the leader released member 2 (or after 400 steps); the run goes on
+/// until member 2 is caught up and replicated to.
+fn recover_member_two_while_writing(hold_percent: u8) -> OutrunRun {
+    let (mut h, mut request) = member_two_pruned_past_with(|c| {
+        c.snapshot_restore_pause_ns = 1_000_000;
+        c.recovery_log_hold_percent = hold_percent;
+    });
+    h.down[2] = false;
+    let mut run = OutrunRun {
+        refused_full: 0,
+        accepted: 0,
+        released: 0,
+        outrun_told: false,
+        restart_after_ns: None,
+        harness: Harness::new(1),
+    };
+    let mut writing_steps = 0;
+    let mut first_restore_ns = None;
+    let mut regranted = false;
+    for _ in 0..20_000 {
+        h.now += 100_000;
+        let recovering = h.nodes[2].recovery_status().active
+            || h.nodes[0].status().peers[2].repl == ReplState::NeedsRecovery;
+        if recovering && run.released == 0 && writing_steps < 400 {
+            writing_steps += 1;
+            let key = std::format!("w{}", request % 13);
+            match h.nodes[0].submit_write(h.now, 9, request, &set(key.as_bytes(), b"during")) {
+                Ok(_) => {
+                    run.accepted += 1;
+                    request += 1;
+                }
+                Err(SubmitError::LogFull) => run.refused_full += 1,
+                Err(e) => panic!("unexpected refusal {e:?}"),
+            }
+        }
+        for i in 0..3 {
+            h.tick(i);
+            for e in h.events(i) {
+                match e {
+                    Event::SnapshotWanted { .. } => {
+                        assert!(h.nodes[i].write_snapshot().is_some());
+                    }
+                    Event::RecoveryHoldReleased { peer, held_bytes } => {
+                        assert_eq!((i, peer), (0, MemberId(2)));
+                        assert!(held_bytes > 0);
+                        run.released += 1;
+                    }
+                    Event::Recovered { .. } if i == 2 => {
+                        first_restore_ns.get_or_insert(h.now);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        run.outrun_told |=
+            h.nodes[0].published_row().recover_mask & Row::outrun_bit(MemberId(2)) != 0;
+        // After the first restore its request is withdrawn (the grant),
+        // then made again for the second copy.
+        let asking = h.nodes[2].published_row().snapshot_request.from.is_some();
+        if let (Some(at), None) = (first_restore_ns, run.restart_after_ns) {
+            if !asking {
+                regranted = true;
+            } else if regranted {
+                run.restart_after_ns = Some(h.now - at);
+            }
+        }
+        if !recovering
+            && h.nodes[2].apply_index() == h.nodes[0].apply_index()
+            && h.nodes[0].status().peers[2].repl == ReplState::Replicating
+        {
+            break;
+        }
+    }
+    h.settle(8);
+    assert_eq!(
+        h.nodes[0].status().peers[2].repl,
+        ReplState::Replicating,
+        "member 2 rejoined"
+    );
+    assert_eq!(h.nodes[2].apply_index(), h.nodes[0].apply_index());
+    assert_eq!(
+        h.nodes[2].state_machine().backend(),
+        h.nodes[0].state_machine().backend()
+    );
+    run.harness = h;
+    run
+}
+
+/// Issue 13 (a held log that fills): a recovering member holds the log
+/// back only up to `recovery_log_hold_percent` of the ring. Past it the
+/// leader prunes past the member's snapshot, so no client write waits
+/// for the transfer; the member, restored from a snapshot whose entries
+/// are gone, is marked again and recovers a second time.
+#[test]
+fn a_recovery_outrun_by_the_log_recovers_again_and_no_write_waits() {
+    let run = recover_member_two_while_writing(90);
+    assert_eq!(run.refused_full, 0, "a write waited for the transfer");
+    assert!(run.accepted > 40, "the writes went on ({})", run.accepted);
+    assert_eq!(run.released, 1, "the leader released member 2 once");
+    let h = &run.harness;
+    assert_eq!(h.nodes[0].counters().recovery_holds_released, 1);
+    assert_eq!(
+        h.nodes[2].recovery_status().completed,
+        2,
+        "the outrun restore, then one from a newer snapshot"
+    );
+    // It was told, and went again at once: well within the window it
+    // waits when nobody tells it (`2 × snapshot_wait_ns`).
+    assert!(run.outrun_told);
+    let again = run.restart_after_ns.expect("a second copy");
+    assert!(
+        again < h.nodes[2].cfg.snapshot_wait_ns,
+        "the second copy started {again} ns after the first restore"
+    );
+    assert_eq!(
+        h.nodes[0].published_row().recover_mask,
+        0,
+        "both bits cleared once it rejoined"
+    );
+}
+
+/// The same with a hold of 100%: the member holds the log until it is
+/// full, writes are refused until its transfer ends, and one recovery is
+/// enough (the choice an operator makes for recovery over availability).
+#[test]
+fn a_full_hold_makes_writes_wait_for_the_transfer() {
+    let run = recover_member_two_while_writing(100);
+    assert!(
+        run.refused_full > 0,
+        "the log never filled: the test is void"
+    );
+    assert_eq!(run.released, 0);
+    assert!(!run.outrun_told);
+    assert_eq!(run.harness.nodes[2].recovery_status().completed, 1);
 }
 
 /// §3.2.3 "private data", and issue 12 item 6: a member that restarts with

@@ -205,10 +205,28 @@ pub struct Row {
     pub role: RoleCode,
     /// The leader it follows, if any (informational).
     pub leader: Option<MemberId>,
-    /// Leaders: members that need state transfer (bit per member).
+    /// Leaders: members that need state transfer (the low 32 bits, a bit
+    /// per member: [`Row::recover_bit`]), and members whose restored
+    /// snapshot came too late, its entries pruned meanwhile (the high 32
+    /// bits: [`Row::outrun_bit`]): they recover again at once rather than
+    /// wait to be sure the leader saw their grant.
     pub recover_mask: u64,
     /// Recovering members: the snapshot asked for.
     pub snapshot_request: SnapshotRequest,
+}
+
+impl Row {
+    /// `recover_mask`: `m` needs state transfer.
+    pub const fn recover_bit(m: MemberId) -> u64 {
+        1u64 << m.0
+    }
+
+    /// `recover_mask`: the leader saw `m`'s restore answered but its log
+    /// starts before the leader's head (the hold on the log was released
+    /// during its transfer, `recovery_log_hold_percent`).
+    pub const fn outrun_bit(m: MemberId) -> u64 {
+        1u64 << (32 + m.0)
+    }
 }
 
 /// A recovering member's request for a snapshot of a donor's state

@@ -333,6 +333,25 @@ impl Gateway {
                     peer.0
                 ),
             ),
+            Event::RecoveryHoldReleased { peer, held_bytes } => {
+                tracing::warn!(
+                    member = peer.0,
+                    held_bytes,
+                    "pruned past a recovering member's snapshot: its transfer would have \
+                     filled the log; it recovers again. If this repeats, raise \
+                     cluster.log_ring_bytes to hold the writes of one transfer"
+                );
+                self.event(
+                    "recovery-outrun",
+                    format!(
+                        "member {}'s transfer outran the log ({} MiB held, over \
+                         cluster.recovery_log_hold_percent of the ring): it recovers again \
+                         from a newer snapshot",
+                        peer.0,
+                        held_bytes >> 20
+                    ),
+                );
+            }
             Event::LogCorrupt { pos } => {
                 tracing::error!(
                     pos,
@@ -667,6 +686,7 @@ impl<F: HostFabric> Replica<F> {
             ("reconfigurations", c.reconfigurations),
             ("zombies_removed", c.zombies_removed),
             ("zombies_readded", c.zombies_readded),
+            ("recovery_holds_released", c.recovery_holds_released),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
