@@ -201,6 +201,12 @@ impl Client {
         self.stats
     }
 
+    /// The replica the next operation goes to first (the leader, once one
+    /// answered).
+    pub fn target(&self) -> usize {
+        self.target
+    }
+
     /// The last busy answer a replica gave over TCP (which member, and
     /// its TRYAGAIN text); empty if none (for diagnostics).
     pub fn last_busy(&self) -> &str {
@@ -285,7 +291,7 @@ impl Client {
                 Transport::Shm => {
                     self.attempt_shm(op.is_read(), request_id, payload, began_attempt)?
                 }
-                Transport::Tcp => self.attempt_tcp(op, request_id),
+                Transport::Tcp => self.attempt_tcp(op, request_id, began_attempt),
             };
             if tracing::enabled!(tracing::Level::DEBUG) {
                 let attempt_us = began_attempt.elapsed().as_micros();
@@ -432,8 +438,23 @@ impl Client {
         }
     }
 
-    fn attempt_tcp(&mut self, op: &KvOp<'_>, request_id: u64) -> Attempt {
+    /// One attempt over RESP, within the attempt timeout like a
+    /// shared-memory one: a replica that stopped (SIGSTOP, a hung host)
+    /// keeps its connection open and answers nothing, and the client moves
+    /// on to the next replica instead of waiting out the gateway's own
+    /// request timeout (it waited 6 s). The connection is dropped then, so a
+    /// late reply is never taken for the next request's; a retry elsewhere
+    /// carries the same request id, so the operation applies once.
+    fn attempt_tcp(&mut self, op: &KvOp<'_>, request_id: u64, began: Instant) -> Attempt {
         let m = self.target;
+        let deadline = began + self.opts.attempt_timeout;
+        // What is left of the attempt, never zero (a zero timeout means
+        // "block forever" to the socket calls).
+        let left = || {
+            deadline
+                .checked_duration_since(Instant::now())
+                .filter(|d| !d.is_zero())
+        };
         if self.tcp[m].is_none() {
             let Some(addr) = self.manifest.members[m]
                 .resp_addr
@@ -442,15 +463,15 @@ impl Client {
             else {
                 return Attempt::Failed;
             };
-            let Ok(s) = TcpStream::connect_timeout(&addr, self.opts.attempt_timeout) else {
+            let Some(connect_within) = left() else {
+                return Attempt::Failed;
+            };
+            let Ok(s) = TcpStream::connect_timeout(&addr, connect_within) else {
                 return Attempt::Failed;
             };
             let _ = s.set_nodelay(true);
-            // The server retries internally while it has no leader, up to
-            // its own timeout: wait a little longer than that.
-            let _ = s.set_read_timeout(Some(
-                crate::client::REQUEST_TIMEOUT + Duration::from_secs(1),
-            ));
+            let _ = s.set_read_timeout(left());
+            let _ = s.set_write_timeout(left());
             let mut buf = Vec::new();
             if let Some(password) = self.manifest.cluster.resp_password.clone() {
                 let mut s = s;
@@ -466,6 +487,11 @@ impl Client {
         let (stream, buf) = self.tcp[m].as_mut().expect("connected above");
         let mut req = Vec::new();
         encode_request(self.client_id, request_id, op, &mut req);
+        let Some(write_within) = left() else {
+            self.tcp[m] = None;
+            return Attempt::Failed;
+        };
+        let _ = stream.set_write_timeout(Some(write_within));
         if stream.write_all(&req).is_err() {
             self.tcp[m] = None;
             return Attempt::Failed;
@@ -484,6 +510,12 @@ impl Client {
                     return r;
                 }
             }
+            let Some(read_within) = left() else {
+                tracing::debug!(member = m, "attempt timed out (RESP)");
+                self.tcp[m] = None;
+                return Attempt::Failed;
+            };
+            let _ = stream.set_read_timeout(Some(read_within));
             match stream.read(&mut chunk) {
                 Ok(0) | Err(_) => {
                     self.tcp[m] = None;

@@ -407,8 +407,15 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         let peer = &mut self.peers[p.index()];
         peer.repl.state = ReplState::NeedsRecovery;
         peer.repl.recover_gen = peer.row.snapshot_request.generation;
-        // Tell it (DARE §3.4): it fetches a snapshot from a follower.
-        self.row.recover_mask |= 1u64 << p.0;
+        // Tell it (DARE §3.4): it fetches a snapshot from a follower. One
+        // that restored and granted us its log is told its restore came
+        // too late (we, or a leader before us, pruned past it), so it goes
+        // again at once (see `check_recovered`).
+        self.row.recover_mask |= Row::recover_bit(p);
+        let req = peer.row.snapshot_request;
+        if req.from.is_none() && req.generation > 0 {
+            self.row.recover_mask |= Row::outrun_bit(p);
+        }
         self.row_dirty = true;
         self.push_event(Event::PeerNeedsRecovery { peer: p });
     }
@@ -816,10 +823,15 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             // answered) until we adjust its log: pruning in between marked
             // it again, and it recovered over and over (found by
             // `verbatim-bench recovery` with a full log).
+            // A member that asks for a snapshot recovers whoever marked it:
+            // a leader elected during its transfer never adjusted it (its
+            // grant is withdrawn), so never marked it itself (found by
+            // `verbatim-bench recovery` with a 256 MiB ring: the new leader
+            // held the log for it as for any follower until full).
             let req = peer.row.snapshot_request;
             let needs_recovery = peer.repl.state == ReplState::NeedsRecovery;
             let recovering =
-                needs_recovery && (req.from.is_some() || req.generation > peer.repl.recover_gen);
+                req.from.is_some() || (needs_recovery && req.generation > peer.repl.recover_gen);
             if !peer.down
                 && (!needs_recovery || recovering)
                 && self.now.saturating_sub(peer.row_changed_ns) <= self.cfg.prune_grace_ns
