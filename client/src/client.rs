@@ -207,6 +207,15 @@ impl Client {
         self.target
     }
 
+    /// Sends the next operation to `member` first (a client placed next to
+    /// a replica, whose gateway forwards to the leader); a member the
+    /// manifest does not list is ignored.
+    pub fn prefer(&mut self, member: u8) {
+        if usize::from(member) < self.manifest.members.len() {
+            self.target = usize::from(member);
+        }
+    }
+
     /// The last busy answer a replica gave over TCP (which member, and
     /// its TRYAGAIN text); empty if none (for diagnostics).
     pub fn last_busy(&self) -> &str {

@@ -190,34 +190,103 @@ const RID_IDS_PER_CONNECTION_MAX: usize = 64;
 
 /// Which open connection owns which client id on this replica. A client id
 /// is a session in the replicated session table: a second connection that
-/// named the same id while the first is open could make the first one's
-/// requests look stale (or answer them with its replies). An id is owned
-/// by the connection that named it first (or was given it, for a plain
-/// connection) until that connection closes; then a retry on a new
-/// connection (after a failover, a broken connection) may take it.
+/// ran a request under the same id while the first one runs one could make
+/// the first one's look stale (or answer it with its reply). An id is
+/// owned by the connection that named it first (or was given it, for a
+/// plain connection) until that connection closes, or until another one
+/// claims it while the owner runs nothing under it: the client gave up on
+/// the owner and retries elsewhere. That is what a client does when the
+/// follower that forwarded its requests stops (SIGSTOP, a hung host): the
+/// follower's connection here stays open, idle, for as long as it is
+/// stopped, and refusing the client's retries (TRYAGAIN) made the client
+/// fail although the group was healthy. The exactly-once guarantee is the
+/// session table's, not the connection's.
 #[derive(Default)]
 struct ClientIdOwners {
-    owners: std::sync::Mutex<std::collections::HashMap<u64, u64>>,
+    owners: std::sync::Mutex<std::collections::HashMap<u64, Owner>>,
 }
 
+#[derive(Clone, Copy, Debug)]
+struct Owner {
+    conn: u64,
+    /// Since when the owner runs a request under the id (None: idle).
+    busy_since: Option<Instant>,
+}
+
+/// An owner that runs a request for longer than this (it waits for a
+/// reply that will not come, or its thread is starved) may be taken over
+/// too: its own request has timed out by then.
+const OWNER_BUSY_MAX: Duration = Duration::from_secs(REQUEST_TIMEOUT.as_secs() + 1);
+
 impl ClientIdOwners {
-    /// Gives `client` to connection `conn` unless another connection owns it.
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, Owner>> {
+        self.owners.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Gives `client` to connection `conn` unless another connection owns
+    /// it and runs a request under it. Taking it from an idle owner is
+    /// logged.
     fn claim(&self, client: u64, conn: u64) -> bool {
-        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
-        *owners.entry(client).or_insert(conn) == conn
+        self.claim_at(client, conn, Instant::now())
+    }
+
+    /// [`ClientIdOwners::claim`] at `now`.
+    fn claim_at(&self, client: u64, conn: u64, now: Instant) -> bool {
+        let mut owners = self.lock();
+        let owner = owners.entry(client).or_insert(Owner {
+            conn,
+            busy_since: None,
+        });
+        if owner.conn == conn {
+            return true;
+        }
+        if owner
+            .busy_since
+            .is_some_and(|since| now.saturating_duration_since(since) < OWNER_BUSY_MAX)
+        {
+            return false;
+        }
+        tracing::info!(
+            client,
+            from = owner.conn,
+            to = conn,
+            "client id taken over from a connection that runs nothing under it"
+        );
+        *owner = Owner {
+            conn,
+            busy_since: None,
+        };
+        true
+    }
+
+    /// `conn` starts (true) or ends (false) a request under `client`;
+    /// false when it no longer owns it (another connection took it over).
+    fn set_busy(&self, client: u64, conn: u64, busy: bool) -> bool {
+        self.set_busy_at(client, conn, busy.then(Instant::now))
+    }
+
+    /// [`ClientIdOwners::set_busy`]: busy since `since` (None: idle).
+    fn set_busy_at(&self, client: u64, conn: u64, since: Option<Instant>) -> bool {
+        let mut owners = self.lock();
+        match owners.get_mut(&client) {
+            Some(o) if o.conn == conn => {
+                o.busy_since = since;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The connection that owns `client`, if any.
     fn owner(&self, client: u64) -> Option<u64> {
-        let owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
-        owners.get(&client).copied()
+        self.lock().get(&client).map(|o| o.conn)
     }
 
     /// Releases what `conn` owns.
     fn release(&self, ids: &[u64], conn: u64) {
-        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        let mut owners = self.lock();
         for id in ids {
-            if owners.get(id) == Some(&conn) {
+            if owners.get(id).is_some_and(|o| o.conn == conn) {
                 owners.remove(id);
             }
         }
@@ -323,15 +392,16 @@ impl<'c> Conn<'c> {
     /// holds it; false when another open connection does, or this one
     /// named too many ids.
     fn own(&mut self, client: u64) -> bool {
-        if self.owned.contains(&client) {
-            return true;
-        }
-        if self.owned.len() >= RID_IDS_PER_CONNECTION_MAX
+        // Owned before, it may have been taken over since: claim again.
+        let known = self.owned.contains(&client);
+        if (!known && self.owned.len() >= RID_IDS_PER_CONNECTION_MAX)
             || !self.ctx.owners.claim(client, self.client_id)
         {
             return false;
         }
-        self.owned.push(client);
+        if !known {
+            self.owned.push(client);
+        }
         true
     }
 
@@ -739,12 +809,20 @@ impl<'c> Conn<'c> {
         out: &mut Vec<u8>,
     ) -> Option<Vec<u8>> {
         let hops = std::mem::take(&mut self.named_hops);
-        let (client_id, request_id) = self.named.take().unwrap_or_else(|| {
+        let Some((client_id, request_id)) = self.named.take() else {
             let r = self.next_request;
             self.next_request += 1;
-            (self.client_id, r)
-        });
-        self.execute_as(client_id, request_id, hops, payload, write, raw, out)
+            return self.execute_as(self.client_id, r, hops, payload, write, raw, out);
+        };
+        // A named request runs while this connection holds the id, and
+        // says so: nobody takes the id over in the middle of it.
+        if !self.ctx.owners.set_busy(client_id, self.client_id, true) {
+            resp::encode_error(b"TRYAGAIN client id in use by another connection", out);
+            return None;
+        }
+        let r = self.execute_as(client_id, request_id, hops, payload, write, raw, out);
+        self.ctx.owners.set_busy(client_id, self.client_id, false);
+        r
     }
 
     /// [`Conn::execute`] with the request's ids and hops given.
@@ -1053,6 +1131,36 @@ fn encode_kv_result(read: bool, bytes: &[u8], out: &mut Vec<u8>) {
 
 #[cfg(test)]
 mod tests {
+    use super::{ClientIdOwners, OWNER_BUSY_MAX};
+    use std::time::{Duration, Instant};
+
+    /// An id goes to the first connection that claims it; another one
+    /// takes it while the owner runs nothing under it, not while it runs a
+    /// request (unless that has run longer than any request may), and the
+    /// one that lost it can no longer mark it busy; a release by a
+    /// connection that no longer owns it changes nothing.
+    #[test]
+    fn a_client_id_is_taken_over_only_from_an_idle_owner() {
+        let o = ClientIdOwners::default();
+        let t0 = Instant::now();
+        assert!(o.claim_at(7, 1, t0));
+        assert!(o.set_busy_at(7, 1, Some(t0)));
+        assert!(!o.claim_at(7, 2, t0 + Duration::from_millis(10)), "busy");
+        assert_eq!(o.owner(7), Some(1));
+        assert!(
+            o.claim_at(7, 2, t0 + OWNER_BUSY_MAX),
+            "a request stuck past the longest one does not hold it"
+        );
+        assert!(!o.set_busy_at(7, 1, Some(t0)), "conn 1 lost it");
+        assert!(o.claim_at(7, 1, t0 + OWNER_BUSY_MAX), "conn 2 is idle");
+        assert!(o.set_busy_at(7, 1, None));
+        o.release(&[7], 2);
+        assert_eq!(o.owner(7), Some(1), "conn 2 released what it lost");
+        o.release(&[7], 1);
+        assert_eq!(o.owner(7), None);
+        assert!(o.claim_at(7, 3, t0));
+    }
+
     use super::*;
 
     /// An accepted connection probes its client and gives up on a silent
