@@ -479,8 +479,14 @@ impl Client {
                 return Attempt::Failed;
             };
             let _ = s.set_nodelay(true);
-            let _ = s.set_read_timeout(left());
-            let _ = s.set_write_timeout(left());
+            // The connect may have used the whole attempt; a timeout of
+            // None would let the AUTH exchange block for ever (a stopped
+            // replica's kernel still completes the handshake).
+            let Some(io_within) = left() else {
+                return Attempt::Failed;
+            };
+            let _ = s.set_read_timeout(Some(io_within));
+            let _ = s.set_write_timeout(Some(io_within));
             let mut buf = Vec::new();
             if let Some(password) = self.manifest.cluster.resp_password.clone() {
                 let mut s = s;

@@ -34,6 +34,7 @@ use verbatim_core::kv::{KvError, KvLimits, KvOp, KvReply};
 use verbatim_core::log::Ring;
 use verbatim_core::node::{Event, ReconfigOp, Role};
 use verbatim_core::rng::SplitMix64;
+use verbatim_core::sst::Row;
 use verbatim_core::stream::{
     encode_pairs, pairs_iter, range_entries, IdSpec, StreamId, StreamOp, StreamReply,
 };
@@ -1029,16 +1030,26 @@ impl Cluster {
             .is_none_or(|c| c.state == verbatim_core::membership::ConfigState::Stable)
     }
 
-    /// True when the configuration committed last marks a running
-    /// member away (removed as a zombie, not added back yet).
-    /// A running member copies or restores a snapshot: the checks at the
-    /// end (every member caught up) need the time to let it finish.
+    /// A running member copies or restores a snapshot, or a running
+    /// leader marks a running member for recovery (it has not started, or
+    /// waits between two attempts): the checks at the end (every member
+    /// caught up) need the time to let it finish.
     fn recovery_under_way(&self) -> bool {
-        self.nodes
+        let running = |n: &SimNode| n.state == NodeState::Running;
+        let marked = self
+            .nodes
             .iter()
-            .any(|n| n.state == NodeState::Running && n.driver.log().recovery_status().active)
+            .filter(|n| running(n) && n.driver.log().role() == Role::Leader)
+            .fold(0u64, |m, n| m | n.driver.log().published_row().recover_mask);
+        self.nodes.iter().enumerate().any(|(i, n)| {
+            running(n)
+                && (n.driver.log().recovery_status().active
+                    || marked & Row::recover_bit(MemberId(i as u8)) != 0)
+        })
     }
 
+    /// True when the configuration committed last marks a running
+    /// member away (removed as a zombie, not added back yet).
     fn running_member_away(&self) -> bool {
         self.configurations.latest().is_some_and(|c| {
             c.away.iter().any(|m| {
@@ -1730,7 +1741,15 @@ impl Cluster {
             }),
             Event::PeerNeedsRecovery { peer } => {
                 if self.log_full_at_first_mark.is_none() {
-                    self.log_full_at_first_mark = Some(self.log_full_total);
+                    // With this step's refusals, which came before the
+                    // mark (the host submits before the node's timers).
+                    let step = self.nodes[i]
+                        .driver
+                        .log()
+                        .counters()
+                        .log_full
+                        .saturating_sub(self.nodes[i].log_full_seen);
+                    self.log_full_at_first_mark = Some(self.log_full_total + step);
                 }
                 self.needs_recovery += 1;
                 self.needing_recovery.insert(peer.index());
@@ -2364,7 +2383,10 @@ impl Cluster {
         }
         let mut states = Vec::new();
         for (i, sn) in self.nodes.iter().enumerate() {
-            if sn.state != NodeState::Crashed {
+            // A member stopped (a zombie) in the middle of a restore holds
+            // a half-restored state under its old apply index: it is not
+            // that index's state, and nothing reads it.
+            if sn.state != NodeState::Crashed && sn.driver.log().state_machine_current() {
                 states.push((
                     i,
                     sn.driver.log().apply_index(),

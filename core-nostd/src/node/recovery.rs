@@ -271,6 +271,13 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         !self.recovery.state_lost
     }
 
+    /// True when the state machine holds exactly the entries up to the
+    /// apply index: not while a restore replaces it a piece at a time, nor
+    /// after a failed one cleared it (checkers compare only such states).
+    pub fn state_machine_current(&self) -> bool {
+        self.state_intact() && self.recovery.phase != RecoveryPhase::Restoring
+    }
+
     /// The apply point our row publishes: while we copy a snapshot, the
     /// snapshot's, so that the leader does not prune past what we are
     /// about to restore (it holds the log for a recovering member as for

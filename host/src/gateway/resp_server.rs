@@ -215,8 +215,9 @@ struct Owner {
 
 /// An owner that runs a request for longer than this (it waits for a
 /// reply that will not come, or its thread is starved) may be taken over
-/// too: its own request has timed out by then.
-const OWNER_BUSY_MAX: Duration = Duration::from_secs(REQUEST_TIMEOUT.as_secs() + 1);
+/// too: its request has timed out by then, also one forwarded to the
+/// leader near the end of its own wait (each wait is `REQUEST_TIMEOUT`).
+const OWNER_BUSY_MAX: Duration = Duration::from_secs(2 * REQUEST_TIMEOUT.as_secs() + 1);
 
 impl ClientIdOwners {
     fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, Owner>> {
@@ -240,9 +241,12 @@ impl ClientIdOwners {
         if owner.conn == conn {
             return true;
         }
-        if owner
-            .busy_since
-            .is_some_and(|since| now.saturating_duration_since(since) < OWNER_BUSY_MAX)
+        // A plain connection's own id (its serial) stays its own while it
+        // is open: its requests run without marking it busy.
+        if owner.conn == client
+            || owner
+                .busy_since
+                .is_some_and(|since| now.saturating_duration_since(since) < OWNER_BUSY_MAX)
         {
             return false;
         }
@@ -1159,6 +1163,9 @@ mod tests {
         o.release(&[7], 1);
         assert_eq!(o.owner(7), None);
         assert!(o.claim_at(7, 3, t0));
+        // A connection's own id is never taken over while it is open.
+        assert!(o.claim_at(9, 9, t0));
+        assert!(!o.claim_at(9, 4, t0 + OWNER_BUSY_MAX));
     }
 
     use super::*;
