@@ -890,10 +890,14 @@ mod tests {
         // 1 GiB: a ring of the state's size (the largest the run picks).
         assert_eq!(ring_bytes_for(state), RING_BYTES_MAX);
         assert_eq!(ring_bytes_for(64 * MIB), 64 * MIB);
-        // A few MiB: the smallest ring, still below the state.
-        assert_eq!(ring_bytes_for(4 * MIB), RING_BYTES_MIN);
-        assert!(ring_bytes_for(4 * MIB) < 4 * MIB);
+        // Below a MiB of state: the smallest ring.
+        assert_eq!(ring_bytes_for(MIB / 2), RING_BYTES_MIN);
+        // The ring never exceeds the state's MiB, so the fill's log (the
+        // values plus keys and entry headers) wraps it and is pruned.
+        for mib in [1, 4, 64, 1024, 4096] {
+            assert!(ring_bytes_for(mib * MIB) <= mib * MIB);
+        }
         // The defaults fit this machine's 23 GB with room to spare.
-        assert!(memory_needed(3, state, snap, RING_BYTES_MAX) < 8 << 30);
+        assert!(memory_needed(3, state, snap, RING_BYTES_MAX) < 10 << 30);
     }
 }
