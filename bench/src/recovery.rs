@@ -269,7 +269,8 @@ pub fn snapshot_bytes_for(state_bytes: u64) -> u64 {
 
 /// The log ring the run picks for `state_bytes` (see [`RING_BYTES_MAX`]).
 pub fn ring_bytes_for(state_bytes: u64) -> u64 {
-    round_up(state_bytes, MIB).clamp(RING_BYTES_MIN, RING_BYTES_MAX)
+    // Rounded down: never above the state, so the fill wraps it.
+    (state_bytes / MIB * MIB).clamp(RING_BYTES_MIN, RING_BYTES_MAX)
 }
 
 /// Memory the run needs, roughly: every replica's store holds the state
