@@ -2556,7 +2556,7 @@ impl Cluster {
             log_full: self.log_full_total,
             log_full_since_recovery_marked: self
                 .log_full_at_first_mark
-                .map_or(0, |at| self.log_full_total - at),
+                .map_or(0, |at| self.log_full_total.saturating_sub(at)),
             recovery_holds_released: self
                 .nodes
                 .iter()

@@ -379,9 +379,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             self.peers[l.index()].row.recover_mask & Row::recover_bit(self.me) != 0
         });
         if let (Some(l), Some((granted, _))) = (leader, self.recovery.regrant_beats) {
-            if l == granted
-                && self.peers[l.index()].row.recover_mask & Row::outrun_bit(self.me) == 0
-            {
+            if l == granted && !self.leader_says_outrun(l) {
                 self.recovery.outrun_clear_seen = true;
             }
         }
@@ -429,6 +427,11 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         }
     }
 
+    /// `leader`'s row says our restore came too late (`Row::outrun_bit`).
+    fn leader_says_outrun(&self, leader: MemberId) -> bool {
+        self.peers[leader.index()].row.recover_mask & Row::outrun_bit(self.me) != 0
+    }
+
     /// True while the leader we granted our restored log may not have
     /// seen the grant yet: its mark is for the log we had.
     fn regrant_pending(&self, leader: MemberId) -> bool {
@@ -439,7 +442,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 .recovery
                 .regrant_beats
                 .is_some_and(|(l, _)| l == leader)
-            && self.peers[leader.index()].row.recover_mask & Row::outrun_bit(self.me) != 0
+            && self.leader_says_outrun(leader)
         {
             return false;
         }
