@@ -93,7 +93,8 @@ pub struct KillRecord {
     /// commit's time).
     #[serde(default)]
     pub view_wait_us: Option<u64>,
-    /// "pidfd", "heartbeat" or "vote".
+    /// "pidfd", "heartbeat" or "vote"; "+view" when the new leader was
+    /// decided by a view (primary-backup mode), not elected.
     pub detected_by: Option<String>,
     /// Signal → first request completed by another replica.
     pub client_gap_us: Option<u64>,
@@ -376,7 +377,12 @@ fn fill_from_record(k: &mut KillRecord, s: &Snapshot, rec: Option<&Failover>) {
         k.election_us = Some(f.election_us);
         k.first_commit_us = f.first_commit_us;
         k.view_wait_us = f.view_wait_us;
-        k.detected_by = Some(f.detected_by.clone());
+        // Primary-backup mode: the new primary was decided by a view.
+        k.detected_by = Some(if f.decided_by == "view" {
+            format!("{}+view", f.detected_by)
+        } else {
+            f.detected_by.clone()
+        });
     }
 }
 

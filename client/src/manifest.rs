@@ -72,6 +72,30 @@ impl fmt::Display for FabricKind {
     }
 }
 
+/// How the group replicates (`cluster.mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReplicationMode {
+    /// DARE's log: a leader elected by votes, commits on a majority.
+    #[default]
+    Log,
+    /// uKharon-KV's primary-backup (issue 14): the coordinators decide
+    /// the primary and the members that count in a view, an entry commits
+    /// once all of them hold it (`f + 1` replicas survive `f` failures),
+    /// and a member of the view takes over by a view, without an
+    /// election. Needs views (`views.lease_us`).
+    PrimaryBackup,
+}
+
+impl From<ReplicationMode> for verbatim_core::Mode {
+    fn from(m: ReplicationMode) -> Self {
+        match m {
+            ReplicationMode::Log => verbatim_core::Mode::Log,
+            ReplicationMode::PrimaryBackup => verbatim_core::Mode::PrimaryBackup,
+        }
+    }
+}
+
 /// How the poll loop waits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -195,6 +219,10 @@ pub struct ClusterSection {
     /// does rejoin. 4294967295: always release.
     #[serde(default = "default_recovery_releases_max")]
     pub recovery_releases_max: u32,
+    /// How the group replicates: `"log"` (DARE, the default) or
+    /// `"primary-backup"` (uKharon-KV; needs `views.lease_us`).
+    #[serde(default)]
+    pub mode: ReplicationMode,
     /// Largest key.
     #[serde(default = "default_key_bytes_max")]
     pub key_bytes_max: u32,
@@ -553,6 +581,7 @@ impl Manifest {
                 snapshot_restore_step_bytes: default_snapshot_restore_step_bytes(),
                 recovery_log_hold_percent: default_recovery_log_hold_percent(),
                 recovery_releases_max: default_recovery_releases_max(),
+                mode: ReplicationMode::Log,
                 key_bytes_max: default_key_bytes_max(),
                 value_bytes_max: default_value_bytes_max(),
                 session_slot_count: default_session_slot_count(),
@@ -660,6 +689,7 @@ impl Manifest {
         cfg.snapshot_restore_step_bytes = c.snapshot_restore_step_bytes;
         cfg.recovery_log_hold_percent = c.recovery_log_hold_percent;
         cfg.recovery_releases_max = c.recovery_releases_max;
+        cfg.mode = c.mode.into();
         cfg.snapshot_restore_pause_ns = us_to_ns(t.snapshot_restore_pause_us);
         cfg.entry_payload_bytes_max = self.kv_limits().encoded_bytes_max();
         cfg.session_slot_count = c.session_slot_count;
@@ -1124,6 +1154,19 @@ id = 2
         assert_eq!(m.core_config(0).recovery_log_hold_percent, 100);
         let m = Manifest::parse(BASE, &["cluster.recovery_releases_max=3".into()]).unwrap();
         assert_eq!(m.core_config(0).recovery_releases_max, 3);
+        // Primary-backup mode needs views, and says where to turn them on.
+        let m = Manifest::parse(
+            BASE,
+            &[
+                "cluster.mode=primary-backup".into(),
+                "views.lease_us=50".into(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(m.core_config(0).mode, verbatim_core::Mode::PrimaryBackup);
+        let e = Manifest::parse(BASE, &["cluster.mode=primary-backup".into()]).unwrap_err();
+        assert!(e.to_string().contains("views.lease_us"), "{e}");
+        assert!(Manifest::parse(BASE, &["cluster.mode=chain".into()]).is_err());
         let e = Manifest::parse(BASE, &["timing.snapshot_restore_pause_us=5000000".into()])
             .unwrap_err();
         assert_eq!(e.field, "timing.snapshot_restore_pause_us");

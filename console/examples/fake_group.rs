@@ -83,6 +83,7 @@ fn main() -> std::io::Result<()> {
                 election_us: 15 + step % 20,
                 first_commit_us: Some(20 + step % 30),
                 detected_by: "pidfd".into(),
+                decided_by: "election".into(),
                 view_wait_us: None,
                 timeline: None,
             });

@@ -604,7 +604,7 @@ fn render_failovers(model: &Model, area: Rect, buf: &mut Buffer) {
             Span::raw("(µs, timed by the new leader) "),
         ]))
         .title_bottom(
-            Line::from(" CLIENT = client-visible gap ")
+            Line::from(" CLIENT = client-visible gap · +v = leader by a view ")
                 .right_aligned()
                 .style(DIM),
         );
@@ -620,7 +620,7 @@ fn render_failovers(model: &Model, area: Rect, buf: &mut Buffer) {
         let mut header = vec![
             "TERM", "OLD", "NEW", "AT (UTC)", "DETECT", "ELECT", "COMMIT", "CLIENT", "TOTAL", "BY",
         ];
-        let mut widths = vec![5, 3, 3, 12, 7, 7, 7, 7, 7, 9];
+        let mut widths = vec![5, 3, 3, 12, 7, 7, 7, 7, 7, 11];
         if views {
             header.insert(6, "VIEW");
             widths.insert(6, 7);
@@ -637,7 +637,11 @@ fn render_failovers(model: &Model, area: Rect, buf: &mut Buffer) {
                 Cell::from(format::micros_opt(f.first_commit_us)),
                 Cell::from(format::micros_opt(row.client_gap_us)),
                 Cell::from(format::micros_opt(row.total_us())).style(BOLD),
-                Cell::from(f.detected_by.clone()),
+                Cell::from(if f.decided_by == "view" {
+                    format!("{}+v", f.detected_by)
+                } else {
+                    f.detected_by.clone()
+                }),
             ];
             if views {
                 cells.insert(6, Cell::from(format::micros_opt(f.view_wait_us)));
@@ -777,6 +781,13 @@ fn render_views(
         }
     };
     let view = match v.leader {
+        Some(l) if v.epoch > 0 && v.mode == "primary-backup" => format!(
+            "view {} · primary r{l} · members {} · term {} · lease {} µs",
+            v.epoch,
+            list(&v.members),
+            v.log_term,
+            v.lease_us
+        ),
         Some(l) if v.epoch > 0 => format!(
             "view {} · leader r{l} · term {} · lease {} µs",
             v.epoch, v.log_term, v.lease_us
@@ -1142,6 +1153,7 @@ mod tests {
             election_us: 17,
             first_commit_us: Some(23),
             detected_by: "pidfd".into(),
+            decided_by: "election".into(),
             view_wait_us: None,
             timeline: None,
         }];
@@ -1480,6 +1492,8 @@ mod tests {
         s.views = Some(verbatim_status::ViewsState {
             epoch: 3,
             leader: Some(1),
+            mode: "log".into(),
+            members: vec![],
             log_term: 4,
             lease_us: 50,
             lease_active: true,
@@ -1515,6 +1529,7 @@ mod tests {
             "{all}"
         );
         assert_boxes_intact(&lines, 1);
+        let mut pb = s.clone();
         // In the fallback, the panel says so instead of a lease.
         let v = s.views.as_mut().unwrap();
         v.fallback = true;
@@ -1523,6 +1538,16 @@ mod tests {
         let all = frame(&app, 100, 30);
         assert!(all.contains("DARE fallback: no lease"), "{all}");
         assert!(!all.contains("lease held"), "{all}");
+        // Primary-backup mode: the view names the primary and its members.
+        let v = pb.views.as_mut().unwrap();
+        v.mode = "primary-backup".into();
+        v.members = vec![1, 2];
+        app.handle_message(report(0, pb), t0);
+        let all = frame(&app, 100, 30);
+        assert!(
+            all.contains("view 3 · primary r1 · members r1 r2 · term 4"),
+            "{all}"
+        );
     }
 
     #[test]

@@ -812,6 +812,7 @@ mod tests {
             election_us: 25,
             first_commit_us,
             detected_by: "pidfd".into(),
+            decided_by: "election".into(),
             view_wait_us: None,
             timeline: None,
         }

@@ -21,6 +21,7 @@ fn after_leader_change(dir: &std::path::Path) -> Vec<verbatim_console::fake::Fak
         election_us: 17,
         first_commit_us: Some(23),
         detected_by: "pidfd".into(),
+        decided_by: "election".into(),
         view_wait_us: None,
         timeline: None,
     }];

@@ -15,6 +15,43 @@ pub const ENTRY_PAYLOAD_BYTES_CAP: u32 = 64 * 1024;
 /// reply buffer of this size for the state machine to write into.
 pub const REPLY_BYTES_CAP: u32 = 4096;
 
+/// How the group replicates (issue 14).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// DARE: a leader elected by votes commits once a majority holds an
+    /// entry; with views on, the view follows the elected leader.
+    #[default]
+    Log,
+    /// uKharon-KV's primary-backup replication (§7.3) on the same log: the
+    /// coordinators decide who is primary in a view that also lists the
+    /// members that count (`View::members`), and an entry commits once
+    /// every one of them holds it. `f + 1` members then survive `f`
+    /// failures, and any member of the view can take over without a vote
+    /// (it holds every committed entry). No DARE election runs: a primary
+    /// suspected or reported dead is replaced by a view the first member
+    /// in line proposes. Needs views (`lease_ns > 0`).
+    PrimaryBackup,
+}
+
+impl Mode {
+    /// The name used in manifests and status.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Log => "log",
+            Mode::PrimaryBackup => "primary-backup",
+        }
+    }
+
+    /// The mode a manifest names.
+    pub fn parse(name: &str) -> Option<Mode> {
+        match name {
+            "log" => Some(Mode::Log),
+            "primary-backup" => Some(Mode::PrimaryBackup),
+            _ => None,
+        }
+    }
+}
+
 /// Deliberately broken protocol rules (simulator mutation tests only).
 #[cfg(feature = "mutation-testing")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,6 +113,10 @@ pub enum Mutation {
     TransitionalNewMajorityOnly,
     /// A member removed as a zombie is never added back when it returns.
     NeverReaddZombies,
+    /// Primary-backup mode: commit once a majority holds an entry instead
+    /// of every member of the view (a member of the view that then takes
+    /// over may lack committed entries).
+    PbCommitOnMajority,
     /// A member copying a snapshot votes and grants its log (which the
     /// restore then replaces under the leader that counts on it).
     GrantWhileCopying,
@@ -233,6 +274,9 @@ pub struct Config {
     /// A member that does not need a lease learns the newest view this
     /// often (status, the view it follows).
     pub view_learn_period_ns: u64,
+    /// How the group replicates: DARE's majority log, or primary-backup
+    /// under views.
+    pub mode: Mode,
     /// A deliberately broken rule, for mutation tests.
     #[cfg(feature = "mutation-testing")]
     pub mutation: Mutation,
@@ -280,6 +324,7 @@ impl Config {
             coordinator_count: 3,
             view_slot_count: 1024,
             view_learn_period_ns: 10_000_000,
+            mode: Mode::Log,
             #[cfg(feature = "mutation-testing")]
             mutation: Mutation::None,
         }
@@ -537,6 +582,12 @@ impl Config {
                     max: u64::MAX,
                 });
             }
+        }
+        if self.mode == Mode::PrimaryBackup && self.lease_ns == 0 {
+            return Err(Inconsistent {
+                field: "lease_ns",
+                reason: "is 0 (views off), but mode primary-backup needs views: its primary is decided by the coordinators and leased (set views.lease_us, e.g. 50)",
+            });
         }
         if self.apply_batch_max == 0 || self.apply_batch_max > 1 << 16 {
             return Err(OutOfRange {

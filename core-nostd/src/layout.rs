@@ -159,6 +159,9 @@ pub struct Layout {
     /// against another's wait): `lease_ns`, `lease_drift_ppm`,
     /// `coordinator_count` of the configuration (0s with views off).
     pub lease_terms: [u64; 3],
+    /// The replication mode (0: log, 1: primary-backup): members of one
+    /// group must agree on it.
+    pub mode_code: u64,
     /// Version and shape hash, compared by peers at connect time.
     pub hash: u64,
 }
@@ -248,6 +251,10 @@ impl Layout {
                     u64::from(config.coordinator_count),
                 ]
             },
+            mode_code: match config.mode {
+                crate::config::Mode::Log => 0,
+                crate::config::Mode::PrimaryBackup => 1,
+            },
             hash: 0,
         };
         layout.hash = layout.compute_hash();
@@ -286,6 +293,7 @@ impl Layout {
             self.lease_terms[0],
             self.lease_terms[1],
             self.lease_terms[2],
+            self.mode_code,
         ] {
             c.word(w);
         }

@@ -112,7 +112,7 @@ mod test_backends;
 mod test_memory;
 pub mod views;
 
-pub use config::{Config, ConfigError};
+pub use config::{Config, ConfigError, Mode};
 pub use engine::{Engine, EngineTag};
 pub use fabric::{
     Access, Action, Addr, Channel, Completion, Fabric, MemberId, Op, RegionId, WcStatus,

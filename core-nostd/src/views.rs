@@ -85,6 +85,11 @@ pub struct View {
     pub log_term: u64,
     /// The lease length δ it is held under.
     pub lease_ns: u64,
+    /// Primary-backup mode: the members whose copy counts (bit `m` for
+    /// member `m`; the leader, its primary, among them): an entry commits
+    /// once all of them hold it, and only they may take over. 0 in log
+    /// mode, where majorities of the configuration count.
+    pub members: u8,
 }
 
 /// Why bytes decided in a slot are not a view.
@@ -96,6 +101,9 @@ pub enum ViewError {
     Version,
     /// A leader that is no member.
     Leader,
+    /// A member set naming members outside the group, or without its
+    /// leader.
+    Members,
     /// Reserved bytes not zero, or a zero term or lease.
     Malformed,
 }
@@ -106,6 +114,7 @@ impl View {
         let mut b = [0u8; VIEW_BYTES];
         b[0] = VIEW_VERSION;
         b[1] = self.leader.0;
+        b[2] = self.members;
         b[8..16].copy_from_slice(&self.log_term.to_le_bytes());
         b[16..24].copy_from_slice(&self.lease_ns.to_le_bytes());
         b
@@ -129,18 +138,26 @@ impl View {
             u64::from_le_bytes(w)
         };
         let (log_term, lease_ns) = (word(8), word(16));
-        if bytes[2..8].iter().any(|&b| b != 0) || log_term == 0 || lease_ns == 0 {
+        if bytes[3..8].iter().any(|&b| b != 0) || log_term == 0 || lease_ns == 0 {
             return Err(ViewError::Malformed);
+        }
+        let members = bytes[2];
+        let outside = u8::try_from((1u16 << member_count.min(8)) - 1).map_or(0, |all| !all);
+        if members & outside != 0 || (members != 0 && members & (1 << bytes[1]) == 0) {
+            return Err(ViewError::Members);
         }
         Ok(View {
             leader: MemberId(bytes[1]),
             log_term,
             lease_ns,
+            members,
         })
     }
 
-    /// Acting in both at once is harmless (uKharon §6.3): only the lease
-    /// length differs.
+    /// Acting in both at once is harmless (uKharon §6.3): the lease length
+    /// or the member set differs, not who leads in which term. (A primary
+    /// that drops or adds a backup keeps its lease: while the change is
+    /// decided it commits with the union of both sets.)
     pub fn compatible_with(&self, previous: &View) -> bool {
         self.leader == previous.leader && self.log_term == previous.log_term
     }
@@ -265,6 +282,11 @@ pub struct ViewEngine<M: Memory> {
     next_slot: u32,
     latest: Option<(u64, View)>,
     want: Option<View>,
+    /// Primary-backup mode: the epoch the wanted view was derived from
+    /// (its member set is the previous view's, changed). It is proposed
+    /// only while that is still the newest view known: derived from an
+    /// older one, it could name members that a newer view removed.
+    want_base: Option<u64>,
     proposing: Option<u32>,
     learning: Option<u32>,
     learn_due_ns: u64,
@@ -285,6 +307,10 @@ pub struct ViewEngine<M: Memory> {
     dead: [bool; MAX_MEMBERS],
     /// When this member learnt the newest view it knows.
     latest_learnt_ns: u64,
+    /// After a death, a new view is likely soon (a new leader, a member
+    /// dropped): until then, a member that finds the next slot undecided
+    /// looks again soon rather than after the learn period.
+    hurry_until_ns: u64,
     /// This member proposes no more views (its proposal numbers ran out
     /// for a slot, uKharon A.6, or the engine refused a proposal).
     exhausted: bool,
@@ -326,6 +352,7 @@ impl<M: Memory + Clone> ViewEngine<M> {
             next_slot: 0,
             latest: None,
             want: None,
+            want_base: None,
             proposing: None,
             learning: None,
             learn_due_ns: now_ns,
@@ -339,6 +366,7 @@ impl<M: Memory + Clone> ViewEngine<M> {
             slots_exhausted_since_ns: None,
             dead: [false; MAX_MEMBERS],
             latest_learnt_ns: 0,
+            hurry_until_ns: 0,
             exhausted: false,
             status: ViewStatus::default(),
             actions: heapless::Deque::new(),
@@ -355,6 +383,24 @@ impl<M: Memory + Clone> ViewEngine<M> {
             self.want = want;
             self.progress();
         }
+    }
+
+    /// The view this member wants decided next, derived from the view of
+    /// `base_epoch` (0: none known): proposed only while that is still
+    /// the newest view known (primary-backup mode, where a view lists the
+    /// members and the next one changes that list).
+    pub fn want_view_based(&mut self, now_ns: u64, want: Option<View>, base_epoch: u64) {
+        self.now = self.now.max(now_ns);
+        if self.want != want || self.want_base != Some(base_epoch) {
+            self.want = want;
+            self.want_base = Some(base_epoch);
+            self.progress();
+        }
+    }
+
+    /// The epoch the wanted view was derived from (primary-backup mode).
+    pub fn wanted_base(&self) -> Option<u64> {
+        self.want_base
     }
 
     /// Whether this member's own acceptor memory may be counted: false
@@ -493,7 +539,7 @@ impl<M: Memory + Clone> ViewEngine<M> {
                         // Caught up. A superseded leader looks again soon:
                         // the slot that stopped its renewal is being
                         // decided.
-                        let again = if self.holds_lease_role() {
+                        let again = if self.holds_lease_role() || self.now < self.hurry_until_ns {
                             self.lease_ns / 4
                         } else {
                             self.learn_period_ns
@@ -565,9 +611,14 @@ impl<M: Memory + Clone> ViewEngine<M> {
     }
 
     /// This member renews: the newest view is the one it wants (it names
-    /// this member as the leader of its current term).
+    /// this member as the leader of its current term), or one compatible
+    /// with it (a primary that asks to change its member set keeps its
+    /// lease meanwhile).
     fn holds_lease_role(&self) -> bool {
-        self.latest.is_some_and(|(_, v)| Some(v) == self.want)
+        self.latest.is_some_and(|(_, v)| {
+            self.want
+                .is_some_and(|w| w.compatible_with(&v) && w.lease_ns == v.lease_ns)
+        })
     }
 
     fn progress(&mut self) {
@@ -606,8 +657,10 @@ impl<M: Memory + Clone> ViewEngine<M> {
         // Never a view older than the newest known: a deposed leader that
         // has not heard of its successor's term yet must not take the
         // view back.
+        let latest_epoch = self.latest.map_or(0, |(e, _)| e);
         let wanted = match (self.want, self.latest) {
             (Some(_), _) if self.exhausted => None,
+            (Some(_), _) if self.want_base.is_some_and(|b| b != latest_epoch) => None,
             (Some(w), None) => Some(w),
             (Some(w), Some((_, v))) if w != v && w.log_term >= v.log_term => Some(w),
             _ => None,
@@ -836,6 +889,13 @@ impl<M: Memory + Clone> Engine for ViewEngine<M> {
         }
         self.consensus.handle_peer_down(now_ns, peer);
         self.note_lost();
+        // A death often means a new view soon (a new leader, a member
+        // dropped): look for it now rather than at the next learn period.
+        if self.learning.is_none() && self.learn_due_ns != u64::MAX {
+            self.learn_due_ns = self.now;
+        }
+        // For a few leases' worth of decisions, and at least a millisecond.
+        self.hurry_until_ns = self.now.saturating_add((self.lease_ns * 8).max(1_000_000));
         if let Some(mut round) = self.renewal {
             // Its READ may never complete: count it failed now.
             if let Some(a) = self.acceptors[..self.acceptor_count]

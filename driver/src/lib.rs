@@ -40,6 +40,13 @@
 //!   round) and the clearance to commit in its term (`clear_commit`),
 //!   once its view is active, or once no view can be decided or renewed
 //!   any more for a lease wait (`ViewEngine::fallback_allowed`).
+//!
+//! In primary-backup mode (`Config::mode`, issue 14) the log engine says
+//! which view it needs next (`Node::pb_want`: a takeover, a member dropped
+//! or added back, with the epoch it was derived from), and follows every
+//! newer view the view engine knows (`Node::follow_view`): the view, not
+//! an election, makes its primary lead. There is no fallback to DARE
+//! alone in that mode.
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
@@ -51,7 +58,7 @@ use verbatim_core::heartbeat::{CounterEvent, HeartbeatEngine};
 use verbatim_core::node::{Event, Role, SubmitError, Submitted};
 use verbatim_core::sm::{ReadError, RequestError};
 use verbatim_core::views::{View, ViewEngine, ViewEvent};
-use verbatim_core::{Config, ConfigError, Layout, Memory, Node, StateMachine};
+use verbatim_core::{Config, ConfigError, Layout, Memory, Mode, Node, StateMachine};
 
 /// The engines of one member.
 pub struct Engines<M: Memory, S: StateMachine> {
@@ -482,14 +489,26 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                 self.views_due_ns = 0;
             }
         }
-        let want = (log.role() == Role::Leader).then(|| View {
-            leader: log.id(),
-            log_term: log.term(),
-            lease_ns: log.config().lease_ns,
-        });
-        if views.wanted() != want {
-            views.want_view(now_ns, want);
-            self.views_due_ns = 0;
+        let primary_backup = log.config().mode == Mode::PrimaryBackup;
+        if primary_backup {
+            // The log engine says which view it needs next (a takeover, a
+            // member dropped or added), derived from the newest it follows.
+            let (want, base) = log.pb_want();
+            if views.wanted() != want || views.wanted_base() != Some(base) {
+                views.want_view_based(now_ns, want, base);
+                self.views_due_ns = 0;
+            }
+        } else {
+            let want = (log.role() == Role::Leader).then(|| View {
+                leader: log.id(),
+                log_term: log.term(),
+                lease_ns: log.config().lease_ns,
+                members: 0,
+            });
+            if views.wanted() != want {
+                views.want_view(now_ns, want);
+                self.views_due_ns = 0;
+            }
         }
         if now_ns >= self.views_due_ns {
             views.handle_timeout(now_ns);
@@ -512,6 +531,15 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
         }
         let views = self.engines.views.as_ref().expect("checked above");
         let log = &mut self.engines.log;
+        if primary_backup {
+            if let Some((epoch, view)) = views.latest() {
+                if log.pb_view().is_none_or(|(e, _)| e < epoch) {
+                    // Who leads, in which term, and whose copy counts.
+                    log.follow_view(now_ns, epoch, view);
+                    any = true;
+                }
+            }
+        }
         let term = log.term();
         match views.leased(now_ns) {
             Some((_, v, end_ns)) if v.leader == log.id() && v.log_term == term => {
@@ -520,7 +548,7 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             }
             _ => {
                 log.set_read_lease(0, 0);
-                if views.fallback_allowed(now_ns) {
+                if !primary_backup && views.fallback_allowed(now_ns) {
                     // No view can be decided or lease renewed any more (a
                     // majority of coordinators gone, or every slot used):
                     // DARE's own rules alone, as without views.

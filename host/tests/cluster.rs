@@ -387,6 +387,92 @@ fn with_views_the_leader_reads_under_its_lease_and_a_kill_loses_nothing() {
     }
 }
 
+/// Primary-backup mode (`cluster.mode = "primary-backup"`, uKharon-KV,
+/// issue 14): the coordinators decide the primary; a killed primary is
+/// replaced by a view, not an election (its record says so), no
+/// acknowledged write is lost, and the killed member, restarted with
+/// empty memory, is added back to the view once it holds the log again.
+#[test]
+fn in_primary_backup_mode_a_killed_primary_is_replaced_by_a_view_and_rejoins() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cluster = start_with(
+        "itpb",
+        0,
+        vec![
+            "cluster.mode=primary-backup".into(),
+            "views.lease_us=200".into(),
+        ],
+    );
+    let (_, term) = cluster
+        .wait_leader(0, Duration::from_secs(10))
+        .expect("a primary");
+    let epoch = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers = workload(&cluster, 3, 4, stop.clone(), epoch);
+    std::thread::sleep(Duration::from_millis(400));
+    let before = cluster
+        .status()
+        .into_iter()
+        .flatten()
+        .find(|s| s.role == "leader")
+        .expect("a primary's status");
+    let views = before.views.clone().expect("views are on");
+    assert_eq!(views.mode, "primary-backup");
+    assert!(views.members.contains(&before.id), "{views:?}");
+    assert_eq!(
+        before.counters.get("elections_started").copied(),
+        Some(0),
+        "no election in primary-backup mode: {:?}",
+        before.counters
+    );
+    let kill_ns = epoch.elapsed().as_nanos() as u64;
+    cluster.kill(before.id).unwrap();
+    let (new_primary, _) = cluster
+        .wait_leader(term, Duration::from_secs(10))
+        .expect("a new primary");
+    assert_ne!(new_primary, before.id);
+    let history = history_after_kill(&cluster, stop, workers, epoch, kill_ns);
+    assert_linearizable(&history);
+    // Whoever is primary now got there by a view, and the killed member,
+    // restarted, is back in the view once it caught up.
+    cluster.restart(before.id).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let primary = cluster
+            .status()
+            .into_iter()
+            .flatten()
+            .find(|s| s.role == "leader");
+        if let Some(p) = &primary {
+            let by_view = p
+                .failovers
+                .iter()
+                .any(|f| f.term == p.term && f.decided_by == "view");
+            let rejoined = p
+                .views
+                .as_ref()
+                .is_some_and(|v| v.members.contains(&before.id) && v.leader == Some(p.id));
+            if by_view && rejoined {
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no primary by a view with member {} back: {:?}",
+            before.id,
+            primary.map(|p| (p.views, p.failovers))
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Writes still commit with every member of the view.
+    let mut c = Client::new(&cluster.manifest, ClientOptions::default());
+    c.set(b"after-rejoin", b"v").expect("a write commits");
+    assert_eq!(
+        c.get(b"after-rejoin").expect("a read").as_deref(),
+        Some(&b"v"[..])
+    );
+}
+
 #[test]
 fn a_stopped_leader_is_replaced_and_rejoins_as_a_follower() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());

@@ -5,7 +5,7 @@
 
 use crate::check::committed::CommittedLog;
 use crate::check::completeness::{
-    check_electable_completeness, check_leader_completeness, MemberLog,
+    check_electable_completeness, check_leader_completeness, check_view_completeness, MemberLog,
 };
 use crate::check::configurations::ConfigurationAgreement;
 use crate::check::counters::CounterAccuracy;
@@ -52,6 +52,12 @@ pub enum Fault {
     Crash {
         /// Member.
         node: u8,
+        /// When.
+        at_ns: u64,
+    },
+    /// The member leading at `at_ns` crashes (as [`Fault::Crash`]); with
+    /// nobody leading then, nothing happens.
+    CrashLeader {
         /// When.
         at_ns: u64,
     },
@@ -209,7 +215,10 @@ pub enum ReconfigFault {
 impl Fault {
     /// True for faults that last forever (count against f).
     pub fn permanent(&self) -> bool {
-        matches!(self, Fault::Crash { .. } | Fault::Zombie { .. })
+        matches!(
+            self,
+            Fault::Crash { .. } | Fault::CrashLeader { .. } | Fault::Zombie { .. }
+        )
     }
 
     /// True for faults that lose a member's state: the permanent ones and
@@ -425,6 +434,12 @@ pub struct RunReport {
     pub lease_reads: u64,
     /// Samples in which a member held an active lease.
     pub lease_samples: u64,
+    /// Primary-backup mode: members that became primary by a view (no
+    /// election), and DARE elections started (none in that mode), summed
+    /// over the members' last processes.
+    pub view_takeovers: u64,
+    /// See `view_takeovers`.
+    pub elections_started: u64,
     /// When the run ended (virtual ns).
     pub end_ns: u64,
     /// Each member's apply index when the run ended (None: not running).
@@ -942,6 +957,7 @@ impl Cluster {
         for (k, f) in self.opts.faults.clone().iter().enumerate() {
             let (start, end) = match f {
                 Fault::Crash { at_ns, .. }
+                | Fault::CrashLeader { at_ns }
                 | Fault::Zombie { at_ns, .. }
                 | Fault::Restart { at_ns, .. } => (*at_ns, None),
                 Fault::Depose { from_ns, .. } => (*from_ns, None),
@@ -1136,6 +1152,12 @@ impl Cluster {
         self.log(|| format!("fault: {f:?}"));
         match f {
             Fault::Crash { node, .. } => self.crash_node(usize::from(node)),
+            Fault::CrashLeader { .. } => {
+                if let Some(l) = self.leader_now() {
+                    self.log(|| format!("fault: leader {l} crashes"));
+                    self.crash_node(l);
+                }
+            }
             Fault::Restart {
                 node,
                 down_ns,
@@ -2026,6 +2048,27 @@ impl Cluster {
                 configuration: self.log_configurations[i],
             });
         }
+        if self.opts.config.mode == verbatim_core::Mode::PrimaryBackup {
+            // No election: any member of the newest view may take over.
+            let newest = self
+                .nodes
+                .iter()
+                .filter_map(|n| n.driver.engines().views.as_ref()?.latest())
+                .max_by_key(|(epoch, _)| *epoch);
+            let Some((_, view)) = newest else { return };
+            for m in members.iter_mut() {
+                let node = self.nodes[m.node].driver.log();
+                m.voter = matches!(
+                    self.nodes[m.node].state,
+                    NodeState::Running | NodeState::Paused
+                ) && node.pb_may_take_over();
+            }
+            let view_members = verbatim_core::sst::MemberMask(u32::from(view.members));
+            for v in check_view_completeness(self.now, &members, view_members, &self.committed) {
+                self.violation(v);
+            }
+            return;
+        }
         for v in check_electable_completeness(self.now, &members, &self.committed) {
             self.violation(v);
         }
@@ -2465,7 +2508,31 @@ impl Cluster {
             .filter(|&i| self.nodes[i].state == NodeState::Running)
             .map(|i| self.nodes[i].driver.log().configuration())
             .all(|c| c.is_quorum(running));
-        let liveness_expected = committed.is_quorum(running) && in_effect && recoverable >= 1;
+        let mut liveness_expected = committed.is_quorum(running) && in_effect && recoverable >= 1;
+        if self.opts.config.mode == verbatim_core::Mode::PrimaryBackup {
+            // Primary-backup: a majority of the coordinators (every member
+            // here) running, and a member of the newest view that may take
+            // over (or leads): when every member of it lost its memory, the
+            // entries only they held are gone, and the group rightly stops.
+            let newest = self
+                .nodes
+                .iter()
+                .filter_map(|n| n.driver.engines().views.as_ref()?.latest())
+                .max_by_key(|(epoch, _)| *epoch);
+            let view_members = newest.map_or(u32::MAX, |(_, v)| u32::from(v.members));
+            let can_lead = (0..self.nodes.len()).any(|i| {
+                let log = self.nodes[i].driver.log();
+                view_members & (1 << i) != 0
+                    && self.nodes[i].state == NodeState::Running
+                    && (log.role() == Role::Leader || log.pb_may_take_over())
+            });
+            liveness_expected = live * 2 > self.nodes.len() && can_lead && recoverable >= 1;
+            if !can_lead {
+                self.log(|| {
+                    format!("liveness not judged: no running member of the newest view {newest:?} may take over")
+                });
+            }
+        }
         if liveness_expected && committed.state != verbatim_core::membership::ConfigState::Stable {
             // A change between phases is finished by whoever leads (DARE
             // §3.4: a new leader goes on where its predecessor stopped).
@@ -2599,6 +2666,16 @@ impl Cluster {
                 .map(|n| n.driver.log().counters().lease_reads)
                 .sum(),
             lease_samples: self.leases.active_samples,
+            view_takeovers: self
+                .nodes
+                .iter()
+                .map(|n| n.driver.log().counters().view_takeovers)
+                .sum(),
+            elections_started: self
+                .nodes
+                .iter()
+                .map(|n| n.driver.log().counters().elections_started)
+                .sum(),
             end_ns: self.now,
             first_ack_after_heal_ns: self.first_ack_after_heal,
             digest: self.digest.finish(),

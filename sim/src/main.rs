@@ -33,7 +33,7 @@ fn usage() -> ExitCode {
 }
 
 /// Every mutation's name (the soak script runs each).
-const MUTATIONS: [&str; 22] = [
+const MUTATIONS: [&str; 23] = [
     "commit-on-minority",
     "vote-without-log-check",
     "read-without-term-check",
@@ -56,6 +56,7 @@ const MUTATIONS: [&str; 22] = [
     "commit-before-view-active",
     "lease-without-drift-allowance",
     "hold-log-for-recovery-until-full",
+    "pb-commit-on-majority",
 ];
 
 fn parse_mutation(s: &str) -> Option<Mutation> {
@@ -83,6 +84,7 @@ fn parse_mutation(s: &str) -> Option<Mutation> {
         "never-readd-zombies" => Mutation::NeverReaddZombies,
         "grant-while-copying" => Mutation::GrantWhileCopying,
         "grant-while-restoring" => Mutation::GrantWhileRestoring,
+        "pb-commit-on-majority" => Mutation::PbCommitOnMajority,
         _ => return None,
     })
 }

@@ -153,6 +153,26 @@ fn views(seed: u64, o: &mut ClusterOptions) {
     } else {
         v.range_inclusive(1, u64::from(members)) as u8
     };
+    primary_backup(seed, o);
+}
+
+/// Primary-backup mode (uKharon-KV §7.3, issue 14), from a stream of its
+/// own: a third of the seeds that run views replicate as primary-backup.
+/// Every member is a coordinator there (the mode has no DARE fallback: a
+/// group that loses a majority of its coordinators waits for them, so the
+/// faults, within f of the members, stay within f of the coordinators),
+/// and neither DARE's reconfigurations nor zombie removal run (the views
+/// list the members).
+fn primary_backup(seed: u64, o: &mut ClusterOptions) {
+    let mut p = SplitMix64::new(seed ^ 0x5052_494D_4152); // "PRIMAR"
+    if !p.chance(1, 3) {
+        return;
+    }
+    o.config.mode = verbatim_core::Mode::PrimaryBackup;
+    o.config.coordinator_count = o.config.member_count;
+    o.config.zombie_remove_ns = 0;
+    o.config.initial_members = o.config.member_count;
+    o.faults.retain(|f| !matches!(f, Fault::Reconfigure { .. }));
 }
 
 /// Zombie removal (DARE §3.3.2), from a stream of its own: a quarter of
@@ -347,10 +367,15 @@ pub fn describe(o: &ClusterOptions) -> String {
             "views=off".to_string()
         } else {
             format!(
-                "views(lease={}µs coordinators={} drift_ppm={})",
+                "views(lease={}µs coordinators={} drift_ppm={}{})",
                 o.config.lease_ns / 1000,
                 o.config.coordinator_count,
-                o.config.lease_drift_ppm
+                o.config.lease_drift_ppm,
+                if o.config.mode == verbatim_core::Mode::PrimaryBackup {
+                    " primary-backup"
+                } else {
+                    ""
+                }
             )
         },
         o.faults

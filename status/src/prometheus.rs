@@ -324,6 +324,7 @@ mod tests {
             election_us: 300,
             first_commit_us: Some(40),
             detected_by: "notice".into(),
+            decided_by: "election".into(),
             ..Failover::default()
         });
         s

@@ -90,8 +90,15 @@ pub struct ViewsState {
     /// The newest view known (0: none yet); view `k` is decided in
     /// coordinator slot `k − 1`.
     pub epoch: u64,
-    /// The log leader it names.
+    /// The log leader it names (the primary in primary-backup mode).
     pub leader: Option<u8>,
+    /// How the group replicates: "log" (DARE) or "primary-backup".
+    #[serde(default)]
+    pub mode: String,
+    /// Primary-backup mode: the members the view lists (whose copy
+    /// counts, and who may take over); empty in log mode.
+    #[serde(default)]
+    pub members: Vec<u8>,
     /// The DARE term it leads in.
     pub log_term: u64,
     /// The lease length δ it is held under (µs).
@@ -141,6 +148,10 @@ pub struct Failover {
     pub first_commit_us: Option<u64>,
     /// How the loss was detected: "pidfd", "heartbeat" or "vote".
     pub detected_by: String,
+    /// What made this replica leader: "election" (DARE's votes) or
+    /// "view" (the coordinators decided it, primary-backup mode).
+    #[serde(default)]
+    pub decided_by: String,
     /// With views on: from leadership to its view being active (every
     /// lease on an older view ran out), before which it commits nothing
     /// (part of `first_commit_us`). None with views off.

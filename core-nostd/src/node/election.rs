@@ -215,8 +215,10 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         }
     }
 
-    fn adopt_leader(&mut self, l: MemberId) {
+    pub(super) fn adopt_leader(&mut self, l: MemberId) {
         self.set_role(Role::Follower, Some(l));
+        // A primary followed again is no longer to be replaced.
+        self.pb.claim = false;
         self.peers[l.index()].hb_counter_seen = self.peers[l.index()].row.heartbeat.counter;
         self.set_timer(Timer::FdCheck, Some(self.now + self.fd_period_ns));
         self.set_timer(Timer::Election, None);
@@ -295,6 +297,17 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     }
 
     fn start_election(&mut self) {
+        if self.pb_mode() {
+            // No election in primary-backup mode: the coordinators decide
+            // who takes over.
+            if self.catch_up.is_none() {
+                self.pb_claim();
+            } else {
+                let t = self.random_election_timeout();
+                self.set_timer(Timer::Election, Some(self.now + t));
+            }
+            return;
+        }
         if self.catch_up.is_some() {
             // Not before we are caught up after a restart: wait again.
             let t = self.random_election_timeout();
@@ -374,6 +387,22 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 // reliable before it counts (count_votes).
                 self.row.private_vote = Ballot::new(term, self.me);
                 self.row_dirty = true;
+            }
+            Duty::TakeOver { term } => {
+                self.duty = Duty::None;
+                if term != self.term || self.role == Role::Leader || !self.state_intact() {
+                    return;
+                }
+                let Some(w) = self.walk_log() else { return };
+                self.tail_pos = w.tail_pos;
+                self.tail_index = w.tail_index;
+                self.last_term = w.last_term;
+                self.commit_index = w.commit_index;
+                self.row.last_index = w.tail_index - 1;
+                self.counters.view_takeovers += 1;
+                // Every member gets a fresh window under its new primary.
+                self.pb.stalled_since = [None; MAX_MEMBERS];
+                self.become_leader();
             }
             Duty::VoteCheck { candidate, term } => {
                 self.duty = Duty::None;

@@ -11,7 +11,9 @@ use crate::sst::{Ballot, Heartbeat};
 
 impl<M: Memory, S: StateMachine> Node<M, S> {
     pub(super) fn become_leader(&mut self) {
-        self.counters.elections_won += 1;
+        if !self.pb_mode() {
+            self.counters.elections_won += 1;
+        }
         // Our head only moves on committed HEAD entries, which we may not
         // have applied yet; but the previous leader only overwrote ring
         // slots of positions we had applied (it checks our apply pointer),
@@ -105,11 +107,18 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         if gap >= window / 4 {
             // We were not running for a while (descheduled, stopped): the
             // silence is ours. Give the followers a fresh window to answer
-            // the heartbeat we are about to push.
+            // the heartbeat we are about to push (in primary-backup mode,
+            // before any is dropped from the view as silent or stalled).
             for p in self.others() {
                 let peer = &mut self.peers[p.index()];
                 peer.last_ok_ns = peer.last_ok_ns.max(now);
             }
+            self.pb.stalled_since = [None; MAX_MEMBERS];
+            return;
+        }
+        if self.pb_mode() {
+            // A primary stays until a view replaces it (its lease deposes
+            // it); it asks for a view without the members it lost instead.
             return;
         }
         let live = self
@@ -743,10 +752,13 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         if self.cfg.mutation == crate::config::Mutation::CommitOnMinority {
             minority_of = 1;
         }
-        let Some(candidate) = self
-            .counting_configuration()
-            .quorum_position(acked_pos, minority_of)
-        else {
+        let candidate = if self.pb_mode() {
+            self.pb_commit_position(acked_pos)
+        } else {
+            self.counting_configuration()
+                .quorum_position(acked_pos, minority_of)
+        };
+        let Some(candidate) = candidate else {
             return;
         };
         // Entries of earlier terms commit only with the no-op of ours: a
@@ -909,6 +921,11 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                     self.counters.lease_reads += 1;
                 }
             }
+            return;
+        }
+        if self.pb_mode() {
+            // Under the lease only: a new primary needs no majority of the
+            // members to know its term, so a round proves nothing.
             return;
         }
         #[cfg(feature = "mutation-testing")]

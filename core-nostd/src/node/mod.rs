@@ -10,6 +10,7 @@ mod apply;
 mod election;
 mod io;
 mod leader;
+mod pb;
 mod reconfig;
 mod recovery;
 mod restart;
@@ -237,6 +238,12 @@ pub struct Counters {
     pub elections_started: u64,
     /// Elections won.
     pub elections_won: u64,
+    /// Primary-backup mode: times this member became primary by a view
+    /// the coordinators decided (no election).
+    pub view_takeovers: u64,
+    /// Primary-backup mode: times this member asked to take over (it
+    /// suspected the primary, or knew none).
+    pub view_claims: u64,
     /// Votes granted.
     pub votes_granted: u64,
     /// Times a leader stepped down.
@@ -556,6 +563,11 @@ enum Duty {
         leader: MemberId,
         term: u64,
     },
+    /// Primary-backup mode: a view names us primary in `term`; find our
+    /// last entry (once our revokes are in effect), then lead.
+    TakeOver {
+        term: u64,
+    },
 }
 
 /// Row versions after a restart continue this far above the highest copy
@@ -767,6 +779,8 @@ pub struct Node<M: Memory, S: StateMachine> {
     /// cycling stage slot holds one, so a reply is never overwritten
     /// before the host saw its event.
     replies_queued: u64,
+    /// Primary-backup mode ([`pb`]).
+    pb: pb::PrimaryBackup,
 }
 
 impl<M: Memory, S: StateMachine> Node<M, S> {
@@ -914,6 +928,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             reply_buf: [0; REPLY_BYTES_CAP as usize],
             reply_stage_next: 0,
             replies_queued: 0,
+            pb: pb::PrimaryBackup::default(),
             cfg: config,
         };
         Ok(node)
@@ -1210,6 +1225,10 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         if self.role == Role::Follower && self.leader == Some(peer) {
             self.suspect_leader(true);
         }
+        if self.pb_mode() {
+            // A primary asks at once for a view without it.
+            self.pb_update_want();
+        }
         self.invariants();
     }
 
@@ -1347,6 +1366,13 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         // After applying: a snapshot taken now is of the state as applied.
         self.donor_tick();
         self.maintain_channels();
+        if self.pb_mode() && (self.pb.claim || self.now >= self.pb.update_due_ns) {
+            // Member changes are judged on millisecond windows: once per
+            // heartbeat period is enough, and keeps this off every step of
+            // a busy primary. A claim is judged on every step (the rows it
+            // waits for change any time).
+            self.pb_update_want();
+        }
         self.flush_row();
         self.invariants();
     }
@@ -1375,6 +1401,16 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     pub fn set_read_lease(&mut self, term: u64, end_ns: u64) {
         self.read_lease_term = term;
         self.read_lease_end_ns = end_ns;
+        if self.pb.takeover == Some(term) && term == self.term && self.now < end_ns {
+            // Primary-backup: our view is leased, so it was still the
+            // newest when the lease was checked, and every lease on an
+            // older one has ended: lead now (a view learnt late, with a
+            // newer one decided meanwhile, never gets a lease).
+            self.pb.takeover = None;
+            if self.role != Role::Leader && self.pb_may_take_over() {
+                self.duty = Duty::TakeOver { term };
+            }
+        }
     }
 
     /// With views on, a leader commits nothing in `term` until the driver

@@ -86,6 +86,13 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     }
 
     fn start_reconfig(&mut self, op: ReconfigOp) -> Result<Configuration, ReconfigError> {
+        if self.pb_mode() {
+            // The views list the members there, and the primary changes
+            // them itself (drops the silent, adds back the caught up).
+            return Err(ReconfigError::Invalid(
+                "primary-backup mode: the members are the view's, changed by the primary; DARE reconfiguration is for log mode",
+            ));
+        }
         if self.role != Role::Leader {
             return Err(ReconfigError::NotLeader {
                 leader: self.leader,

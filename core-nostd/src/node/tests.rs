@@ -2412,3 +2412,82 @@ fn a_far_behind_follower_is_caught_up_in_bounded_batches() {
         h.nodes[0].state_machine().backend()
     );
 }
+
+/// Primary-backup mode (uKharon-KV §7.3, issue 14): the primary leads by a
+/// view (no election), an entry commits only once every member of the view
+/// holds it, the primary asks for a view without a member reported dead,
+/// and commits go on once that view is followed.
+#[test]
+fn primary_backup_commits_with_every_member_of_the_view() {
+    use crate::views::View;
+    let mut h = Harness::with(3, |c| {
+        c.mode = crate::config::Mode::PrimaryBackup;
+        c.lease_ns = 50_000;
+    });
+    h.start_all();
+    h.settle(4);
+    assert_eq!(h.nodes[0].known_new_process(), Some(true));
+    let view = View {
+        leader: MemberId(0),
+        log_term: 1,
+        lease_ns: 50_000,
+        members: 0b111,
+    };
+    for i in 0..3 {
+        h.nodes[i].follow_view(h.now, 1, view);
+    }
+    // Named primary, it leads once its lease on the view is active.
+    assert_eq!(h.nodes[0].pb_want(), (Some(view), 1));
+    h.settle(2);
+    assert_ne!(h.nodes[0].role(), Role::Leader, "not before its lease");
+    let lease_end = h.now + 40_000;
+    h.nodes[0].set_read_lease(1, lease_end);
+    h.nodes[0].clear_commit(1);
+    h.settle(8);
+    assert_eq!(h.nodes[0].role(), Role::Leader);
+    assert_eq!(h.nodes[0].counters().view_takeovers, 1);
+    for i in 1..3 {
+        assert_eq!(h.nodes[i].leader(), Some(MemberId(0)));
+    }
+    // Every member holds the write: it commits.
+    h.nodes[0]
+        .submit_write(h.now, 9, 1, &set(b"a", b"1"))
+        .unwrap();
+    h.settle(3);
+    let committed = h.nodes[0].status().commit_pos;
+    assert_eq!(committed, h.nodes[0].status().tail_pos);
+    h.events(0);
+    // Member 2 is gone: a majority holds the next write, not the view.
+    h.down[2] = true;
+    h.nodes[0]
+        .submit_write(h.now, 9, 2, &set(b"b", b"2"))
+        .unwrap();
+    h.settle(3);
+    assert_eq!(h.nodes[0].status().commit_pos, committed, "needs member 2");
+    assert!(!h
+        .events(0)
+        .iter()
+        .any(|e| matches!(e, Event::Reply { request_id: 2, .. })));
+    // Reported dead, the primary asks for a view without it ...
+    h.nodes[0].handle_peer_down(h.now, MemberId(2));
+    h.tick(0);
+    let (want, base) = h.nodes[0].pb_want();
+    let want = want.expect("a view without member 2");
+    assert_eq!(
+        (want.members, want.leader, want.log_term, base),
+        (0b011, MemberId(0), 1, 1)
+    );
+    // ... and once it is decided, the write commits without member 2.
+    h.nodes[0].follow_view(h.now, 2, want);
+    h.nodes[1].follow_view(h.now, 2, want);
+    h.settle(3);
+    assert!(h.nodes[0].status().commit_pos > committed);
+    assert!(h
+        .events(0)
+        .iter()
+        .any(|e| matches!(e, Event::Reply { request_id: 2, .. })));
+    // Nobody ran an election.
+    h.now += 10_000_000;
+    h.settle(3);
+    assert!(h.nodes.iter().all(|n| n.counters().elections_started == 0));
+}

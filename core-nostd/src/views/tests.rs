@@ -5,6 +5,7 @@ fn view() -> View {
         leader: MemberId(2),
         log_term: 7,
         lease_ns: 20_000,
+        members: 0,
     }
 }
 
@@ -23,13 +24,39 @@ fn a_view_round_trips_and_bad_bytes_are_refused() {
     assert_eq!(View::decode(&b, 3), Err(ViewError::Malformed));
     let zero_term = View { log_term: 0, ..v }.encode();
     assert_eq!(View::decode(&zero_term, 3), Err(ViewError::Malformed));
+    // Primary-backup member sets: within the group, with their leader.
+    let pb = View {
+        members: 0b101,
+        ..v
+    };
+    assert_eq!(View::decode(&pb.encode(), 3), Ok(pb));
+    let outside = View {
+        members: 0b1100,
+        ..v
+    };
+    assert_eq!(View::decode(&outside.encode(), 3), Err(ViewError::Members));
+    let without_leader = View {
+        members: 0b011,
+        ..v
+    };
+    assert_eq!(
+        View::decode(&without_leader.encode(), 3),
+        Err(ViewError::Members)
+    );
+    let all_eight = View { members: 0xFF, ..v };
+    assert_eq!(View::decode(&all_eight.encode(), 8), Ok(all_eight));
 }
 
 #[test]
-fn only_a_lease_change_is_compatible() {
+fn only_a_lease_or_member_change_is_compatible() {
     let v = view();
     assert!(View {
         lease_ns: 40_000,
+        ..v
+    }
+    .compatible_with(&v));
+    assert!(View {
+        members: 0b100,
         ..v
     }
     .compatible_with(&v));

@@ -32,6 +32,8 @@ struct Pending {
     suspected_at_ns: u64,
     /// With views on: when our view was active (commits allowed).
     view_active_at_ns: Option<u64>,
+    /// "election" or "view".
+    decided_by: &'static str,
 }
 
 /// Turns role changes into [`Failover`] records.
@@ -69,17 +71,18 @@ impl FailoverTracker {
         }
     }
 
-    /// The node's role or leader changed.
+    /// The node's role or leader changed; `leading` says what made it
+    /// leader ("election" or "view"), `None` when it does not lead.
     pub fn role_changed(
         &mut self,
         now_ns: u64,
         unix_ms: u64,
-        is_leader: bool,
+        leading: Option<&'static str>,
         term: u64,
         leader: Option<u8>,
         commit_index: u64,
     ) {
-        if is_leader {
+        if let Some(decided_by) = leading {
             let s = self.suspicion.take().unwrap_or(Suspicion {
                 at_ns: now_ns,
                 lost_at_ns: now_ns,
@@ -97,6 +100,7 @@ impl FailoverTracker {
                 lost_at_ns: s.lost_at_ns,
                 suspected_at_ns: s.at_ns,
                 view_active_at_ns: None,
+                decided_by,
             });
             self.leader = Some(self.me);
         } else if leader.is_some() {
@@ -138,6 +142,7 @@ impl FailoverTracker {
                 election_us: p.election_us,
                 first_commit_us: first_commit_ns.map(|c| c.saturating_sub(p.elected_at_ns) / 1000),
                 detected_by: p.by.to_string(),
+                decided_by: p.decided_by.to_string(),
                 view_wait_us: p
                     .view_active_at_ns
                     .map(|v| v.saturating_sub(p.elected_at_ns) / 1000),
@@ -170,10 +175,10 @@ mod tests {
     #[test]
     fn a_failover_is_timed_from_death_to_first_commit() {
         let mut t = FailoverTracker::new(1, 1_000_000);
-        t.role_changed(0, 0, false, 1, Some(0), 5);
+        t.role_changed(0, 0, None, 1, Some(0), 5);
         t.suspected(10_000, 4_000, "pidfd");
         t.suspected(11_000, 0, "heartbeat"); // the first suspicion counts
-        t.role_changed(50_000, 7, true, 2, Some(1), 9);
+        t.role_changed(50_000, 7, Some("election"), 2, Some(1), 9);
         assert!(
             t.records().is_empty(),
             "not complete before the first commit"
@@ -193,6 +198,7 @@ mod tests {
                 election_us: 40,
                 first_commit_us: Some(40),
                 detected_by: "pidfd".into(),
+                decided_by: "election".into(),
                 view_wait_us: None,
                 timeline: Some(FailoverTimeline {
                     lost_ns: 1_004_000,
@@ -208,9 +214,9 @@ mod tests {
     #[test]
     fn with_views_the_wait_for_the_view_is_timed() {
         let mut t = FailoverTracker::new(1, 0);
-        t.role_changed(0, 0, false, 1, Some(0), 5);
+        t.role_changed(0, 0, None, 1, Some(0), 5);
         t.suspected(10_000, 4_000, "notice");
-        t.role_changed(50_000, 7, true, 2, Some(1), 9);
+        t.role_changed(50_000, 7, Some("election"), 2, Some(1), 9);
         t.commit_advanced(60_000, 9, Some(false));
         t.commit_advanced(75_000, 9, Some(true));
         t.commit_advanced(80_000, 9, Some(true));
@@ -224,11 +230,12 @@ mod tests {
     #[test]
     fn losing_leadership_before_committing_still_records() {
         let mut t = FailoverTracker::new(0, 0);
-        t.role_changed(0, 0, true, 1, Some(0), 0);
-        t.role_changed(5_000, 0, false, 2, Some(2), 0);
+        t.role_changed(0, 0, Some("view"), 1, Some(0), 0);
+        t.role_changed(5_000, 0, None, 2, Some(2), 0);
         let r = t.records();
         assert_eq!(r.len(), 1);
         assert_eq!(r[0].first_commit_us, None);
         assert_eq!(r[0].detected_by, "startup");
+        assert_eq!(r[0].decided_by, "view");
     }
 }

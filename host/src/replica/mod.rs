@@ -280,7 +280,13 @@ impl Gateway {
                 self.failovers.role_changed(
                     now,
                     unix_ms(),
-                    role == Role::Leader,
+                    (role == Role::Leader).then_some(
+                        if engines.log.config().mode == verbatim_core::Mode::PrimaryBackup {
+                            "view"
+                        } else {
+                            "election"
+                        },
+                    ),
                     term,
                     leader.map(|l| l.0),
                     st.commit_index,
@@ -667,6 +673,8 @@ impl<F: HostFabric> Replica<F> {
             ("commits_awaiting_view", c.commits_awaiting_view),
             ("elections_started", c.elections_started),
             ("elections_won", c.elections_won),
+            ("view_takeovers", c.view_takeovers),
+            ("view_claims", c.view_claims),
             ("votes_granted", c.votes_granted),
             ("step_downs", c.step_downs),
             ("rows_rejected", c.rows_rejected),
@@ -753,7 +761,9 @@ impl<F: HostFabric> Replica<F> {
             latency: self.gw.latency.last.clone(),
             events: self.gw.events.iter().cloned().collect(),
             lease: views_status.as_ref().map(lease_line),
-            views: views_status.as_ref().map(views_state),
+            views: views_status
+                .as_ref()
+                .map(|v| views_state(v, log.config().mode)),
             recovery: {
                 let r = log.recovery_status();
                 verbatim_status::RecoveryProgress {
@@ -1239,6 +1249,11 @@ fn drive<F: HostFabric>(
                     queue.is_empty() && !slots.any_pending()
                 });
             }
+        } else if r.driver.log().pb_waits_for_grants() {
+            // A new primary waits for a backup's CPU to grant it its log:
+            // give the core to it (on a shared core, a spinning primary
+            // kept a parked backup off it for a scheduler slice).
+            std::thread::yield_now();
         } else {
             std::hint::spin_loop();
         }
@@ -1278,7 +1293,10 @@ fn lease_line(vs: &verbatim_core::views::ViewStatus) -> String {
 }
 
 /// Views and leases as the status schema shows them.
-fn views_state(vs: &verbatim_core::views::ViewStatus) -> verbatim_status::ViewsState {
+fn views_state(
+    vs: &verbatim_core::views::ViewStatus,
+    mode: verbatim_core::Mode,
+) -> verbatim_status::ViewsState {
     let members = |mask: u8| {
         (0..verbatim_core::fabric::MAX_MEMBERS as u8)
             .filter(|m| mask & (1 << m) != 0)
@@ -1295,6 +1313,8 @@ fn views_state(vs: &verbatim_core::views::ViewStatus) -> verbatim_status::ViewsS
     verbatim_status::ViewsState {
         epoch: vs.epoch,
         leader: vs.view.map(|v| v.leader.0),
+        mode: mode.name().to_string(),
+        members: members(vs.view.map_or(0, |v| v.members)),
         log_term: vs.view.map_or(0, |v| v.log_term),
         lease_us: vs.view.map_or(0, |v| v.lease_ns / 1000),
         lease_active: vs.lease_active,

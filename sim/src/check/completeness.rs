@@ -119,6 +119,46 @@ pub fn check_electable_completeness(
     out
 }
 
+/// View completeness (primary-backup mode, issue 14): every member of the
+/// newest decided view that may take over (`voter`: running or paused,
+/// its memory trusted) holds every committed entry. A member of the view
+/// takes over without comparing logs, so this is what leader completeness
+/// rests on there: an entry committed before every member of the view held
+/// it (a majority, say) is caught as soon as a member without it could
+/// take over.
+pub fn check_view_completeness(
+    time_ns: u64,
+    members: &[MemberLog],
+    view_members: MemberMask,
+    committed: &CommittedLog,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    for x in members.iter().filter(|m| m.voter) {
+        if !view_members.contains(MemberId(x.node as u8)) {
+            continue;
+        }
+        for c in committed.from(x.apply_index) {
+            let held = x
+                .log
+                .first()
+                .and_then(|first| c.index.checked_sub(first.index))
+                .and_then(|k| x.log.get(k as usize));
+            if held != Some(c) {
+                out.push(Violation {
+                    invariant: "view completeness",
+                    time_ns,
+                    detail: format!(
+                        "node {} lacks committed {c:?} (holds {held:?}) and may take over as a member of the newest view ({:#b})",
+                        x.node, view_members.0
+                    ),
+                });
+                break;
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,6 +205,36 @@ mod tests {
             voter,
             configuration: Configuration::initial(5),
         }
+    }
+
+    /// Primary-backup: a member of the newest view that lacks a committed
+    /// entry (committed on a majority only) is caught; outside the view,
+    /// or unable to take over (its memory lost), it is not.
+    #[test]
+    fn a_view_member_without_a_committed_entry_is_caught() {
+        let mut c = CommittedLog::default();
+        for x in [e(1, 1, 1), e(2, 1, 2)] {
+            c.observe_committed(0, 0, x);
+        }
+        let full = vec![e(1, 1, 1), e(2, 1, 2)];
+        let logs = vec![
+            member(0, full.clone(), true),
+            member(1, full, true),
+            member(2, vec![e(1, 1, 1)], true),
+        ];
+        let all = MemberMask::first(3);
+        let v = check_view_completeness(0, &logs, all, &c);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].detail.contains("node 2"));
+        let without_2 = all.without(MemberId(2));
+        assert!(check_view_completeness(0, &logs, without_2, &c).is_empty());
+        let mut l = logs.clone();
+        l[2].voter = false;
+        assert!(check_view_completeness(0, &l, all, &c).is_empty());
+        // A different entry at an index is not the committed one.
+        let mut l = logs;
+        l[2].log = vec![e(1, 1, 1), e(2, 2, 7)];
+        assert_eq!(check_view_completeness(0, &l, all, &c).len(), 1);
     }
 
     /// Raft's Figure 8 (d): index 2 of term 2 was counted committed on

@@ -144,6 +144,7 @@ mod tests {
             leader: MemberId(leader),
             log_term: term,
             lease_ns: 20_000,
+            members: 0,
         }
     }
 

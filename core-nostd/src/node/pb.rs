@@ -1,0 +1,319 @@
+//! Primary-backup mode (uKharon-KV, uKharon §7.3; issue 14): the same log,
+//! replicated the same way, with the leader decided by the coordinators
+//! instead of a vote, and commits counted over the members a view lists.
+//!
+//! * **Who leads.** The view engine decides views; the driver hands every
+//!   newer one to [`Node::follow_view`]. A view names the primary, the
+//!   term it leads in and the members whose copy counts. The primary
+//!   becomes leader in that term without an election; every other member
+//!   adopts it (and grants it its log) when it learns the view or sees the
+//!   primary's heartbeat in the higher term, whichever comes first. No
+//!   DARE election ever runs in this mode.
+//! * **What commits.** An entry commits once every member of the view
+//!   holds it (uKharon-KV replicates each write to every backup). So any
+//!   member of the view holds every committed entry, and can take over
+//!   without comparing logs: `f + 1` members survive `f` failures.
+//! * **Failover.** A member that suspects the primary (Δ without a
+//!   heartbeat, or its death notice) *claims*: it asks for the next view,
+//!   naming itself primary in the next term, with the members of the view
+//!   it knows minus the old primary and the members known dead. Claims
+//!   take turns as DARE's notified elections do (the member right after
+//!   the dead primary first); the coordinators decide one. The new
+//!   primary commits only once its view is active, after every lease on
+//!   an older view ran out (the driver's `clear_commit`).
+//! * **Members.** The primary asks for a view without a member reported
+//!   dead or silent for `leader_quorum_timeout_ns`, and for one with a
+//!   member back once it holds the whole log. While such a view is asked
+//!   for, commits count the members of both (the union): whichever is
+//!   decided, its members hold every committed entry.
+//! * **Who may claim.** Only a member of the newest view it knows, and not
+//!   a restarted process whose memory lost what it held, until a view has
+//!   dropped it (it is added back only once it holds the log again).
+//! * **Reads** are served under the lease only: a round of term checks
+//!   proves nothing here, because a new primary needs no majority of
+//!   members to learn its term.
+//!
+//! Not built: speculative execution (the primary applies after the
+//! WRITEs completed, as for any commit), and a DARE fallback when a
+//! majority of the coordinators is gone (the group then stops, as
+//! uKharon does: its coordinators are the replicated part).
+
+use super::*;
+use crate::views::View;
+
+/// What a member knows and wants in primary-backup mode.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct PrimaryBackup {
+    /// The newest view followed, with its epoch (0: none yet).
+    pub epoch: u64,
+    pub view: Option<View>,
+    /// Suspecting the primary (or knowing none), this member asks to take
+    /// over.
+    pub claim: bool,
+    /// The view asked for, and the epoch it was derived from.
+    pub want: Option<View>,
+    /// Primary: members of views asked for since the last one decided,
+    /// counted in commits besides the view's own.
+    pub extra: MemberMask,
+    /// A view names us primary in this term: we take over once the driver
+    /// reports our lease on it active.
+    pub takeover: Option<u64>,
+    /// A view decided after this process started left it out: a
+    /// restarted member may claim again once a later view adds it back.
+    pub absent_seen: bool,
+    /// Primary: since when each member has held commits back (it does
+    /// not replicate, or its acknowledgements stand still below our
+    /// tail), and the acknowledged position last seen.
+    pub stalled_since: [Option<u64>; MAX_MEMBERS],
+    pub acked_seen: [u64; MAX_MEMBERS],
+    /// When the wanted view is recomputed next on a step.
+    pub update_due_ns: u64,
+}
+
+impl<M: Memory, S: StateMachine> Node<M, S> {
+    /// Whether this member runs in primary-backup mode.
+    #[inline]
+    pub(super) fn pb_mode(&self) -> bool {
+        self.cfg.mode == crate::config::Mode::PrimaryBackup
+    }
+
+    /// Primary-backup mode: the view this member asks for, and the epoch
+    /// of the view it was derived from (see the module documentation).
+    pub fn pb_want(&self) -> (Option<View>, u64) {
+        (self.pb.want, self.pb.epoch)
+    }
+
+    /// Primary-backup mode: the newest view followed, with its epoch.
+    pub fn pb_view(&self) -> Option<(u64, View)> {
+        self.pb.view.map(|v| (self.pb.epoch, v))
+    }
+
+    /// Primary-backup mode: the members counted in commits now (the
+    /// view's, and those of a view asked for).
+    pub fn pb_commit_members(&self) -> MemberMask {
+        let view = self
+            .pb
+            .view
+            .map_or(MemberMask::NONE, |v| MemberMask(v.members.into()));
+        MemberMask(view.0 | self.pb.extra.0)
+    }
+
+    /// Primary-backup mode: this primary's commits wait for a member of the
+    /// view that has not granted it its log yet. Its CPU is on the path
+    /// (DARE's grant): a host whose poll loop shares a core with it should
+    /// yield rather than spin.
+    pub fn pb_waits_for_grants(&self) -> bool {
+        self.pb_mode()
+            && self.role == Role::Leader
+            && self.pb_commit_members().iter().any(|p| {
+                p != self.me
+                    && !self.peers[p.index()].down
+                    && self.peers[p.index()].repl.state == ReplState::AwaitGrant
+            })
+    }
+
+    /// Primary-backup mode: follows a newer decided view (the driver
+    /// passes each one once the view engine knows it).
+    pub fn follow_view(&mut self, now: u64, epoch: u64, view: View) {
+        self.tick_clock(now);
+        if !self.pb_mode() || epoch <= self.pb.epoch || self.read_back.is_some() {
+            // (A restarted member follows nothing before it has read its
+            // row back: the driver passes the view again.)
+            return;
+        }
+        self.pb.epoch = epoch;
+        self.pb.view = Some(view);
+        self.pb.extra = MemberMask::NONE;
+        self.pb.claim = false;
+        self.pb.takeover = None;
+        let member = view.members & (1 << self.me.0) != 0;
+        if !member {
+            self.pb.absent_seen = true;
+        }
+        if view.log_term > self.term {
+            self.advance_term(view.log_term);
+        }
+        if view.log_term == self.term {
+            if view.leader == self.me {
+                if self.role != Role::Leader && self.pb_may_take_over() {
+                    // Leads once the lease on the view is active (see
+                    // `set_read_lease`), our revokes are in effect and our
+                    // log is walked (`run_duty`), as a campaign does.
+                    self.pb.takeover = Some(self.term);
+                }
+            } else if self.role != Role::Leader && self.leader != Some(view.leader) {
+                self.adopt_leader(view.leader);
+            }
+        }
+        self.pb_update_want();
+        self.invariants();
+    }
+
+    /// Instead of an election: ask to take over (see the module docs).
+    pub(super) fn pb_claim(&mut self) {
+        if !self.pb.claim {
+            self.pb.claim = true;
+            self.counters.view_claims += 1;
+        }
+        // Asked again after another timeout if no view comes.
+        let t = self.random_election_timeout();
+        self.set_timer(Timer::Election, Some(self.now + t));
+        self.pb_update_want();
+    }
+
+    /// Primary-backup mode: may this member take over? A member of the newest view it knows
+    /// (any member before the first view), whose memory holds what it
+    /// acknowledged: a new process, or a restarted one that a later view
+    /// dropped (it is added back only once it holds the log again).
+    pub fn pb_may_take_over(&self) -> bool {
+        let member = self
+            .pb
+            .view
+            .is_none_or(|v| v.members & (1 << self.me.0) != 0);
+        let memory_trusted = match self.known_new_process() {
+            Some(new_process) => new_process || self.pb.absent_seen,
+            None => false,
+        };
+        member
+            && memory_trusted
+            && self.catch_up.is_none()
+            && self.state_intact()
+            && !self.copying()
+    }
+
+    /// Recomputes the view this member asks for (after every step).
+    pub(super) fn pb_update_want(&mut self) {
+        self.pb.update_due_ns = self.now.saturating_add(self.cfg.heartbeat_period_ns);
+        let all = self.configuration.replicas();
+        let members = self.pb.view.map_or(all, |v| MemberMask(v.members.into()));
+        let down = self
+            .others()
+            .filter(|p| self.peers[p.index()].down)
+            .fold(MemberMask::NONE, MemberMask::with);
+        let ours = self
+            .pb
+            .view
+            .filter(|v| v.leader == self.me && v.log_term == self.term);
+        let leading_view = ours.filter(|_| self.role == Role::Leader);
+        self.pb.want = if ours.is_some() && leading_view.is_none() {
+            // Named primary, not leading yet: the lease on it is what we
+            // wait for (the view engine renews it while we want it).
+            ours.filter(|_| self.pb.takeover.is_some())
+        } else if let Some(v) = leading_view {
+            let silent_ns = self.cfg.leader_quorum_timeout_ns;
+            let mut want = members;
+            for p in self.others() {
+                let peer = &self.peers[p.index()];
+                let in_view = members.contains(p);
+                // A member holds commits back while it does not replicate
+                // (a zombie's memory answers, its CPU never grants), or
+                // while its acknowledgements stand still below our tail.
+                let i = p.index();
+                let replicating = peer.repl.state == ReplState::Replicating;
+                let moving = replicating
+                    && (peer.repl.acked_pos >= self.tail_pos
+                        || peer.repl.acked_pos != self.pb.acked_seen[i]);
+                self.pb.acked_seen[i] = peer.repl.acked_pos;
+                if moving {
+                    self.pb.stalled_since[i] = None;
+                } else if self.pb.stalled_since[i].is_none() {
+                    self.pb.stalled_since[i] = Some(self.now);
+                }
+                let stalled = self.pb.stalled_since[i]
+                    .is_some_and(|t| self.now.saturating_sub(t) > silent_ns);
+                if in_view
+                    && (peer.down
+                        || stalled
+                        || self.now.saturating_sub(peer.last_ok_ns) > silent_ns)
+                {
+                    want = want.without(p);
+                } else if !in_view
+                    && !peer.down
+                    && all.contains(p)
+                    && self.pb.stalled_since[i].is_none()
+                    && self.now.saturating_sub(peer.row_changed_ns) <= self.cfg.prune_grace_ns
+                    && peer.repl.acked_pos >= self.commit_pos
+                {
+                    // (Its acknowledgements move and its CPU runs: its row
+                    // changed lately. A zombie's memory acknowledges WRITEs
+                    // until its ring is full; it would be added and dropped
+                    // again and again.)
+                    // It holds every committed entry, and from now on every
+                    // commit waits for it too (`extra`): it still holds
+                    // every committed entry when the view adding it is
+                    // decided.
+                    want = want.with(p);
+                }
+            }
+            self.pb.extra = MemberMask(self.pb.extra.0 | (want.0 & !members.0));
+            Some(View {
+                members: want.0 as u8,
+                ..v
+            })
+        } else if self.pb.claim
+            && self.role != Role::Leader
+            && self.leader.is_none()
+            && self.pb_may_take_over()
+            && !self.pb_primary_still_followed(members)
+        {
+            let old_primary = self
+                .pb
+                .view
+                .map_or(MemberMask::NONE, |v| MemberMask::NONE.with(v.leader));
+            let want = MemberMask(members.0 & !down.0 & !old_primary.0).with(self.me);
+            let term = self.term.max(self.pb.view.map_or(0, |v| v.log_term)) + 1;
+            Some(View {
+                leader: self.me,
+                log_term: term,
+                lease_ns: self.cfg.lease_ns,
+                members: want.0 as u8,
+            })
+        } else {
+            None
+        };
+    }
+
+    /// Whether the primary of the newest view, and the members whose rows
+    /// say they still follow it in its term, are a majority of the view:
+    /// then our suspicion alone does not depose it (DARE's voters refuse a
+    /// candidate while they follow a live leader, and this is the same
+    /// filter; a primary reported dead counts as followed by nobody).
+    fn pb_primary_still_followed(&self, members: MemberMask) -> bool {
+        let Some(v) = self.pb.view else {
+            return false;
+        };
+        let old = v.leader;
+        if self.peers[old.index()].down || old == self.me {
+            return false;
+        }
+        let following = self
+            .others()
+            .filter(|&p| p != old && members.contains(p) && !self.peers[p.index()].down)
+            .filter(|&p| {
+                let row = &self.peers[p.index()].row;
+                row.leader == Some(old) && row.term == v.log_term
+            })
+            .count();
+        (following + 1) * 2 > members.count()
+    }
+
+    /// The commit candidate in primary-backup mode: the smallest position
+    /// that every counted member holds (`None` while one of them does not
+    /// replicate).
+    pub(super) fn pb_commit_position(
+        &self,
+        acked_pos: impl Fn(MemberId) -> Option<u64>,
+    ) -> Option<u64> {
+        #[cfg(feature = "mutation-testing")]
+        if self.cfg.mutation == crate::config::Mutation::PbCommitOnMajority {
+            return self.counting_configuration().quorum_position(acked_pos, 0);
+        }
+        let counted = self.pb_commit_members().with(self.me);
+        let mut min: Option<u64> = None;
+        for m in counted.iter() {
+            let p = acked_pos(m)?;
+            min = Some(min.map_or(p, |x| x.min(p)));
+        }
+        min
+    }
+}
