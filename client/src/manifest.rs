@@ -1167,6 +1167,17 @@ id = 2
         let e = Manifest::parse(BASE, &["cluster.mode=primary-backup".into()]).unwrap_err();
         assert!(e.to_string().contains("views.lease_us"), "{e}");
         assert!(Manifest::parse(BASE, &["cluster.mode=chain".into()]).is_err());
+        // Zombie removal is DARE's; the primary drops silent members itself.
+        let e = Manifest::parse(
+            BASE,
+            &[
+                "cluster.mode=primary-backup".into(),
+                "views.lease_us=50".into(),
+                "timing.zombie_remove_us=100000".into(),
+            ],
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "timing.zombie_remove_us");
         let e = Manifest::parse(BASE, &["timing.snapshot_restore_pause_us=5000000".into()])
             .unwrap_err();
         assert_eq!(e.field, "timing.snapshot_restore_pause_us");

@@ -583,6 +583,18 @@ impl Config {
                 });
             }
         }
+        if self.mode == Mode::PrimaryBackup && self.zombie_remove_ns != 0 {
+            return Err(Inconsistent {
+                field: "zombie_remove_ns",
+                reason: "must be 0 in mode primary-backup: the views list the members there, and the primary drops a silent one itself",
+            });
+        }
+        if self.mode == Mode::PrimaryBackup && self.initial_members != self.member_count {
+            return Err(Inconsistent {
+                field: "initial_members",
+                reason: "must equal member_count in mode primary-backup: DARE reconfiguration is for log mode",
+            });
+        }
         if self.mode == Mode::PrimaryBackup && self.lease_ns == 0 {
             return Err(Inconsistent {
                 field: "lease_ns",

@@ -534,9 +534,10 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
         if primary_backup {
             if let Some((epoch, view)) = views.latest() {
                 if log.pb_view().is_none_or(|(e, _)| e < epoch) {
-                    // Who leads, in which term, and whose copy counts.
+                    // Who leads, in which term, and whose copy counts (a
+                    // member still reading its row back follows it later).
                     log.follow_view(now_ns, epoch, view);
-                    any = true;
+                    any |= log.pb_view().is_some_and(|(e, _)| e == epoch);
                 }
             }
         }

@@ -400,6 +400,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 self.commit_index = w.commit_index;
                 self.row.last_index = w.tail_index - 1;
                 self.counters.view_takeovers += 1;
+                self.pb.takeover = None;
                 // Every member gets a fresh window under its new primary.
                 self.pb.stalled_since = [None; MAX_MEMBERS];
                 self.become_leader();

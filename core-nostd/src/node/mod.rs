@@ -1406,8 +1406,10 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             // newest when the lease was checked, and every lease on an
             // older one has ended: lead now (a view learnt late, with a
             // newer one decided meanwhile, never gets a lease).
-            self.pb.takeover = None;
-            if self.role != Role::Leader && self.pb_may_take_over() {
+            if self.role == Role::Leader {
+                self.pb.takeover = None;
+            } else if self.pb_may_take_over() && !matches!(self.duty, Duty::TakeOver { .. }) {
+                // (Kept until it leads: `run_duty` may have to wait.)
                 self.duty = Duty::TakeOver { term };
             }
         }

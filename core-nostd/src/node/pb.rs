@@ -58,9 +58,6 @@ pub(super) struct PrimaryBackup {
     /// A view names us primary in this term: we take over once the driver
     /// reports our lease on it active.
     pub takeover: Option<u64>,
-    /// A view decided after this process started left it out: a
-    /// restarted member may claim again once a later view adds it back.
-    pub absent_seen: bool,
     /// Primary: since when each member has held commits back (it does
     /// not replicate, or its acknowledgements stand still below our
     /// tail), and the acknowledged position last seen.
@@ -126,9 +123,11 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.pb.extra = MemberMask::NONE;
         self.pb.claim = false;
         self.pb.takeover = None;
-        let member = view.members & (1 << self.me.0) != 0;
-        if !member {
-            self.pb.absent_seen = true;
+        if view.members & (1 << view.leader.0) == 0 {
+            // Not a primary-backup view (no member set, or one without its
+            // primary): nothing to follow. A correct proposer never makes
+            // one; it is passed over, not acted on.
+            return;
         }
         if view.log_term > self.term {
             self.advance_term(view.log_term);
@@ -161,22 +160,23 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.pb_update_want();
     }
 
-    /// Primary-backup mode: may this member take over? A member of the newest view it knows
-    /// (any member before the first view), whose memory holds what it
-    /// acknowledged: a new process, or a restarted one that a later view
-    /// dropped (it is added back only once it holds the log again).
+    /// Primary-backup mode: may this member take over? A member of the
+    /// newest view it knows (any member before the first view), whose
+    /// memory holds what it acknowledged (a restarted one once it caught
+    /// up), not corrupt, not restoring a snapshot.
     pub fn pb_may_take_over(&self) -> bool {
         let member = self
             .pb
             .view
             .is_none_or(|v| v.members & (1 << self.me.0) != 0);
-        let memory_trusted = match self.known_new_process() {
-            Some(new_process) => new_process || self.pb.absent_seen,
-            None => false,
-        };
+        // A restarted process lost what it acknowledged: DARE's catch-up
+        // holds it back until its log holds that again (restart.rs). Every
+        // entry committed while it was a member needed its acknowledgement,
+        // and it is added back only once it holds every committed entry,
+        // so once caught up it holds them all.
         member
-            && memory_trusted
-            && self.catch_up.is_none()
+            && self.known_new_process().is_some()
+            && self.can_vote()
             && self.state_intact()
             && !self.copying()
     }
@@ -246,8 +246,14 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 }
             }
             self.pb.extra = MemberMask(self.pb.extra.0 | (want.0 & !members.0));
+            // A member asked for once is in the view asked for until a
+            // view is decided: a proposal carrying it may still be decided,
+            // and commits count it meanwhile (`extra`). Asked for with it,
+            // a view gets decided and `extra` ends; if it is gone by then,
+            // the next view drops it.
+            let target = MemberMask(want.0 | self.pb.extra.0);
             Some(View {
-                members: want.0 as u8,
+                members: target.0 as u8,
                 ..v
             })
         } else if self.pb.claim
@@ -290,8 +296,14 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             .others()
             .filter(|&p| p != old && members.contains(p) && !self.peers[p.index()].down)
             .filter(|&p| {
-                let row = &self.peers[p.index()].row;
-                row.leader == Some(old) && row.term == v.log_term
+                // A row its owner has not pushed for twice the keep-alive
+                // (a live member pushes at least every quarter prune grace)
+                // says nothing about today: a frozen member still claims
+                // to follow the primary it froze under.
+                let peer = &self.peers[p.index()];
+                let fresh =
+                    self.now.saturating_sub(peer.row_changed_ns) <= self.cfg.prune_grace_ns / 2;
+                fresh && peer.row.leader == Some(old) && peer.row.term == v.log_term
             })
             .count();
         (following + 1) * 2 > members.count()

@@ -2486,6 +2486,29 @@ fn primary_backup_commits_with_every_member_of_the_view() {
         .events(0)
         .iter()
         .any(|e| matches!(e, Event::Reply { request_id: 2, .. })));
+    // Member 2 is back and catches up: the primary asks to add it, and
+    // from then on commits wait for it too.
+    h.down[2] = false;
+    h.nodes[0].handle_peer_up(h.now, MemberId(2));
+    for _ in 0..40 {
+        h.now += 10_000;
+        h.settle(1);
+        if h.nodes[0].pb_want().0.is_some_and(|w| w.members == 0b111) {
+            break;
+        }
+    }
+    assert_eq!(h.nodes[0].pb_want().0.map(|w| w.members), Some(0b111));
+    assert!(h.nodes[0].pb_commit_members().contains(MemberId(2)));
+    // Gone again before that view is decided: it stays in the view asked
+    // for (a proposal carrying it may still be decided) ...
+    h.down[2] = true;
+    h.nodes[0].handle_peer_down(h.now, MemberId(2));
+    assert_eq!(h.nodes[0].pb_want().0.map(|w| w.members), Some(0b111));
+    // ... and once that view is decided, the next one drops it.
+    let with_2 = h.nodes[0].pb_want().0.unwrap();
+    h.nodes[0].follow_view(h.now, 3, with_2);
+    h.tick(0);
+    assert_eq!(h.nodes[0].pb_want().0.map(|w| w.members), Some(0b011));
     // Nobody ran an election.
     h.now += 10_000_000;
     h.settle(3);
