@@ -719,6 +719,17 @@ impl<M: Memory + Clone> ViewEngine<M> {
         {
             return;
         }
+        if (0..self.acceptor_count)
+            .any(|a| self.outstanding[a] > 0 && self.consensus.acceptor_usable(a))
+        {
+            // A READ of an earlier check is still on its way: wait for it
+            // (its completion runs this again). Counted as failed, it made
+            // every check fail at once whenever a round trip outlasts the
+            // retry pause and a check needs every live coordinator: two of
+            // five dead, the checks alternated between the other two and
+            // none ever reached a majority (swarm seed 2380).
+            return;
+        }
         let Some(r) = self.lease.begin_renewal(self.now) else {
             return;
         };
@@ -940,6 +951,29 @@ impl<M: Memory + Clone> Engine for ViewEngine<M> {
 
     fn handle_action_failed(&mut self, now_ns: u64, action: &Action, error: FabricError) {
         self.now = self.now.max(now_ns);
+        if let Action::Post(wr) = action {
+            let (_, local) = crate::engine::EngineTag::split(wr.wr_id);
+            if local.0 & OWN_WR != 0 {
+                // A renewal READ the fabric refused to post: no completion
+                // will come for it. Counted as failed at once; left
+                // outstanding, it would hold every later check back.
+                let a = (local.0 & 0xFF) as usize;
+                let generation = ((local.0 >> 8) & 0xFFFF_FFFF) as u32;
+                if a < self.acceptor_count && self.outstanding[a] > 0 {
+                    self.outstanding[a] -= 1;
+                    self.consensus.channel_failed(self.now, a);
+                    if let Some(mut round) = self.renewal {
+                        if round.generation == generation && round.asked[a] {
+                            round.asked[a] = false;
+                            round.failed += 1;
+                            self.renewal = Some(round);
+                            self.evaluate_renewal();
+                        }
+                    }
+                }
+                return;
+            }
+        }
         self.consensus.handle_action_failed(now_ns, action, error);
     }
 
