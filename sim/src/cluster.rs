@@ -2030,6 +2030,14 @@ impl Cluster {
         self.check_electable_logs(logs);
     }
 
+    /// The newest view any member knows, with its epoch.
+    fn newest_view(&self) -> Option<(u64, verbatim_core::views::View)> {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.driver.engines().views.as_ref()?.latest())
+            .max_by_key(|(epoch, _)| *epoch)
+    }
+
     /// [`Cluster::check_electable`] with the members' logs (from their
     /// apply pointers to their tails) already read.
     fn check_electable_logs(&mut self, logs: Vec<(usize, Vec<EntryId>)>) {
@@ -2050,11 +2058,7 @@ impl Cluster {
         }
         if self.opts.config.mode == verbatim_core::Mode::PrimaryBackup {
             // No election: any member of the newest view may take over.
-            let newest = self
-                .nodes
-                .iter()
-                .filter_map(|n| n.driver.engines().views.as_ref()?.latest())
-                .max_by_key(|(epoch, _)| *epoch);
+            let newest = self.newest_view();
             let Some((_, view)) = newest else { return };
             for m in members.iter_mut() {
                 let node = self.nodes[m.node].driver.log();
@@ -2514,11 +2518,7 @@ impl Cluster {
             // here) running, and a member of the newest view that may take
             // over (or leads): when every member of it lost its memory, the
             // entries only they held are gone, and the group rightly stops.
-            let newest = self
-                .nodes
-                .iter()
-                .filter_map(|n| n.driver.engines().views.as_ref()?.latest())
-                .max_by_key(|(epoch, _)| *epoch);
+            let newest = self.newest_view();
             let view_members = newest.map_or(u32::MAX, |(_, v)| u32::from(v.members));
             let can_lead = (0..self.nodes.len()).any(|i| {
                 let log = self.nodes[i].driver.log();

@@ -59,6 +59,22 @@ pub struct MemberLog {
 }
 
 impl MemberLog {
+    /// The first committed entry (from its apply pointer on) that its log
+    /// does not hold, with what it holds at that index.
+    pub fn first_missing<'a>(
+        &'a self,
+        committed: &'a CommittedLog,
+    ) -> Option<(&'a EntryId, Option<&'a EntryId>)> {
+        committed.from(self.apply_index).find_map(|c| {
+            let held = self
+                .log
+                .first()
+                .and_then(|first| c.index.checked_sub(first.index))
+                .and_then(|k| self.log.get(k as usize));
+            (held != Some(c)).then_some((c, held))
+        })
+    }
+
     /// (term, index) of its last entry: what a voter compares.
     pub fn last(&self) -> (u64, u64) {
         match self.log.last() {
@@ -96,24 +112,16 @@ pub fn check_electable_completeness(
             continue;
         }
         let votes = mask.count();
-        for c in committed.from(x.apply_index) {
-            let held = x
-                .log
-                .first()
-                .and_then(|first| c.index.checked_sub(first.index))
-                .and_then(|k| x.log.get(k as usize));
-            if held != Some(c) {
-                out.push(Violation {
-                    invariant: "electable completeness",
-                    time_ns,
-                    detail: format!(
-                        "node {} lacks committed {c:?} (holds {held:?}) and {votes} members would vote for it (last entry {:?})",
-                        x.node,
-                        x.last()
-                    ),
-                });
-                break;
-            }
+        if let Some((c, held)) = x.first_missing(committed) {
+            out.push(Violation {
+                invariant: "electable completeness",
+                time_ns,
+                detail: format!(
+                    "node {} lacks committed {c:?} (holds {held:?}) and {votes} members would vote for it (last entry {:?})",
+                    x.node,
+                    x.last()
+                ),
+            });
         }
     }
     out
@@ -137,23 +145,15 @@ pub fn check_view_completeness(
         if !view_members.contains(MemberId(x.node as u8)) {
             continue;
         }
-        for c in committed.from(x.apply_index) {
-            let held = x
-                .log
-                .first()
-                .and_then(|first| c.index.checked_sub(first.index))
-                .and_then(|k| x.log.get(k as usize));
-            if held != Some(c) {
-                out.push(Violation {
-                    invariant: "view completeness",
-                    time_ns,
-                    detail: format!(
-                        "node {} lacks committed {c:?} (holds {held:?}) and may take over as a member of the newest view ({:#b})",
-                        x.node, view_members.0
-                    ),
-                });
-                break;
-            }
+        if let Some((c, held)) = x.first_missing(committed) {
+            out.push(Violation {
+                invariant: "view completeness",
+                time_ns,
+                detail: format!(
+                    "node {} lacks committed {c:?} (holds {held:?}) and may take over as a member of the newest view ({:#b})",
+                    x.node, view_members.0
+                ),
+            });
         }
     }
     out
