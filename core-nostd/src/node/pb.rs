@@ -92,7 +92,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             .pb
             .view
             .map_or(MemberMask::NONE, |v| MemberMask(v.members.into()));
-        MemberMask(view.0 | self.pb.extra.0)
+        view.or(self.pb.extra)
     }
 
     /// Primary-backup mode: this primary's commits wait for a member of the
@@ -186,10 +186,6 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.pb.update_due_ns = self.now.saturating_add(self.cfg.heartbeat_period_ns);
         let all = self.configuration.replicas();
         let members = self.pb.view.map_or(all, |v| MemberMask(v.members.into()));
-        let down = self
-            .others()
-            .filter(|p| self.peers[p.index()].down)
-            .fold(MemberMask::NONE, MemberMask::with);
         let ours = self
             .pb
             .view
@@ -200,60 +196,15 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             // wait for (the view engine renews it while we want it).
             ours.filter(|_| self.pb.takeover.is_some())
         } else if let Some(v) = leading_view {
-            let silent_ns = self.cfg.leader_quorum_timeout_ns;
-            let mut want = members;
-            for p in self.others() {
-                let peer = &self.peers[p.index()];
-                let in_view = members.contains(p);
-                // A member holds commits back while it does not replicate
-                // (a zombie's memory answers, its CPU never grants), or
-                // while its acknowledgements stand still below our tail.
-                let i = p.index();
-                let replicating = peer.repl.state == ReplState::Replicating;
-                let moving = replicating
-                    && (peer.repl.acked_pos >= self.tail_pos
-                        || peer.repl.acked_pos != self.pb.acked_seen[i]);
-                self.pb.acked_seen[i] = peer.repl.acked_pos;
-                if moving {
-                    self.pb.stalled_since[i] = None;
-                } else if self.pb.stalled_since[i].is_none() {
-                    self.pb.stalled_since[i] = Some(self.now);
-                }
-                let stalled = self.pb.stalled_since[i]
-                    .is_some_and(|t| self.now.saturating_sub(t) > silent_ns);
-                if in_view
-                    && (peer.down
-                        || stalled
-                        || self.now.saturating_sub(peer.last_ok_ns) > silent_ns)
-                {
-                    want = want.without(p);
-                } else if !in_view
-                    && !peer.down
-                    && all.contains(p)
-                    && self.pb.stalled_since[i].is_none()
-                    && self.now.saturating_sub(peer.row_changed_ns) <= self.cfg.prune_grace_ns
-                    && peer.repl.acked_pos >= self.commit_pos
-                {
-                    // (Its acknowledgements move and its CPU runs: its row
-                    // changed lately. A zombie's memory acknowledges WRITEs
-                    // until its ring is full; it would be added and dropped
-                    // again and again.)
-                    // It holds every committed entry, and from now on every
-                    // commit waits for it too (`extra`): it still holds
-                    // every committed entry when the view adding it is
-                    // decided.
-                    want = want.with(p);
-                }
-            }
-            self.pb.extra = MemberMask(self.pb.extra.0 | (want.0 & !members.0));
+            let want = self.pb_primary_members(members, all);
+            self.pb.extra = self.pb.extra.or(want.minus(members));
             // A member asked for once is in the view asked for until a
             // view is decided: a proposal carrying it may still be decided,
             // and commits count it meanwhile (`extra`). Asked for with it,
             // a view gets decided and `extra` ends; if it is gone by then,
             // the next view drops it.
-            let target = MemberMask(want.0 | self.pb.extra.0);
             Some(View {
-                members: target.0 as u8,
+                members: want.or(self.pb.extra).0 as u8,
                 ..v
             })
         } else if self.pb.claim
@@ -266,7 +217,11 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 .pb
                 .view
                 .map_or(MemberMask::NONE, |v| MemberMask::NONE.with(v.leader));
-            let want = MemberMask(members.0 & !down.0 & !old_primary.0).with(self.me);
+            let down = self
+                .others()
+                .filter(|p| self.peers[p.index()].down)
+                .fold(MemberMask::NONE, MemberMask::with);
+            let want = members.minus(down).minus(old_primary).with(self.me);
             let term = self.term.max(self.pb.view.map_or(0, |v| v.log_term)) + 1;
             Some(View {
                 leader: self.me,
@@ -277,6 +232,54 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         } else {
             None
         };
+    }
+
+    /// The primary's members for the next view: those of `members` minus
+    /// any reported dead, silent or holding commits back for
+    /// `leader_quorum_timeout_ns`, plus any of the group (`all`) back that
+    /// holds every committed entry. Tracks who holds commits back.
+    fn pb_primary_members(&mut self, members: MemberMask, all: MemberMask) -> MemberMask {
+        let silent_ns = self.cfg.leader_quorum_timeout_ns;
+        let mut want = members;
+        for p in self.others() {
+            let i = p.index();
+            let peer = &self.peers[i];
+            // A member holds commits back while it does not replicate (a
+            // zombie's memory answers, its CPU never grants), or while its
+            // acknowledgements stand still below our tail.
+            let moving = peer.repl.state == ReplState::Replicating
+                && (peer.repl.acked_pos >= self.tail_pos
+                    || peer.repl.acked_pos != self.pb.acked_seen[i]);
+            self.pb.acked_seen[i] = peer.repl.acked_pos;
+            if moving {
+                self.pb.stalled_since[i] = None;
+            } else if self.pb.stalled_since[i].is_none() {
+                self.pb.stalled_since[i] = Some(self.now);
+            }
+            let stalled =
+                self.pb.stalled_since[i].is_some_and(|t| self.now.saturating_sub(t) > silent_ns);
+            let silent = self.now.saturating_sub(peer.last_ok_ns) > silent_ns;
+            if members.contains(p) {
+                if peer.down || stalled || silent {
+                    want = want.without(p);
+                }
+            } else if !peer.down
+                && all.contains(p)
+                && self.pb.stalled_since[i].is_none()
+                && self.now.saturating_sub(peer.row_changed_ns) <= self.cfg.prune_grace_ns
+                && peer.repl.acked_pos >= self.commit_pos
+            {
+                // It holds every committed entry, its acknowledgements move
+                // and its CPU runs (its row changed lately: a zombie's
+                // memory acknowledges WRITEs until its ring is full, and
+                // would be added and dropped again and again). From now on
+                // every commit waits for it too (`extra`), so it still
+                // holds every committed entry when the view adding it is
+                // decided.
+                want = want.with(p);
+            }
+        }
+        want
     }
 
     /// Whether the primary of the newest view, and the members whose rows

@@ -42,6 +42,14 @@ impl MemberMask {
     pub const fn and(self, other: MemberMask) -> MemberMask {
         MemberMask(self.0 & other.0)
     }
+    /// The members of either set.
+    pub const fn or(self, other: MemberMask) -> MemberMask {
+        MemberMask(self.0 | other.0)
+    }
+    /// The members of this set that are not in `other`.
+    pub const fn minus(self, other: MemberMask) -> MemberMask {
+        MemberMask(self.0 & !other.0)
+    }
     /// The members in the set, in id order (at most [`MAX_MEMBERS`]).
     pub fn iter(self) -> impl Iterator<Item = MemberId> {
         (0..MAX_MEMBERS as u8)
