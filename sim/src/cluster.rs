@@ -2018,6 +2018,8 @@ impl Cluster {
 
     /// Every member a majority would vote for holds every committed entry.
     fn check_electable(&mut self) {
+        // Judged as the WRITEs already executed will leave the logs.
+        let undo = self.net.place_pending_for_check();
         let mut logs = Vec::new();
         for i in 0..self.nodes.len() {
             if self.nodes[i].state != NodeState::Crashed {
@@ -2027,6 +2029,7 @@ impl Cluster {
                 logs.push((i, log));
             }
         }
+        self.net.undo_placed(undo);
         self.check_electable_logs(logs);
     }
 
@@ -2079,6 +2082,9 @@ impl Cluster {
     }
 
     fn snapshot(&mut self) {
+        // Judged as the WRITEs already executed will leave the logs (see
+        // `Net::place_pending_for_check`).
+        let undo = self.net.place_pending_for_check();
         let mut logs = Vec::new();
         for i in 0..self.nodes.len() {
             if self.nodes[i].state == NodeState::Crashed {
@@ -2096,6 +2102,7 @@ impl Cluster {
             self.log_configurations[i] = self.read_configuration;
             logs.push((i, log));
         }
+        self.net.undo_placed(undo);
         for v in check_log_matching(self.now, &logs) {
             self.violation(v);
         }

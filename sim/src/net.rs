@@ -265,6 +265,16 @@ struct PendingPlace {
     bytes: Rc<[u8]>,
 }
 
+/// Bytes a checker made visible for a moment (see
+/// [`Net::place_pending_for_check`]), with what they replaced.
+#[derive(Debug)]
+pub struct PlacedForCheck {
+    dst: usize,
+    at: Addr,
+    old: Vec<u8>,
+    placed: Rc<[u8]>,
+}
+
 /// A WRITE whose writer stopped in the middle of placing it (SIGSTOP
 /// during a CPU copy on the shared-memory fabric).
 #[derive(Clone, Debug)]
@@ -408,6 +418,54 @@ impl Net {
         // 641772312.)
         self.stuck_copies.retain(|c| c.src != m);
         self.pending_places.retain(|p| p.dst != m);
+    }
+
+    /// Makes the data of every executed WRITE not yet visible to its
+    /// target's CPU (`reordering`) visible, until [`Net::undo_placed`]
+    /// puts the bytes back. For checkers that judge the state those WRITEs
+    /// will reach within a few wire times whatever happens (the NIC has
+    /// executed them; a revoke only makes them visible sooner), not the
+    /// instant in between: a follower whose tail and newest entry are
+    /// visible while the older entries of the same batch are not yet holds
+    /// a log no member ever acts on.
+    pub fn place_pending_for_check(&self) -> Vec<PlacedForCheck> {
+        let mut undo = Vec::new();
+        for p in &self.pending_places {
+            if !self.nics[p.dst].alive {
+                continue;
+            }
+            let mem = &self.nics[p.dst].mem;
+            let mut old = vec![0u8; p.bytes.len()];
+            mem.read(p.at, &mut old);
+            mem.write(p.at, &p.bytes);
+            undo.push(PlacedForCheck {
+                dst: p.dst,
+                at: p.at,
+                old,
+                placed: p.bytes.clone(),
+            });
+        }
+        undo
+    }
+
+    /// Undoes [`Net::place_pending_for_check`], newest placement first.
+    /// A byte that changed meanwhile (a torn piece in flight landed in the
+    /// middle of the checker's read, `interleaving`) keeps its new value.
+    pub fn undo_placed(&self, undo: Vec<PlacedForCheck>) {
+        for u in undo.into_iter().rev() {
+            let mem = &self.nics[u.dst].mem;
+            let mut now = vec![0u8; u.old.len()];
+            mem.read(u.at, &mut now);
+            if now[..] == u.placed[..] {
+                mem.write(u.at, &u.old);
+                continue;
+            }
+            for (k, b) in now.iter().enumerate() {
+                if *b == u.placed[k] {
+                    mem.write(u.at.add(k as u64), &u.old[k..k + 1]);
+                }
+            }
+        }
     }
 
     /// Changes a peer's access to one of `owner`'s regions, effective now.
@@ -1007,5 +1065,89 @@ impl Net {
             denied,
         );
         wr.op.writes_remote()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use verbatim_core::fabric::WrId;
+    use verbatim_core::{Config, MemberId};
+
+    /// Collects scheduled events in time order.
+    #[derive(Default)]
+    struct Events(Vec<(u64, NetEvent)>);
+
+    impl Schedule for Events {
+        fn at(&mut self, at_ns: u64, ev: NetEvent) {
+            self.0.push((at_ns, ev));
+        }
+    }
+
+    impl Events {
+        fn next(&mut self) -> Option<(u64, NetEvent)> {
+            let k = (0..self.0.len()).min_by_key(|&k| self.0[k].0)?;
+            Some(self.0.remove(k))
+        }
+    }
+
+    fn read(net: &Net, m: usize, at: Addr, len: usize) -> Vec<u8> {
+        let mut out = vec![0u8; len];
+        net.nic(m).mem.read(at, &mut out);
+        out
+    }
+
+    /// A checker sees a WRITE whose data is not yet visible to the target's
+    /// CPU as it will land, and the run goes on as if it had not looked.
+    #[test]
+    fn a_checker_sees_executed_writes_placed_and_the_run_does_not() {
+        let layout = Layout::new(&Config::new(2, MemberId(0))).unwrap();
+        let memories = vec![SimMemory::new(&layout), SimMemory::new(&layout)];
+        let mut net = Net::new(NetParams::DARE, &layout, memories, 7);
+        net.faults.push(Box::new(Reordering));
+        net.set_access(1, MemberId(0), RegionId::Log, Access::Granted);
+        let at = Addr::new(RegionId::Log, 64);
+        let old: Vec<u8> = vec![0xAA; 64];
+        let new: Vec<u8> = (0..64).collect();
+        net.nic(1).mem.write(at, &old);
+        net.nic(0).mem.write(at, &new);
+        let mut s = Events::default();
+        // Until one write's data is held back (its visibility delay is
+        // drawn from the seeded generator, and may be zero).
+        let mut held = false;
+        for k in 0..32u64 {
+            net.post(
+                &mut s,
+                k * 10_000,
+                0,
+                WorkRequest {
+                    wr_id: WrId(k),
+                    peer: MemberId(1),
+                    op: Op::Write {
+                        local: at,
+                        remote: at,
+                        len: 64,
+                    },
+                    notify: false,
+                },
+            );
+            while let Some((t, ev)) = s.next() {
+                let place = matches!(ev, NetEvent::Place { .. });
+                if place && read(&net, 1, at, 64) == old {
+                    held = true;
+                    let undo = net.place_pending_for_check();
+                    assert_eq!(read(&net, 1, at, 64), new, "the checker sees it placed");
+                    net.undo_placed(undo);
+                    assert_eq!(read(&net, 1, at, 64), old, "the run does not");
+                }
+                net.handle(&mut s, t, ev);
+            }
+            assert_eq!(read(&net, 1, at, 64), new, "placed in the end");
+            if held {
+                break;
+            }
+            net.nic(1).mem.write(at, &old);
+        }
+        assert!(held, "no write was held back in 32 tries");
     }
 }
