@@ -59,6 +59,10 @@ pub struct FailoverOptions {
     pub wait: Wait,
     /// Client attempt timeout (how long it waits on a silent leader).
     pub attempt_timeout: Duration,
+    /// SIGKILL rounds also kill the coordinator leader (member 0, the
+    /// lowest-id proposer of views) at the same instant, when it is not the
+    /// leader already (uKharon Table 2's second row).
+    pub with_coordinator_leader: bool,
 }
 
 /// One kill.
@@ -70,6 +74,14 @@ pub struct KillRecord {
     pub signal: String,
     /// The victim.
     pub old_leader: u8,
+    /// A second member killed at the same instant (the coordinator
+    /// leader, with `--with-coordinator-leader`).
+    #[serde(default)]
+    pub also_killed: Option<u8>,
+    /// The coordinator leader (member 0, the lowest-id proposer of views)
+    /// died in this round: it was the leader, or was killed beside it.
+    #[serde(default)]
+    pub coordinator_leader_killed: bool,
     /// Its term.
     pub old_term: u64,
     /// The next leader.
@@ -197,6 +209,9 @@ pub struct FailoverReport {
     pub replicas: u8,
     /// Kills per signal.
     pub kills: usize,
+    /// SIGKILL rounds killed the coordinator leader beside the leader.
+    #[serde(default)]
+    pub with_coordinator_leader: bool,
     /// Protocol timing.
     pub timing: TimingUs,
     /// Client attempt timeout (µs).
@@ -412,9 +427,44 @@ fn spawn_notice_waiter(
     }))
 }
 
+/// The coordinator leader of a group whose members all run: the
+/// lowest-id proposer of views (every member proposes, member 0 first).
+pub const COORDINATOR_LEADER: u8 = 0;
+
+/// Why `--with-coordinator-leader` cannot run on this group, if it cannot:
+/// two members die at once, so a majority of the members and of the
+/// coordinators must survive any two deaths, and views must be on.
+pub fn coordinator_leader_kill_refused(
+    manifest: &verbatim_client::manifest::Manifest,
+) -> Option<String> {
+    let members = manifest.members.len();
+    let coordinators = usize::from(manifest.views.coordinators).min(members);
+    if manifest.views.lease_us == 0 {
+        return Some(
+            "--with-coordinator-leader needs views (coordinators): add --set views.lease_us=50"
+                .into(),
+        );
+    }
+    // Two deaths among n leave a majority when n - 2 > n / 2.
+    let survives = |n: usize| n >= 2 && (n - 2) * 2 > n;
+    if !survives(members) || !survives(coordinators) {
+        return Some(format!(
+            "--with-coordinator-leader kills two members at once, which {members} members with \
+             {coordinators} coordinators do not survive (a majority of each must live): use \
+             --replicas 5 --set views.coordinators=5"
+        ));
+    }
+    None
+}
+
 /// One SIGKILL round on a fresh cluster.
 fn sigkill_once(spec: &ClusterSpec, o: &FailoverOptions, index: usize) -> Result<KillRecord> {
     let mut cluster = BenchCluster::start(spec, o.replicas, false)?;
+    if o.with_coordinator_leader {
+        if let Some(why) = coordinator_leader_kill_refused(&cluster.local().manifest) {
+            return Err(BenchError::Cluster(why));
+        }
+    }
     cluster.wait_leader(0, crate::cluster::LEADER_TIMEOUT)?;
     let epoch = Instant::now();
     let shared = Arc::new(Shared {
@@ -447,22 +497,33 @@ fn sigkill_once(spec: &ClusterSpec, o: &FailoverOptions, index: usize) -> Result
             std::thread::spawn(move || watch.wait_exit(FAILOVER_TIMEOUT).then(|| sh.now_ns()));
         let notice_stop = Arc::new(AtomicBool::new(false));
         let notice_thread = spawn_notice_waiter(&cluster, leader, &shared, &notice_stop);
+        // The coordinator leader dies beside the leader: both signals are
+        // sent back to back, before anything else runs here.
+        let also = (o.with_coordinator_leader && leader != COORDINATOR_LEADER)
+            .then_some(COORDINATOR_LEADER);
         let kill_ns = shared.arm(leader);
         cluster
             .local_mut()
             .kill(leader)
             .map_err(BenchError::Cluster)?;
+        if let Some(c) = also {
+            cluster.local_mut().kill(c).map_err(BenchError::Cluster)?;
+        }
         let deadline = Instant::now() + FAILOVER_TIMEOUT;
         let first_ns = wait_client(&shared, deadline)?;
         let exit_ns = exit_thread.join().ok().flatten();
         notice_stop.store(true, Ordering::Release);
         let notice_ns = notice_thread.and_then(|t| t.join().ok().flatten());
-        let others: Vec<u8> = (0..o.replicas).filter(|&i| i != leader).collect();
+        let others: Vec<u8> = (0..o.replicas)
+            .filter(|&i| i != leader && Some(i) != also)
+            .collect();
         let (s, rec) = wait_record(&cluster, &others, term, deadline)?;
         let mut k = KillRecord {
             index,
             signal: "SIGKILL".into(),
             old_leader: leader,
+            also_killed: also,
+            coordinator_leader_killed: leader == COORDINATOR_LEADER || also.is_some(),
             old_term: term,
             process_exit_us: exit_ns.map(|e| (e - kill_ns) / 1000),
             client_gap_us: Some((first_ns - kill_ns) / 1000),
@@ -607,10 +668,12 @@ pub fn run(spec: &ClusterSpec, o: &FailoverOptions, progress: &Progress) -> Resu
             progress.set_fraction(index as f64 / o.kills as f64);
             let k = sigkill_once(spec, o, index)?;
             progress.println(format!(
-                "SIGKILL {}: member {} → {} (term {}), exit {} µs, detection {} µs, election {} µs, \
+                "SIGKILL {}: member {}{} → {} (term {}), exit {} µs, detection {} µs, election {} µs, \
                  first commit {} µs, client gap {} µs",
                 index + 1,
                 k.old_leader,
+                k.also_killed
+                    .map_or(String::new(), |c| format!(" (and coordinator leader {c})")),
                 k.new_leader.map_or("?".into(), |l| l.to_string()),
                 k.new_term.unwrap_or(0),
                 k.process_exit_us.map_or("?".into(), |v| v.to_string()),
@@ -630,6 +693,7 @@ pub fn run(spec: &ClusterSpec, o: &FailoverOptions, progress: &Progress) -> Resu
     Ok(FailoverReport {
         replicas: o.replicas,
         kills: o.kills,
+        with_coordinator_leader: o.with_coordinator_leader,
         timing: crate::cluster::timing_with(&spec.overrides),
         client_attempt_timeout_us: o.attempt_timeout.as_micros() as u64,
         sigkill_dist: PhaseDists::of(&sigkill),
@@ -637,4 +701,31 @@ pub fn run(spec: &ClusterSpec, o: &FailoverOptions, progress: &Progress) -> Resu
         sigstop_dist: PhaseDists::of(&sigstop),
         sigstop,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use verbatim_client::manifest::Manifest;
+
+    fn manifest(replicas: u8, coordinators: u8, lease_us: u64) -> Manifest {
+        let mut m = Manifest::local("t", replicas, 0);
+        m.views.coordinators = coordinators;
+        m.views.lease_us = lease_us;
+        m
+    }
+
+    /// Two simultaneous deaths must leave a majority of the members and of
+    /// the coordinators, and there must be coordinators at all.
+    #[test]
+    fn killing_the_coordinator_leader_too_needs_a_group_that_survives_two_deaths() {
+        assert!(coordinator_leader_kill_refused(&manifest(5, 5, 50)).is_none());
+        assert!(coordinator_leader_kill_refused(&manifest(7, 5, 50)).is_none());
+        let three = coordinator_leader_kill_refused(&manifest(3, 3, 50)).expect("refused");
+        assert!(three.contains("--replicas 5"), "{three}");
+        // Five members, but the default three coordinators.
+        assert!(coordinator_leader_kill_refused(&manifest(5, 3, 50)).is_some());
+        let off = coordinator_leader_kill_refused(&manifest(5, 5, 0)).expect("refused");
+        assert!(off.contains("views.lease_us"), "{off}");
+    }
 }

@@ -230,6 +230,11 @@ struct FailoverArgs {
     /// Value size (bytes).
     #[arg(long, default_value_t = 64)]
     value_bytes: usize,
+    /// SIGKILL rounds also kill the coordinator leader (member 0, the
+    /// first proposer of views) at the same instant (uKharon Table 2's
+    /// second row; needs --replicas 5 --set views.coordinators=5 and views)
+    #[arg(long)]
+    with_coordinator_leader: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -732,6 +737,7 @@ fn run() -> anyhow::Result<()> {
                     client_core,
                     wait,
                     attempt_timeout: attempt(10_000),
+                    with_coordinator_leader: a.with_coordinator_leader,
                 },
                 &progress,
             )?);

@@ -592,8 +592,9 @@ fn kill_rows(kills: &[KillRecord]) -> String {
         t.row(vec![
             format!("{} {}", k.index + 1, k.signal),
             format!(
-                "{}→{}",
+                "{}{}→{}",
                 k.old_leader,
+                k.also_killed.map_or(String::new(), |c| format!("+{c}")),
                 k.new_leader.map_or("?".into(), |l| l.to_string())
             ),
             opt(k.notice_us),
@@ -622,7 +623,11 @@ pub fn render_failover(f: &FailoverReport) -> String {
         f.client_attempt_timeout_us
     );
     if !f.sigkill.is_empty() {
-        out.push_str("SIGKILL (fresh cluster per kill)\n");
+        out.push_str(if f.with_coordinator_leader {
+            "SIGKILL, the coordinator leader (member 0) killed at the same instant (fresh cluster per kill; old→new shows it as +0)\n"
+        } else {
+            "SIGKILL (fresh cluster per kill)\n"
+        });
         out.push_str(&kill_rows(&f.sigkill));
         out.push_str(&render_dists(&f.sigkill_dist, true));
     }

@@ -122,6 +122,8 @@ fn sample() -> Report {
         index: i,
         signal: signal.into(),
         old_leader: 0,
+        also_killed: None,
+        coordinator_leader_killed: true,
         old_term: 1,
         new_leader: Some(1),
         new_term: Some(2),
@@ -148,6 +150,7 @@ fn sample() -> Report {
     r.failover = Some(FailoverReport {
         replicas: 3,
         kills: 3,
+        with_coordinator_leader: false,
         timing: Default::default(),
         client_attempt_timeout_us: 10_000,
         sigkill_dist: PhaseDists::of(&sigkill),
