@@ -38,6 +38,18 @@ pub struct LocalOptions {
     pub binary: PathBuf,
 }
 
+/// A replica of a cluster named like `manifest`'s that still runs (any
+/// member id: an earlier cluster may have had more members), by its death
+/// notice: held by a live replica's poll thread, released by the kernel
+/// when it dies.
+pub fn running_replica(manifest: &Manifest) -> Option<(u8, i32)> {
+    (0..verbatim_core::fabric::MAX_MEMBERS as u8).find_map(|id| {
+        let path = crate::notice::notice_path(&manifest.segment_path(id));
+        let watch = crate::notice::NoticeWatch::open(&path).ok()?;
+        watch.owner_alive().then(|| (id, watch.owner_pid()))
+    })
+}
+
 impl LocalCluster {
     /// Writes a manifest and starts every replica; returns once each
     /// replica answers on its status socket (bounded by `timeout`).
@@ -62,6 +74,16 @@ impl LocalCluster {
             .try_into()
             .map_err(|e: toml::de::Error| e.to_string())?;
         manifest.validate().map_err(|e| e.to_string())?;
+        // Never start over a running cluster of the same name: its replicas
+        // keep their segments (ours would exit at once), and the manifest
+        // written below would replace the one its clients and console read.
+        if let Some((id, pid)) = running_replica(&manifest) {
+            return Err(format!(
+                "a cluster named {:?} is already running (replica {id}, pid {pid}): stop it \
+                 first, or choose another name",
+                manifest.cluster.name
+            ));
+        }
         let run_dir = manifest.run_dir();
         crate::files::ensure_private_dir(&run_dir).map_err(|e| e.to_string())?;
         let manifest_path = run_dir.join(verbatim_status::paths::MANIFEST_FILE);
@@ -286,4 +308,51 @@ pub fn find_binary() -> Option<PathBuf> {
         dir = dir.parent()?.to_path_buf();
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A second cluster of the same name is refused before it writes
+    /// anything or starts a replica, and names the running one.
+    #[test]
+    fn a_cluster_is_not_started_over_a_running_one_of_the_same_name() {
+        let name = format!("dup-test-{}", std::process::id());
+        let manifest = Manifest::local(&name, 3, 0);
+        assert_eq!(running_replica(&manifest), None);
+        // This thread plays replica 1 of a running cluster of that name:
+        // it holds that replica's death notices.
+        let path = crate::notice::notice_path(&manifest.segment_path(1));
+        let notices = crate::notice::DeathNotices::hold(&path).expect("hold");
+        assert_eq!(
+            running_replica(&manifest),
+            Some((1, std::process::id() as i32))
+        );
+        let refused = LocalCluster::start(
+            &LocalOptions {
+                name: name.clone(),
+                replicas: 3,
+                base_port: 0,
+                poll: PollMode::Adaptive,
+                cores: Vec::new(),
+                overrides: Vec::new(),
+                // Never run: the start is refused first.
+                binary: PathBuf::from("/nonexistent/verbatim"),
+            },
+            Duration::from_secs(1),
+        )
+        .err()
+        .expect("refused");
+        assert!(refused.contains("already running"), "{refused}");
+        assert!(refused.contains("replica 1"), "{refused}");
+        assert!(
+            !manifest
+                .run_dir()
+                .join(verbatim_status::paths::MANIFEST_FILE)
+                .exists(),
+            "nothing written"
+        );
+        notices.unlink();
+    }
 }
