@@ -74,10 +74,10 @@
 //!   [`ProposeError::SlotOutOfRange`].
 //! * A member that is its own acceptor CASes its own word through the
 //!   fabric (a loopback request), because a CPU atomic is not atomic with
-//!   the NIC's. Today's shared-memory and verbs fabrics refuse requests
-//!   to oneself ([`crate::fabric::WcStatus::InvalidRequest`]), which the
-//!   engine counts as no answer: safe, but that acceptor does not help a
-//!   majority until the fabrics serve loopback requests.
+//!   the NIC's. The shared-memory fabric and the simulator serve such
+//!   requests; the verbs fabric has no loopback connection yet and
+//!   refuses them, which the engine counts as no answer: safe, but there
+//!   that acceptor does not help a majority.
 //! * An acceptor reported down is never counted again by this engine,
 //!   even when it comes back: a restarted acceptor has lost its promises.
 //!   Re-admitting one takes a reconfiguration.
