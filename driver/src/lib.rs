@@ -417,6 +417,11 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                 log_work = true;
             }
             while let Some(e) = self.engines.heartbeat.poll_event() {
+                if let CounterEvent::Stalled { peer, .. } = e {
+                    // The second detector level acts: a stalled leader is
+                    // suspected (its role change comes out next pass).
+                    self.engines.log.handle_peer_stalled(now_ns, peer);
+                }
                 host.event(now_ns, &self.engines, DriverEvent::Counter(e));
                 work = true;
             }

@@ -148,6 +148,15 @@ pub enum Fault {
         /// Members cut off with the leader.
         companions: u8,
     },
+    /// The member leading at `from_ns` stops running until `to_ns` (as
+    /// [`Fault::Pause`]: its memory still answers, SIGSTOP); with nobody
+    /// leading then, nothing happens.
+    PauseLeader {
+        /// From.
+        from_ns: u64,
+        /// Until.
+        to_ns: u64,
+    },
     /// A restart that loses acknowledged entries the others lack: at
     /// `from_ns`, the followers but one (the *keeper*) are cut off from the
     /// leader and the keeper for `lag_ns`, so entries commit on the leader
@@ -440,6 +449,9 @@ pub struct RunReport {
     pub view_takeovers: u64,
     /// See `view_takeovers`.
     pub elections_started: u64,
+    /// Suspicions of a leader whose heartbeat counter stood still (the
+    /// second detector level acting), summed like `view_takeovers`.
+    pub counter_suspicions: u64,
     /// When the run ended (virtual ns).
     pub end_ns: u64,
     /// Each member's apply index when the run ended (None: not running).
@@ -699,6 +711,8 @@ pub struct Cluster {
     leases: crate::check::leases::LeaseSafety,
     counters: CounterAccuracy,
     committed: CommittedLog,
+    /// The member each `Fault::PauseLeader` (by index) stopped.
+    paused_leaders: Vec<(usize, usize)>,
     sm_safety: StateMachineSafety,
     violations: Vec<Violation>,
     needs_recovery: u64,
@@ -870,6 +884,7 @@ impl Cluster {
             leases: Default::default(),
             counters: CounterAccuracy::default(),
             committed: CommittedLog::default(),
+            paused_leaders: Vec::new(),
             sm_safety: StateMachineSafety::default(),
             violations: Vec::new(),
             needs_recovery: 0,
@@ -966,6 +981,7 @@ impl Cluster {
                 Fault::RestartLeaderWhileCopying { from_ns, .. } => (*from_ns, None),
                 Fault::Reconfigure { at_ns, .. } => (*at_ns, None),
                 Fault::Pause { from_ns, to_ns, .. }
+                | Fault::PauseLeader { from_ns, to_ns }
                 | Fault::PauseMidCopy { from_ns, to_ns, .. }
                 | Fault::Partition { from_ns, to_ns, .. }
                 | Fault::Delay { from_ns, to_ns, .. } => (*from_ns, Some(*to_ns)),
@@ -1191,6 +1207,14 @@ impl Cluster {
                 if n.state == NodeState::Running {
                     n.state = NodeState::Paused;
                     self.counters.stopped(usize::from(node), self.now);
+                }
+            }
+            Fault::PauseLeader { .. } => {
+                if let Some(l) = self.leader_now() {
+                    self.log(|| format!("fault: leader {l} stops"));
+                    self.nodes[l].state = NodeState::Paused;
+                    self.counters.stopped(l, self.now);
+                    self.paused_leaders.push((k, l));
                 }
             }
             Fault::PauseMidCopy { to_ns, .. } => {
@@ -1456,8 +1480,16 @@ impl Cluster {
                 }
             }
         }
-        if let Fault::Pause { node, .. } = f {
-            let i = usize::from(node);
+        let paused = match f {
+            Fault::Pause { node, .. } => Some(usize::from(node)),
+            Fault::PauseLeader { .. } => self
+                .paused_leaders
+                .iter()
+                .find(|(fault, _)| *fault == k)
+                .map(|(_, node)| *node),
+            _ => None,
+        };
+        if let Some(i) = paused {
             // One stopped in the middle of a copy resumes with that fault.
             if self.nodes[i].state == NodeState::Paused && !self.nodes[i].paused_mid_copy {
                 self.nodes[i].state = NodeState::Running;
@@ -2682,6 +2714,11 @@ impl Cluster {
                 .nodes
                 .iter()
                 .map(|n| n.driver.log().counters().elections_started)
+                .sum(),
+            counter_suspicions: self
+                .nodes
+                .iter()
+                .map(|n| n.driver.log().counters().counter_suspicions)
                 .sum(),
             end_ns: self.now,
             first_ack_after_heal_ns: self.first_ack_after_heal,

@@ -116,7 +116,21 @@ pub fn options_for_seed(seed: u64) -> ClusterOptions {
     reconfigurations(seed, &mut o);
     zombie_removal(seed, &mut o);
     views(seed, &mut o);
+    counter_detector(seed, &mut o);
     o
+}
+
+/// The heartbeat-counter detector (uKharon §4.2, issue 14), from a stream
+/// of its own: a third of the seeds read the counters with a gap of 100 to
+/// 300 µs, around the failure detector's Δ, so that a paused or zombie
+/// leader is as often suspected by its stalled counter as by its silent
+/// heartbeat (the others keep 500 µs, which Δ usually beats).
+fn counter_detector(seed: u64, o: &mut ClusterOptions) {
+    let mut c = SplitMix64::new(seed ^ 0x434F_554E_5452); // "COUNTR"
+    if c.chance(1, 3) {
+        o.config.counter_read_gap_ns = c.range_inclusive(100, 300) * US;
+        o.config.counter_increment_period_ns = o.config.counter_read_gap_ns / 4;
+    }
 }
 
 /// Views and leases (uKharon §5–6, issue 14), from a stream of their own:
@@ -349,7 +363,7 @@ pub fn run_seed(seed: u64, mutation: Mutation, trace: bool) -> SeedResult {
 /// A one-line summary of a seed's options.
 pub fn describe(o: &ClusterOptions) -> String {
     format!(
-        "P={} initial={} clients={} keys={} ring={}KiB prune_grace={}ms zombie_remove={}ms tearing={} interleaving={} reordering={} notify={} drift={} latency×{:.2} {} faults={:?}",
+        "P={} initial={} clients={} keys={} ring={}KiB prune_grace={}ms zombie_remove={}ms counter_gap={}µs tearing={} interleaving={} reordering={} notify={} drift={} latency×{:.2} {} faults={:?}",
         o.members,
         o.config.initial_members,
         o.clients,
@@ -357,6 +371,7 @@ pub fn describe(o: &ClusterOptions) -> String {
         o.config.log_ring_bytes / 1024,
         o.config.prune_grace_ns / 1_000_000,
         o.config.zombie_remove_ns / 1_000_000,
+        o.config.counter_read_gap_ns / 1000,
         o.tearing,
         o.interleaving,
         o.reordering,

@@ -1186,3 +1186,52 @@ fn primary_backup_swarm_seeds_keep_every_invariant() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A leader stopped (SIGSTOP: its memory answers, its CPU does not run)
+/// for 6 ms while Δ is 20 ms: only its stalled heartbeat counter can give
+/// it away in time.
+fn stopped_leader_scenario(seed: u64, counter_read_gap_ns: u64) -> ClusterOptions {
+    let mut o = ClusterOptions::new(seed, 3);
+    o.clients = 3;
+    o.keys = 2;
+    o.config.fd_check_period_ns = 20_000_000;
+    o.config.fd_check_period_max_ns = 20_000_000;
+    o.config.leader_quorum_timeout_ns = 20_000_000;
+    o.config.counter_read_gap_ns = counter_read_gap_ns;
+    o.config.counter_increment_period_ns = 50_000;
+    o.safety_ns = 15_000_000;
+    o.faults.push(Fault::PauseLeader {
+        from_ns: 3_000_000,
+        to_ns: 9_000_000,
+    });
+    o
+}
+
+/// uKharon §4.2's second detector level acts (issue 14): with a counter
+/// read gap of 200 µs the stopped leader is suspected by its counter and
+/// replaced during its stop; with a gap longer than the stop, the same
+/// runs keep their leader until it continues. Every invariant holds
+/// either way.
+#[test]
+fn a_stopped_leader_is_replaced_once_its_counter_stalls() {
+    for seed in 0..4 {
+        let fast = run(stopped_leader_scenario(seed, 200_000));
+        assert!(
+            fast.violations.is_empty(),
+            "seed {seed}: {:?}",
+            fast.violations
+        );
+        assert!(
+            fast.counter_suspicions >= 1,
+            "seed {seed}: nobody suspected the stalled counter"
+        );
+        assert!(fast.terms_with_leader >= 2, "seed {seed}: no failover");
+        let slow = run(stopped_leader_scenario(seed, 40_000_000));
+        assert!(
+            slow.violations.is_empty(),
+            "seed {seed}: {:?}",
+            slow.violations
+        );
+        assert_eq!(slow.counter_suspicions, 0, "seed {seed}");
+    }
+}

@@ -244,6 +244,9 @@ pub struct Counters {
     /// Primary-backup mode: times this member asked to take over (it
     /// suspected the primary, or knew none).
     pub view_claims: u64,
+    /// Times this member suspected its leader because the leader's
+    /// heartbeat counter stood still (`handle_peer_stalled`).
+    pub counter_suspicions: u64,
     /// Votes granted.
     pub votes_granted: u64,
     /// Times a leader stepped down.
@@ -1228,6 +1231,27 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         if self.pb_mode() {
             // A primary asks at once for a view without it.
             self.pb_update_want();
+        }
+        self.invariants();
+    }
+
+    /// The heartbeat-counter engine (uKharon §4.2's second detector level)
+    /// reports that `peer`'s process did not run between two READs of its
+    /// counter a gap apart, although its memory answers: stopped, stuck in
+    /// the kernel, a zombie. Our leader stalled is suspected as if its
+    /// heartbeat had stayed silent for Δ: the same election follows (in
+    /// primary-backup mode, the same claim), and a heartbeat that moves on
+    /// afterwards proves the suspicion false the same way. With a read gap
+    /// shorter than Δ this detects a stopped leader sooner; the host's
+    /// default gap is longer, so there it backs Δ up.
+    pub fn handle_peer_stalled(&mut self, now: u64, peer: MemberId) {
+        self.tick_clock(now);
+        if peer == self.me || peer.index() >= self.member_count {
+            return;
+        }
+        if self.role == Role::Follower && self.leader == Some(peer) {
+            self.counters.counter_suspicions += 1;
+            self.suspect_leader(false);
         }
         self.invariants();
     }

@@ -2514,3 +2514,43 @@ fn primary_backup_commits_with_every_member_of_the_view() {
     h.settle(3);
     assert!(h.nodes.iter().all(|n| n.counters().elections_started == 0));
 }
+
+/// Issue 14 item 1 (uKharon §4.2): a stalled heartbeat counter of the
+/// leader is a suspicion like Δ of silence: the follower drops its leader
+/// and a member stands for the next term; a stalled follower, or a stall
+/// seen by the leader, changes nothing.
+#[test]
+fn a_leader_whose_counter_stalls_is_suspected_and_replaced() {
+    let mut h = Harness::new(3);
+    h.elect_zero();
+    let term = h.nodes[1].term();
+    // A stalled follower is not the leader: nothing to suspect.
+    h.nodes[1].handle_peer_stalled(h.now, MemberId(2));
+    h.nodes[0].handle_peer_stalled(h.now, MemberId(1));
+    assert_eq!(h.nodes[1].leader(), Some(MemberId(0)));
+    assert_eq!(h.nodes[0].role(), Role::Leader);
+    assert_eq!(h.nodes[1].counters().counter_suspicions, 0);
+    // The leader stops running (its memory still answers).
+    h.down[0] = true;
+    for i in [1, 2] {
+        h.nodes[i].handle_peer_stalled(h.now, MemberId(0));
+        assert_eq!(h.nodes[i].leader(), None, "member {i} suspects");
+        assert_eq!(h.nodes[i].counters().counter_suspicions, 1);
+    }
+    let mut new_leader = None;
+    for _ in 0..400 {
+        h.now += 50_000;
+        for i in [1, 2] {
+            h.tick(i);
+            h.events(i);
+            if h.nodes[i].role() == Role::Leader {
+                new_leader = Some(i);
+            }
+        }
+        if new_leader.is_some() {
+            break;
+        }
+    }
+    let l = new_leader.expect("a new leader");
+    assert!(h.nodes[l].term() > term);
+}

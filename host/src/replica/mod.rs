@@ -221,6 +221,10 @@ struct Gateway {
     latency: Latency,
     host_counters: BTreeMap<&'static str, u64>,
     last_role: Role,
+    /// Since when each peer's heartbeat counter stands still (the
+    /// heartbeat engine's `Stalled`, cleared by `Resumed`): a leader lost
+    /// that way is recorded as detected by "counter".
+    counter_stalled_since: [Option<u64>; verbatim_core::fabric::MAX_MEMBERS],
     /// How a donor writes its state machine's snapshot.
     snapshot_writer: snapshot::SnapshotWriter,
     /// The operator's change of the group this leader carries out, and
@@ -265,9 +269,16 @@ impl Gateway {
                     if let Some(old) = failovers_leader(&st, self.id) {
                         let died = self.liveness.died_at_ns(MemberId(old));
                         let liveness = &self.liveness;
+                        let stalled = self
+                            .counter_stalled_since
+                            .get(usize::from(old))
+                            .copied()
+                            .flatten();
                         let (lost, by) = if liveness.is_dead(MemberId(old)) && died > 0 {
                             let how = liveness.death_seen_by(MemberId(old));
                             (died, how.map_or("pidfd", DeathSeen::label))
+                        } else if let Some(since) = stalled {
+                            (since, "counter")
                         } else {
                             (st.peers[usize::from(old)].row_changed_ns, "heartbeat")
                         };
@@ -439,7 +450,14 @@ impl Gateway {
 
     fn on_counter_event(&mut self, e: CounterEvent) {
         match e {
-            CounterEvent::Stalled { peer, counter, .. } => {
+            CounterEvent::Stalled {
+                peer,
+                counter,
+                since_ns,
+            } => {
+                if let Some(s) = self.counter_stalled_since.get_mut(peer.index()) {
+                    *s = Some(since_ns);
+                }
                 self.count("counter_stalls");
                 self.event(
                     "counter-stalled",
@@ -449,10 +467,15 @@ impl Gateway {
                     ),
                 );
             }
-            CounterEvent::Resumed { peer } => self.event(
-                "counter-resumed",
-                format!("member {} increments its heartbeat counter again", peer.0),
-            ),
+            CounterEvent::Resumed { peer } => {
+                if let Some(s) = self.counter_stalled_since.get_mut(peer.index()) {
+                    *s = None;
+                }
+                self.event(
+                    "counter-resumed",
+                    format!("member {} increments its heartbeat counter again", peer.0),
+                )
+            }
         }
     }
 }
@@ -675,6 +698,7 @@ impl<F: HostFabric> Replica<F> {
             ("elections_won", c.elections_won),
             ("view_takeovers", c.view_takeovers),
             ("view_claims", c.view_claims),
+            ("counter_suspicions", c.counter_suspicions),
             ("votes_granted", c.votes_granted),
             ("step_downs", c.step_downs),
             ("rows_rejected", c.rows_rejected),
@@ -1169,6 +1193,7 @@ fn drive<F: HostFabric>(
             latency: Latency::new(),
             host_counters: BTreeMap::new(),
             last_role: Role::Follower,
+            counter_stalled_since: [None; verbatim_core::fabric::MAX_MEMBERS],
             snapshot_writer: match m.cluster.fabric {
                 verbatim_client::manifest::FabricKind::Shm => snapshot::SnapshotWriter::Fork,
                 verbatim_client::manifest::FabricKind::Verbs => snapshot::SnapshotWriter::Inline,
