@@ -28,6 +28,13 @@ use verbatim_core::kv::{KvError, KvLimits, KvOp, KvReply};
 /// How long a replica's RESP gateway may take for one operation,
 /// retries and forwarding included (a TCP client waits a little longer).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// A shared-memory attempt unanswered this long starts looking at the
+/// other replicas' leader hints (a stopped leader answers nothing, and its
+/// process has not exited, so only a newer leader elsewhere gives it away
+/// before the attempt timeout).
+const LEADER_HINT_AFTER: Duration = Duration::from_micros(200);
+/// And looks again this often.
+const LEADER_HINT_PERIOD: Duration = Duration::from_micros(100);
 
 /// How a client reaches the replicas.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -403,6 +410,7 @@ impl Client {
         };
         let seq = slot.send(self.client_id, request_id, kind, payload);
         let mut spins = 0u32;
+        let mut next_hint_check = Duration::ZERO;
         loop {
             if let Some(status) = slot.poll(seq, &mut self.buf) {
                 return Ok(match status {
@@ -423,9 +431,22 @@ impl Client {
                 Wait::Yield => spins >= 64,
             };
             if check {
-                if began.elapsed() > self.opts.attempt_timeout {
+                let waited = began.elapsed();
+                if waited > self.opts.attempt_timeout {
                     tracing::debug!(member = m, ?seq, "attempt timed out");
                     return Ok(Attempt::Failed);
+                }
+                if waited > LEADER_HINT_AFTER && waited >= next_hint_check {
+                    next_hint_check = waited + LEADER_HINT_PERIOD;
+                    if let Some(q) = newer_leader_than(&mut self.segments, &self.manifest, m) {
+                        // Our replica stopped answering while another
+                        // leads a newer term (it is stopped, or stuck:
+                        // its process has not exited, or the death notice
+                        // would say so). The same request id goes there:
+                        // exactly-once whether or not it was applied here.
+                        tracing::debug!(member = m, leader = q, "a newer leader elsewhere");
+                        return Ok(Attempt::NotLeader(Some(MemberId(q as u8))));
+                    }
                 }
                 if exited(&self.segments[m], spins.is_multiple_of(64)) {
                     tracing::debug!(
@@ -580,6 +601,39 @@ fn tcp_auth(
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
     }
+}
+
+/// A member other than `m` whose slot segment says it leads a term
+/// newer than the one `m` last published (the newest such), opening
+/// segments not mapped yet. One load per member; no process checks.
+fn newer_leader_than(
+    segments: &mut [Option<(Arc<SlotSegment>, Option<ProcessWatch>)>],
+    manifest: &Manifest,
+    m: usize,
+) -> Option<usize> {
+    let theirs = |s: &Option<(Arc<SlotSegment>, Option<ProcessWatch>)>| {
+        s.as_ref().and_then(|(seg, _)| seg.leader_hint())
+    };
+    let known = theirs(&segments[m]).map_or(0, |(term, _)| term);
+    let mut best: Option<(u64, usize)> = None;
+    for q in (0..segments.len()).filter(|&q| q != m) {
+        if segments[q].is_none() {
+            let Ok(seg) = SlotSegment::open(&manifest.slots_path(q as u8)) else {
+                continue;
+            };
+            let watch = ProcessWatch::replica(&manifest.segment_path(q as u8), seg.owner().pid);
+            if watch.is_none() {
+                continue;
+            }
+            segments[q] = Some((Arc::new(seg), watch));
+        }
+        if let Some((term, leader)) = theirs(&segments[q]) {
+            if leader.index() == q && term > known && best.is_none_or(|(t, _)| term > t) {
+                best = Some((term, q));
+            }
+        }
+    }
+    best.map(|(_, q)| q)
 }
 
 /// Whether the replica behind `segment` is gone: its death notice (one

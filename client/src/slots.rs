@@ -12,6 +12,7 @@
 //! header: 0 magic | 8 version | 16 owner pid | 24 owner start ticks
 //!         32 incarnation | 40 ready | 48 slot count | 56 slot bytes
 //!         64 doorbell (u32, own cache line) | 128 parked (u32)
+//!         192 leader hint (term << 8 | leader id + 1; 0: none)
 //!         256 pending bitmap (CLIENT_SLOTS_MAX bits)
 //! slot:   0 request seq (head) | 8 client id | 16 request id
 //!         24 kind | len << 32 | 32 request seq (tail) | 40 request area
@@ -60,7 +61,7 @@ pub const SLOT_ALIGN: u64 = 128;
 /// "VBCLIENT" in little-endian.
 const MAGIC: u64 = u64::from_le_bytes(*b"VBCLIENT");
 /// Bumped when the layout above changes.
-pub const SLOTS_VERSION: u64 = 3;
+pub const SLOTS_VERSION: u64 = 4;
 /// Bytes of the header; slot 0 starts here.
 pub const HEADER_BYTES: u64 = 4096;
 const _: () = assert!(HEADER_BYTES.is_multiple_of(SLOT_ALIGN));
@@ -75,6 +76,9 @@ const H_SLOT_COUNT: u64 = 48;
 const H_SLOT_BYTES: u64 = 56;
 const H_DOORBELL: u64 = 64;
 const H_PARKED: u64 = 128;
+/// Who this replica believes leads, and in which term (its own line: the
+/// replica writes it on a change of role or leader only).
+const H_LEADER: u64 = 192;
 /// Offset of the pending bitmap (what a client sets after writing a
 /// request).
 pub const PENDING_OFFSET: u64 = 256;
@@ -369,6 +373,23 @@ impl SlotSegment {
     #[inline]
     pub fn parked(&self) -> &AtomicU32 {
         self.map.word32(H_PARKED)
+    }
+
+    /// The replica publishes who it believes leads and in which term
+    /// (`None`: nobody known), for clients waiting on a replica that
+    /// stopped (see [`SlotSegment::leader_hint`]).
+    pub fn set_leader_hint(&self, term: u64, leader: Option<MemberId>) {
+        let word = leader.map_or(0, |l| (term << 8) | (u64::from(l.0) + 1));
+        self.map.word(H_LEADER).store(word, Ordering::Release);
+    }
+
+    /// What the replica last published: `(term, leader)`. A replica that
+    /// leads publishes itself; one that stopped (SIGSTOP, stuck in the
+    /// kernel) keeps its last word while others publish a newer term.
+    pub fn leader_hint(&self) -> Option<(u64, MemberId)> {
+        let word = self.map.word(H_LEADER).load(Ordering::Acquire);
+        let id = (word & 0xFF) as u8;
+        (id != 0).then(|| (word >> 8, MemberId(id - 1)))
     }
 
     /// Wakes the replica if it sleeps.
@@ -802,6 +823,22 @@ mod tests {
             assert_eq!(buf, long, "a reply of {len} bytes");
         }
         assert_eq!(server.counters().taken, 7);
+    }
+
+    /// The leader hint a replica publishes reads back through another
+    /// mapping, and "nobody" is told apart from member 0.
+    #[test]
+    fn the_leader_hint_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let seg = segment(dir.path());
+        let view = SlotSegment::open(seg.path()).unwrap();
+        assert_eq!(view.leader_hint(), None, "nothing published yet");
+        seg.set_leader_hint(7, Some(MemberId(0)));
+        assert_eq!(view.leader_hint(), Some((7, MemberId(0))));
+        seg.set_leader_hint(1 << 40, Some(MemberId(31)));
+        assert_eq!(view.leader_hint(), Some((1 << 40, MemberId(31))));
+        seg.set_leader_hint(9, None);
+        assert_eq!(view.leader_hint(), None);
     }
 
     #[test]

@@ -262,6 +262,14 @@ impl Gateway {
             // Answered by the driver.
             Event::Reply { .. } | Event::ReadReady { .. } | Event::ReadAborted { .. } => {}
             Event::RoleChanged { role, term, leader } => {
+                // For clients waiting on a replica that stopped: who leads
+                // in which term, as this replica sees it.
+                let hint = if role == Role::Leader {
+                    Some(self.id)
+                } else {
+                    leader
+                };
+                self.slots.segment().set_leader_hint(term, hint);
                 let st = engines.log.status();
                 if self.last_role == Role::Follower && role != Role::Leader && leader.is_none() {
                     // We stopped trusting our leader: heartbeat silence, or
