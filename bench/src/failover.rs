@@ -74,12 +74,14 @@ pub struct KillRecord {
     pub signal: String,
     /// The victim.
     pub old_leader: u8,
-    /// A second member killed at the same instant (the coordinator
-    /// leader, with `--with-coordinator-leader`).
+    /// A second member killed at the same instant, with
+    /// `--with-coordinator-leader`: the coordinator leader (member 0), or
+    /// member 1 when the leader is member 0.
     #[serde(default)]
     pub also_killed: Option<u8>,
-    /// The coordinator leader (member 0, the lowest-id proposer of views)
-    /// died in this round: it was the leader, or was killed beside it.
+    /// Views on, and the coordinator leader (member 0, the lowest-id
+    /// proposer of views) died in this round: it was the leader, or was
+    /// killed beside it.
     #[serde(default)]
     pub coordinator_leader_killed: bool,
     /// Its term.
@@ -497,18 +499,23 @@ fn sigkill_once(spec: &ClusterSpec, o: &FailoverOptions, index: usize) -> Result
             std::thread::spawn(move || watch.wait_exit(FAILOVER_TIMEOUT).then(|| sh.now_ns()));
         let notice_stop = Arc::new(AtomicBool::new(false));
         let notice_thread = spawn_notice_waiter(&cluster, leader, &shared, &notice_stop);
-        // The coordinator leader dies beside the leader: both signals are
-        // sent back to back, before anything else runs here.
-        let also = (o.with_coordinator_leader && leader != COORDINATOR_LEADER)
-            .then_some(COORDINATOR_LEADER);
+        // The coordinator leader dies beside the leader, both signals sent
+        // before anything else. A leader that is the coordinator leader
+        // itself dies with member 1, the next in line: every round of this
+        // series is two deaths, the coordinator leader among them.
+        let also = o
+            .with_coordinator_leader
+            .then_some(if leader == COORDINATOR_LEADER {
+                COORDINATOR_LEADER + 1
+            } else {
+                COORDINATOR_LEADER
+            });
         let kill_ns = shared.arm(leader);
+        let victims: Vec<u8> = std::iter::once(leader).chain(also).collect();
         cluster
             .local_mut()
-            .kill(leader)
+            .kill_all(&victims)
             .map_err(BenchError::Cluster)?;
-        if let Some(c) = also {
-            cluster.local_mut().kill(c).map_err(BenchError::Cluster)?;
-        }
         let deadline = Instant::now() + FAILOVER_TIMEOUT;
         let first_ns = wait_client(&shared, deadline)?;
         let exit_ns = exit_thread.join().ok().flatten();
@@ -523,7 +530,8 @@ fn sigkill_once(spec: &ClusterSpec, o: &FailoverOptions, index: usize) -> Result
             signal: "SIGKILL".into(),
             old_leader: leader,
             also_killed: also,
-            coordinator_leader_killed: leader == COORDINATOR_LEADER || also.is_some(),
+            coordinator_leader_killed: cluster.local().manifest.views.lease_us > 0
+                && victims.contains(&COORDINATOR_LEADER),
             old_term: term,
             process_exit_us: exit_ns.map(|e| (e - kill_ns) / 1000),
             client_gap_us: Some((first_ns - kill_ns) / 1000),
@@ -673,7 +681,7 @@ pub fn run(spec: &ClusterSpec, o: &FailoverOptions, progress: &Progress) -> Resu
                 index + 1,
                 k.old_leader,
                 k.also_killed
-                    .map_or(String::new(), |c| format!(" (and coordinator leader {c})")),
+                    .map_or(String::new(), |c| format!(" (and member {c})")),
                 k.new_leader.map_or("?".into(), |l| l.to_string()),
                 k.new_term.unwrap_or(0),
                 k.process_exit_us.map_or("?".into(), |v| v.to_string()),

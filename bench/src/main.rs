@@ -725,6 +725,11 @@ fn run() -> anyhow::Result<()> {
             if a.kills == 0 {
                 bail!("--kills must be at least 1");
             }
+            if a.with_coordinator_leader && a.signal != SignalKind::Kill {
+                bail!(
+                    "--with-coordinator-leader applies to SIGKILL rounds only: add --signal kill"
+                );
+            }
             report.failover = Some(verbatim_bench::failover::run(
                 &spec,
                 &FailoverOptions {

@@ -624,7 +624,7 @@ pub fn render_failover(f: &FailoverReport) -> String {
     );
     if !f.sigkill.is_empty() {
         out.push_str(if f.with_coordinator_leader {
-            "SIGKILL, the coordinator leader (member 0) killed at the same instant (fresh cluster per kill; old→new shows it as +0)\n"
+            "SIGKILL, two members at the same instant, the coordinator leader (member 0) among them (fresh cluster per kill; old→new shows the second as +N)\n"
         } else {
             "SIGKILL (fresh cluster per kill)\n"
         });

@@ -437,8 +437,13 @@ impl Client {
                     return Ok(Attempt::Failed);
                 }
                 if waited > LEADER_HINT_AFTER && waited >= next_hint_check {
+                    // Segments not mapped yet are opened on the first look
+                    // of an attempt only (files, a syscall each).
+                    let open_missing = next_hint_check.is_zero();
                     next_hint_check = waited + LEADER_HINT_PERIOD;
-                    if let Some(q) = newer_leader_than(&mut self.segments, &self.manifest, m) {
+                    if let Some(q) =
+                        newer_leader_than(&mut self.segments, &self.manifest, m, open_missing)
+                    {
                         // Our replica stopped answering while another
                         // leads a newer term (it is stopped, or stuck:
                         // its process has not exited, or the death notice
@@ -603,21 +608,29 @@ fn tcp_auth(
     }
 }
 
-/// A member other than `m` whose slot segment says it leads a term
-/// newer than the one `m` last published (the newest such), opening
-/// segments not mapped yet. One load per member; no process checks.
+/// A live member other than `m` whose slot segment says it leads a term
+/// newer than the one `m` last published, or the same term when `m` says
+/// it does not lead itself (a stopped follower); the newest such. Opens
+/// segments not mapped yet when `open_missing`. Two loads per member (the
+/// hint, the death notice); no syscall otherwise.
 fn newer_leader_than(
     segments: &mut [Option<(Arc<SlotSegment>, Option<ProcessWatch>)>],
     manifest: &Manifest,
     m: usize,
+    open_missing: bool,
 ) -> Option<usize> {
     let theirs = |s: &Option<(Arc<SlotSegment>, Option<ProcessWatch>)>| {
         s.as_ref().and_then(|(seg, _)| seg.leader_hint())
     };
-    let known = theirs(&segments[m]).map_or(0, |(term, _)| term);
+    let mine = theirs(&segments[m]);
+    let known = mine.map_or(0, |(term, _)| term);
+    let m_leads = mine.is_some_and(|(_, l)| l.index() == m);
     let mut best: Option<(u64, usize)> = None;
     for q in (0..segments.len()).filter(|&q| q != m) {
         if segments[q].is_none() {
+            if !open_missing {
+                continue;
+            }
             let Ok(seg) = SlotSegment::open(&manifest.slots_path(q as u8)) else {
                 continue;
             };
@@ -627,8 +640,13 @@ fn newer_leader_than(
             }
             segments[q] = Some((Arc::new(seg), watch));
         }
+        // A dead member's hint is its last word, never news.
+        if exited(&segments[q], false) {
+            continue;
+        }
         if let Some((term, leader)) = theirs(&segments[q]) {
-            if leader.index() == q && term > known && best.is_none_or(|(t, _)| term > t) {
+            let newer = term > known || (term == known && !m_leads);
+            if leader.index() == q && newer && best.is_none_or(|(t, _)| term > t) {
                 best = Some((term, q));
             }
         }
@@ -756,5 +774,65 @@ mod id_tests {
         // halves differ too.
         let highs: std::collections::HashSet<u64> = ids.iter().map(|id| id >> 32).collect();
         assert!(highs.len() > 990);
+    }
+}
+
+#[cfg(test)]
+mod hint_tests {
+    use super::*;
+    use crate::slots::SlotGeometry;
+
+    type Mapped = Option<(Arc<SlotSegment>, Option<ProcessWatch>)>;
+
+    /// Three replicas' slot segments, "running" as this test process.
+    fn segments(dir: &std::path::Path) -> Vec<Mapped> {
+        (0..3)
+            .map(|i| {
+                let seg = SlotSegment::create(
+                    &dir.join(format!("r{i}.clients")),
+                    SlotGeometry::new(4, 1024).unwrap(),
+                )
+                .unwrap();
+                let watch = ProcessWatch::open(std::process::id() as i32);
+                assert!(watch.is_some());
+                Some((Arc::new(seg), watch))
+            })
+            .collect()
+    }
+
+    fn hint(s: &[Mapped], i: usize, term: u64, leader: u8) {
+        s[i].as_ref()
+            .unwrap()
+            .0
+            .set_leader_hint(term, Some(MemberId(leader)));
+    }
+
+    /// A client waiting on a replica goes to a live member that leads a
+    /// newer term, or the same term when the one it waits on follows;
+    /// never to a dead member, never to a stale claim.
+    #[test]
+    fn a_waiting_client_goes_to_the_newer_leader_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let manifest = Manifest::local("hint-test", 3, 0);
+        let mut s = segments(dir.path());
+        let newer = |s: &mut Vec<Mapped>, m| newer_leader_than(s, &manifest, m, false);
+        // Member 0 leads term 5; the others follow it.
+        for i in 0..3 {
+            hint(&s, i, 5, 0);
+        }
+        assert_eq!(newer(&mut s, 0), None, "nobody leads anything newer");
+        // Waiting on a follower (stopped): its leader takes the request.
+        assert_eq!(newer(&mut s, 1), Some(0));
+        // Member 2 won term 6 while 0 was stopped.
+        hint(&s, 2, 6, 2);
+        hint(&s, 1, 6, 2);
+        assert_eq!(newer(&mut s, 0), Some(2));
+        // A claim older than what the waited-on member knows is stale.
+        hint(&s, 0, 7, 0);
+        assert_eq!(newer(&mut s, 0), None);
+        // A dead member's last word is not news (no watch: gone).
+        hint(&s, 2, 9, 2);
+        s[2].as_mut().unwrap().1 = None;
+        assert_eq!(newer(&mut s, 0), None);
     }
 }

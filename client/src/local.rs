@@ -77,7 +77,18 @@ impl LocalCluster {
         // Never start over a running cluster of the same name: its replicas
         // keep their segments (ours would exit at once), and the manifest
         // written below would replace the one its clients and console read.
-        if let Some((id, pid)) = running_replica(&manifest) {
+        // The manifest already in the run directory names the files of
+        // the cluster that wrote it (its own shm_dir, say).
+        let previous = Manifest::load(
+            &manifest
+                .run_dir()
+                .join(verbatim_status::paths::MANIFEST_FILE),
+            &[],
+        )
+        .ok();
+        let running =
+            running_replica(&manifest).or_else(|| previous.as_ref().and_then(running_replica));
+        if let Some((id, pid)) = running {
             return Err(format!(
                 "a cluster named {:?} is already running (replica {id}, pid {pid}): stop it \
                  first, or choose another name",
@@ -216,17 +227,33 @@ impl LocalCluster {
 
     /// SIGKILLs a replica (process gone, memory gone with it).
     pub fn kill(&mut self, id: u8) -> Result<(), String> {
-        let mut c = self
-            .children
-            .get_mut(usize::from(id))
-            .and_then(Option::take)
-            .ok_or("no such replica")?;
-        signal(c.id(), libc::SIGKILL);
+        self.kill_all(&[id])
+    }
+
+    /// SIGKILLs several replicas at the same instant: every signal is sent
+    /// before anything else (the reaping) starts.
+    pub fn kill_all(&mut self, ids: &[u8]) -> Result<(), String> {
+        if ids.iter().any(|&id| {
+            self.children
+                .get(usize::from(id))
+                .is_none_or(Option::is_none)
+        }) {
+            return Err("no such replica".into());
+        }
+        let victims: Vec<Child> = ids
+            .iter()
+            .filter_map(|&id| self.children[usize::from(id)].take())
+            .collect();
+        for c in &victims {
+            signal(c.id(), libc::SIGKILL);
+        }
         // Reap in the background: the caller (a client thread in the demo
         // and the benchmarks) must not stall on the kill.
-        std::thread::spawn(move || {
-            let _ = c.wait();
-        });
+        for mut c in victims {
+            std::thread::spawn(move || {
+                let _ = c.wait();
+            });
+        }
         Ok(())
     }
 

@@ -85,6 +85,8 @@ struct PeerState {
     generation: u32,
     next_read_at_ns: u64,
     down: bool,
+    /// The READ in flight was posted late (see `handle_timeout`).
+    posted_late: bool,
 }
 
 /// The engine of one member.
@@ -221,6 +223,15 @@ impl<M: Memory> Engine for HeartbeatEngine<M> {
         p.status.reads_ok += 1;
         let previous = p.status.counter.replace(value);
         let event = match previous {
+            // A READ posted late compares with nothing: this member was
+            // not running when it was due, so the peer may have been
+            // frozen with it (a paused VM, a spent CPU quota stops every
+            // process) and not yet have run since. It starts a new
+            // sample; the next READ, a gap later, judges.
+            Some(v) if v == value && p.posted_late && !p.status.stalled => {
+                p.status.counter_since_ns = posted_at_ns;
+                None
+            }
             Some(v) if v == value => {
                 if p.status.stalled {
                     None
@@ -258,6 +269,7 @@ impl<M: Memory> Engine for HeartbeatEngine<M> {
         // Every call is proof of life: bump at once, not only when due.
         self.bump();
         let lost_after = self.read_gap_ns.saturating_mul(LOST_AFTER_GAPS);
+        let read_gap_ns = self.read_gap_ns;
         for peer in self.others() {
             let now = self.now;
             let p = &mut self.peers[peer.index()];
@@ -275,6 +287,12 @@ impl<M: Memory> Engine for HeartbeatEngine<M> {
             if now < p.next_read_at_ns {
                 continue;
             }
+            // Late by half a gap or more: we were not running when it
+            // was due (the Δ check forgives the same way, election.rs).
+            // Measured against the configured gap, so that a mutated zero
+            // gap still compares.
+            p.posted_late =
+                p.next_read_at_ns != 0 && now > p.next_read_at_ns.saturating_add(read_gap_ns / 2);
             p.generation = p.generation.wrapping_add(1);
             p.inflight = Some(p.generation);
             p.posted_at_ns = now;
@@ -444,6 +462,39 @@ mod tests {
             })
         );
         assert_eq!(e.stalls_reported(), 1);
+    }
+
+    /// A READ posted half a gap or more after it was due (this member was
+    /// not running) starts a new sample instead of judging: the peer may
+    /// have been frozen with it and not have run yet. The next one judges.
+    #[test]
+    fn a_read_posted_late_starts_a_sample_instead_of_reporting_a_stall() {
+        let (mut e, mem, _) = engine(0);
+        e.handle_timeout(0);
+        for wr in &reads(&mut e) {
+            land(&mut e, &mem, wr, 7, 100);
+        }
+        // Due at 10_100; we run again only at 30_000.
+        e.handle_timeout(30_000);
+        let late = reads(&mut e);
+        assert_eq!(late.len(), 2);
+        for wr in &late {
+            land(&mut e, &mem, wr, 7, 30_100);
+        }
+        assert_eq!(e.poll_event(), None, "a late sample judges nothing");
+        // On time again, a gap later: same value, a stall since the late
+        // READ was posted.
+        e.handle_timeout(40_100);
+        let on_time = reads(&mut e);
+        land(&mut e, &mem, &on_time[0], 7, 40_200);
+        assert_eq!(
+            e.poll_event(),
+            Some(CounterEvent::Stalled {
+                peer: on_time[0].peer,
+                counter: 7,
+                since_ns: 30_000
+            })
+        );
     }
 
     #[test]

@@ -730,6 +730,10 @@ pub struct Cluster {
     /// The latest configuration in the log [`Cluster::read_log`] read last,
     /// and per member, the one in its log to its tail as last read.
     read_configuration: verbatim_core::membership::Configuration,
+    /// `read_log` reads through the NIC's mapping, not the member's: no
+    /// WRITE piece in flight lands in the middle of a checker's read (see
+    /// `Net::place_pending_for_check`).
+    read_plain: bool,
     log_configurations: Vec<verbatim_core::membership::Configuration>,
     /// Snapshots written by donors, and recoveries completed (DARE §3.4).
     snapshots_served: u64,
@@ -897,6 +901,7 @@ impl Cluster {
             ),
             reconfigurations: 0,
             read_configuration: verbatim_core::membership::Configuration::initial(initial_members),
+            read_plain: false,
             log_configurations: vec![
                 verbatim_core::membership::Configuration::initial(
                     initial_members
@@ -1868,7 +1873,11 @@ impl Cluster {
     /// The latest configuration among them (DARE §3.4), or the one
     /// applied before them, is left in `read_configuration`.
     fn read_log(&mut self, i: usize, from_pos: u64, from_index: u64, to_pos: u64) -> Vec<EntryId> {
-        let mem = self.nodes[i].driver.log().memory().clone();
+        let mem = if self.read_plain {
+            self.net.nic(i).mem.clone()
+        } else {
+            self.nodes[i].driver.log().memory().clone()
+        };
         let max = self.opts.config.entry_payload_bytes_max;
         let mut out = Vec::new();
         let mut pos = from_pos;
@@ -2050,17 +2059,22 @@ impl Cluster {
 
     /// Every member a majority would vote for holds every committed entry.
     fn check_electable(&mut self) {
+        // The members' pointers first: a status reads the member's own
+        // memory, where a piece in flight may land.
+        let statuses: Vec<_> = (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].state != NodeState::Crashed)
+            .map(|i| (i, self.nodes[i].driver.log().status()))
+            .collect();
         // Judged as the WRITEs already executed will leave the logs.
         let undo = self.net.place_pending_for_check();
+        self.read_plain = true;
         let mut logs = Vec::new();
-        for i in 0..self.nodes.len() {
-            if self.nodes[i].state != NodeState::Crashed {
-                let st = self.nodes[i].driver.log().status();
-                let log = self.read_log(i, st.apply_pos, st.apply_index, st.tail_pos);
-                self.log_configurations[i] = self.read_configuration;
-                logs.push((i, log));
-            }
+        for (i, st) in statuses {
+            let log = self.read_log(i, st.apply_pos, st.apply_index, st.tail_pos);
+            self.log_configurations[i] = self.read_configuration;
+            logs.push((i, log));
         }
+        self.read_plain = false;
         self.net.undo_placed(undo);
         self.check_electable_logs(logs);
     }
@@ -2114,15 +2128,17 @@ impl Cluster {
     }
 
     fn snapshot(&mut self) {
+        // The members' pointers first (see `check_electable`).
+        let statuses: Vec<_> = (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].state != NodeState::Crashed)
+            .map(|i| (i, self.nodes[i].driver.log().status()))
+            .collect();
         // Judged as the WRITEs already executed will leave the logs (see
         // `Net::place_pending_for_check`).
         let undo = self.net.place_pending_for_check();
+        self.read_plain = true;
         let mut logs = Vec::new();
-        for i in 0..self.nodes.len() {
-            if self.nodes[i].state == NodeState::Crashed {
-                continue;
-            }
-            let st = self.nodes[i].driver.log().status();
+        for (i, st) in statuses {
             // Beyond its own commit point a member may hold stale entries
             // that a later leader will overwrite; below it, every entry
             // must be the committed one.
@@ -2134,6 +2150,7 @@ impl Cluster {
             self.log_configurations[i] = self.read_configuration;
             logs.push((i, log));
         }
+        self.read_plain = false;
         self.net.undo_placed(undo);
         for v in check_log_matching(self.now, &logs) {
             self.violation(v);

@@ -449,22 +449,19 @@ impl Net {
     }
 
     /// Undoes [`Net::place_pending_for_check`], newest placement first.
-    /// A byte that changed meanwhile (a torn piece in flight landed in the
-    /// middle of the checker's read, `interleaving`) keeps its new value.
+    /// The checker in between reads through the NICs' mappings, where no
+    /// piece in flight lands (`SimMemory::node_view`), so the bytes are
+    /// still the placed ones: an exact restore.
     pub fn undo_placed(&self, undo: Vec<PlacedForCheck>) {
         for u in undo.into_iter().rev() {
             let mem = &self.nics[u.dst].mem;
             let mut now = vec![0u8; u.old.len()];
             mem.read(u.at, &mut now);
-            if now[..] == u.placed[..] {
-                mem.write(u.at, &u.old);
-                continue;
-            }
-            for (k, b) in now.iter().enumerate() {
-                if *b == u.placed[k] {
-                    mem.write(u.at.add(k as u64), &u.old[k..k + 1]);
-                }
-            }
+            assert!(
+                now[..] == u.placed[..],
+                "memory changed under a checker's temporary placement"
+            );
+            mem.write(u.at, &u.old);
         }
     }
 

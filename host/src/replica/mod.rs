@@ -225,6 +225,8 @@ struct Gateway {
     /// heartbeat engine's `Stalled`, cleared by `Resumed`): a leader lost
     /// that way is recorded as detected by "counter".
     counter_stalled_since: [Option<u64>; verbatim_core::fabric::MAX_MEMBERS],
+    /// The node's `counter_suspicions` at the last role change.
+    counter_suspicions_seen: u64,
     /// How a donor writes its state machine's snapshot.
     snapshot_writer: snapshot::SnapshotWriter,
     /// The operator's change of the group this leader carries out, and
@@ -277,6 +279,11 @@ impl Gateway {
                     if let Some(old) = failovers_leader(&st, self.id) {
                         let died = self.liveness.died_at_ns(MemberId(old));
                         let liveness = &self.liveness;
+                        // Suspected by its stalled counter only if the
+                        // node says so (its count moved with this change),
+                        // not because a stall was reported at some point.
+                        let counted = engines.log.counters().counter_suspicions;
+                        let by_counter = counted > self.counter_suspicions_seen;
                         let stalled = self
                             .counter_stalled_since
                             .get(usize::from(old))
@@ -285,14 +292,15 @@ impl Gateway {
                         let (lost, by) = if liveness.is_dead(MemberId(old)) && died > 0 {
                             let how = liveness.death_seen_by(MemberId(old));
                             (died, how.map_or("pidfd", DeathSeen::label))
-                        } else if let Some(since) = stalled {
-                            (since, "counter")
+                        } else if by_counter {
+                            (stalled.unwrap_or(now), "counter")
                         } else {
                             (st.peers[usize::from(old)].row_changed_ns, "heartbeat")
                         };
                         self.failovers.suspected(now, lost, by);
                     }
                 }
+                self.counter_suspicions_seen = engines.log.counters().counter_suspicions;
                 if role == Role::Candidate {
                     self.failovers.suspected(now, now, "vote");
                 }
@@ -503,6 +511,10 @@ impl Host<ShmMemory, Kv> for Gateway {
 
     fn take_peer_up(&mut self) -> Option<MemberId> {
         let peer = self.liveness.take_newly_up()?;
+        // A new process: the old one's stall says nothing about it.
+        if let Some(s) = self.counter_stalled_since.get_mut(peer.index()) {
+            *s = None;
+        }
         tracing::info!(peer = peer.0, "peer runs again (a new process)");
         self.event("replica-back", format!("member {} runs again", peer.0));
         Some(peer)
@@ -518,6 +530,9 @@ impl Host<ShmMemory, Kv> for Gateway {
             self.dead_buf.reverse();
         }
         let peer = self.dead_buf.pop()?;
+        if let Some(s) = self.counter_stalled_since.get_mut(peer.index()) {
+            *s = None;
+        }
         tracing::warn!(peer = peer.0, "peer process exited");
         let how = self
             .liveness
@@ -1202,6 +1217,7 @@ fn drive<F: HostFabric>(
             host_counters: BTreeMap::new(),
             last_role: Role::Follower,
             counter_stalled_since: [None; verbatim_core::fabric::MAX_MEMBERS],
+            counter_suspicions_seen: 0,
             snapshot_writer: match m.cluster.fabric {
                 verbatim_client::manifest::FabricKind::Shm => snapshot::SnapshotWriter::Fork,
                 verbatim_client::manifest::FabricKind::Verbs => snapshot::SnapshotWriter::Inline,
