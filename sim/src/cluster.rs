@@ -2058,13 +2058,18 @@ impl Cluster {
     }
 
     /// Every member a majority would vote for holds every committed entry.
-    fn check_electable(&mut self) {
-        // The members' pointers first: a status reads the member's own
-        // memory, where a piece in flight may land.
-        let statuses: Vec<_> = (0..self.nodes.len())
+    /// The status of every member not crashed, taken before a checker
+    /// places pending WRITE data: a status reads the member's own memory,
+    /// where a piece in flight may land (`Net::place_pending_for_check`).
+    fn live_statuses(&self) -> Vec<(usize, verbatim_core::NodeStatus)> {
+        (0..self.nodes.len())
             .filter(|&i| self.nodes[i].state != NodeState::Crashed)
             .map(|i| (i, self.nodes[i].driver.log().status()))
-            .collect();
+            .collect()
+    }
+
+    fn check_electable(&mut self) {
+        let statuses = self.live_statuses();
         // Judged as the WRITEs already executed will leave the logs.
         let undo = self.net.place_pending_for_check();
         self.read_plain = true;
@@ -2128,11 +2133,7 @@ impl Cluster {
     }
 
     fn snapshot(&mut self) {
-        // The members' pointers first (see `check_electable`).
-        let statuses: Vec<_> = (0..self.nodes.len())
-            .filter(|&i| self.nodes[i].state != NodeState::Crashed)
-            .map(|i| (i, self.nodes[i].driver.log().status()))
-            .collect();
+        let statuses = self.live_statuses();
         // Judged as the WRITEs already executed will leave the logs (see
         // `Net::place_pending_for_check`).
         let undo = self.net.place_pending_for_check();
