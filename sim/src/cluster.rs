@@ -2057,7 +2057,6 @@ impl Cluster {
         }
     }
 
-    /// Every member a majority would vote for holds every committed entry.
     /// The status of every member not crashed, taken before a checker
     /// places pending WRITE data: a status reads the member's own memory,
     /// where a piece in flight may land (`Net::place_pending_for_check`).
@@ -2068,19 +2067,30 @@ impl Cluster {
             .collect()
     }
 
-    fn check_electable(&mut self) {
-        let statuses = self.live_statuses();
-        // Judged as the WRITEs already executed will leave the logs.
+    /// Runs `f` on memory as the WRITEs already executed will leave it
+    /// (`Net::place_pending_for_check`), `read_log` reading through the
+    /// NICs' mappings, then puts the memory back.
+    fn with_settled_memory<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> R {
         let undo = self.net.place_pending_for_check();
         self.read_plain = true;
-        let mut logs = Vec::new();
-        for (i, st) in statuses {
-            let log = self.read_log(i, st.apply_pos, st.apply_index, st.tail_pos);
-            self.log_configurations[i] = self.read_configuration;
-            logs.push((i, log));
-        }
+        let r = f(self);
         self.read_plain = false;
         self.net.undo_placed(undo);
+        r
+    }
+
+    /// Every member a majority would vote for holds every committed entry.
+    fn check_electable(&mut self) {
+        let statuses = self.live_statuses();
+        let logs = self.with_settled_memory(|c| {
+            let mut logs = Vec::new();
+            for (i, st) in statuses {
+                let log = c.read_log(i, st.apply_pos, st.apply_index, st.tail_pos);
+                c.log_configurations[i] = c.read_configuration;
+                logs.push((i, log));
+            }
+            logs
+        });
         self.check_electable_logs(logs);
     }
 
@@ -2134,25 +2144,22 @@ impl Cluster {
 
     fn snapshot(&mut self) {
         let statuses = self.live_statuses();
-        // Judged as the WRITEs already executed will leave the logs (see
-        // `Net::place_pending_for_check`).
-        let undo = self.net.place_pending_for_check();
-        self.read_plain = true;
-        let mut logs = Vec::new();
-        for (i, st) in statuses {
-            // Beyond its own commit point a member may hold stale entries
-            // that a later leader will overwrite; below it, every entry
-            // must be the committed one.
-            let known_committed = self.read_log(i, st.apply_pos, st.apply_index, st.commit_pos);
-            for v in self.committed.check_log(self.now, i, &known_committed) {
-                self.violation(v);
+        let logs = self.with_settled_memory(|c| {
+            let mut logs = Vec::new();
+            for (i, st) in statuses {
+                // Beyond its own commit point a member may hold stale
+                // entries that a later leader will overwrite; below it,
+                // every entry must be the committed one.
+                let known_committed = c.read_log(i, st.apply_pos, st.apply_index, st.commit_pos);
+                for v in c.committed.check_log(c.now, i, &known_committed) {
+                    c.violation(v);
+                }
+                let log = c.read_log(i, st.apply_pos, st.apply_index, st.tail_pos);
+                c.log_configurations[i] = c.read_configuration;
+                logs.push((i, log));
             }
-            let log = self.read_log(i, st.apply_pos, st.apply_index, st.tail_pos);
-            self.log_configurations[i] = self.read_configuration;
-            logs.push((i, log));
-        }
-        self.read_plain = false;
-        self.net.undo_placed(undo);
+            logs
+        });
         for v in check_log_matching(self.now, &logs) {
             self.violation(v);
         }

@@ -221,11 +221,8 @@ struct Gateway {
     latency: Latency,
     host_counters: BTreeMap<&'static str, u64>,
     last_role: Role,
-    /// Since when each peer's heartbeat counter stands still (the
-    /// heartbeat engine's `Stalled`, cleared by `Resumed`): a leader lost
-    /// that way is recorded as detected by "counter".
-    counter_stalled_since: [Option<u64>; verbatim_core::fabric::MAX_MEMBERS],
-    /// The node's `counter_suspicions` at the last role change.
+    /// The node's `counter_suspicions` at the last role change: a leader
+    /// lost while it moved is recorded as detected by "counter".
     counter_suspicions_seen: u64,
     /// How a donor writes its state machine's snapshot.
     snapshot_writer: snapshot::SnapshotWriter,
@@ -284,11 +281,9 @@ impl Gateway {
                         // not because a stall was reported at some point.
                         let counted = engines.log.counters().counter_suspicions;
                         let by_counter = counted > self.counter_suspicions_seen;
-                        let stalled = self
-                            .counter_stalled_since
-                            .get(usize::from(old))
-                            .copied()
-                            .flatten();
+                        // Since when, as the heartbeat engine saw it.
+                        let counter = engines.heartbeat.peer(MemberId(old));
+                        let stalled = counter.stalled.then_some(counter.counter_since_ns);
                         let (lost, by) = if liveness.is_dead(MemberId(old)) && died > 0 {
                             let how = liveness.death_seen_by(MemberId(old));
                             (died, how.map_or("pidfd", DeathSeen::label))
@@ -466,14 +461,7 @@ impl Gateway {
 
     fn on_counter_event(&mut self, e: CounterEvent) {
         match e {
-            CounterEvent::Stalled {
-                peer,
-                counter,
-                since_ns,
-            } => {
-                if let Some(s) = self.counter_stalled_since.get_mut(peer.index()) {
-                    *s = Some(since_ns);
-                }
+            CounterEvent::Stalled { peer, counter, .. } => {
                 self.count("counter_stalls");
                 self.event(
                     "counter-stalled",
@@ -483,15 +471,10 @@ impl Gateway {
                     ),
                 );
             }
-            CounterEvent::Resumed { peer } => {
-                if let Some(s) = self.counter_stalled_since.get_mut(peer.index()) {
-                    *s = None;
-                }
-                self.event(
-                    "counter-resumed",
-                    format!("member {} increments its heartbeat counter again", peer.0),
-                )
-            }
+            CounterEvent::Resumed { peer } => self.event(
+                "counter-resumed",
+                format!("member {} increments its heartbeat counter again", peer.0),
+            ),
         }
     }
 }
@@ -511,10 +494,6 @@ impl Host<ShmMemory, Kv> for Gateway {
 
     fn take_peer_up(&mut self) -> Option<MemberId> {
         let peer = self.liveness.take_newly_up()?;
-        // A new process: the old one's stall says nothing about it.
-        if let Some(s) = self.counter_stalled_since.get_mut(peer.index()) {
-            *s = None;
-        }
         tracing::info!(peer = peer.0, "peer runs again (a new process)");
         self.event("replica-back", format!("member {} runs again", peer.0));
         Some(peer)
@@ -530,9 +509,6 @@ impl Host<ShmMemory, Kv> for Gateway {
             self.dead_buf.reverse();
         }
         let peer = self.dead_buf.pop()?;
-        if let Some(s) = self.counter_stalled_since.get_mut(peer.index()) {
-            *s = None;
-        }
         tracing::warn!(peer = peer.0, "peer process exited");
         let how = self
             .liveness
@@ -1216,7 +1192,6 @@ fn drive<F: HostFabric>(
             latency: Latency::new(),
             host_counters: BTreeMap::new(),
             last_role: Role::Follower,
-            counter_stalled_since: [None; verbatim_core::fabric::MAX_MEMBERS],
             counter_suspicions_seen: 0,
             snapshot_writer: match m.cluster.fabric {
                 verbatim_client::manifest::FabricKind::Shm => snapshot::SnapshotWriter::Fork,
