@@ -107,8 +107,9 @@ pub struct KillRecord {
     /// commit's time).
     #[serde(default)]
     pub view_wait_us: Option<u64>,
-    /// "pidfd", "heartbeat" or "vote"; "+view" when the new leader was
-    /// decided by a view (primary-backup mode), not elected.
+    /// "pidfd", "heartbeat", "counter" or "vote"; "+view" when a view
+    /// decided the new leader (primary-backup mode) or who campaigned
+    /// (log mode with views).
     pub detected_by: Option<String>,
     /// Signal → first request completed by another replica.
     pub client_gap_us: Option<u64>,

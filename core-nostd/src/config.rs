@@ -19,7 +19,7 @@ pub const REPLY_BYTES_CAP: u32 = 4096;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Mode {
     /// DARE: a leader elected by votes commits once a majority holds an
-    /// entry; with views on, the view follows the elected leader.
+    /// entry; with views on, a view decides who campaigns (`node::view_led`).
     #[default]
     Log,
     /// uKharon-KV's primary-backup replication (§7.3) on the same log: the
@@ -117,6 +117,9 @@ pub enum Mutation {
     /// of every member of the view (a member of the view that then takes
     /// over may lack committed entries).
     PbCommitOnMajority,
+    /// Log mode with views: the member a view names leads on the view
+    /// alone, without the votes (and their log checks) of a majority.
+    ViewLeaderWithoutVotes,
     /// A member copying a snapshot votes and grants its log (which the
     /// restore then replaces under the leader that counts on it).
     GrantWhileCopying,

@@ -379,8 +379,9 @@ impl<M: Memory + Clone> ViewEngine<M> {
     /// current DARE term while it leads, `None` otherwise.
     pub fn want_view(&mut self, now_ns: u64, want: Option<View>) {
         self.now = self.now.max(now_ns);
-        if self.want != want {
+        if self.want != want || self.want_base.is_some() {
             self.want = want;
+            self.want_base = None;
             self.progress();
         }
     }

@@ -34,12 +34,16 @@
 //! view engine and the log engine the driver passes:
 //!
 //! * to the view engine, the view the log engine wants (one naming this
-//!   member while it leads, in its term) and whether its own acceptor
+//!   member while it leads, in its term; or, in log mode, a claim naming
+//!   it in the next term, `Node::log_claim`) and whether its own acceptor
 //!   memory may be trusted (not after a restart);
-//! * to the log engine, the lease (`set_read_lease`: reads without a
-//!   round) and the clearance to commit in its term (`clear_commit`),
-//!   once its view is active, or once no view can be decided or renewed
-//!   any more for a lease wait (`ViewEngine::fallback_allowed`).
+//! * to the log engine, every newer decided view (`Node::follow_view`:
+//!   in log mode the member it names campaigns), whether views can still
+//!   be decided (`Node::set_views_usable`: if not, DARE elects alone),
+//!   the lease (`set_read_lease`: reads without a round) and the
+//!   clearance to commit in its term (`clear_commit`), once its view is
+//!   active, or once no view can be decided or renewed any more for a
+//!   lease wait (`ViewEngine::fallback_allowed`).
 //!
 //! In primary-backup mode (`Config::mode`, issue 14) the log engine says
 //! which view it needs next (`Node::pb_want`: a takeover, a member dropped
@@ -504,14 +508,29 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                 self.views_due_ns = 0;
             }
         } else {
-            let want = (log.role() == Role::Leader).then(|| View {
-                leader: log.id(),
-                log_term: log.term(),
-                lease_ns: log.config().lease_ns,
-                members: 0,
-            });
-            if views.wanted() != want {
-                views.want_view(now_ns, want);
+            // Log mode: while views can be decided, they decide who
+            // campaigns (a claim); a leader wants the view naming it in
+            // its term, for its lease.
+            log.set_views_usable(!views.fallback_allowed(now_ns));
+            let (want, base) = if log.role() == Role::Leader {
+                let own = View {
+                    leader: log.id(),
+                    log_term: log.term(),
+                    lease_ns: log.config().lease_ns,
+                    members: 0,
+                };
+                (Some(own), None)
+            } else {
+                match log.log_claim() {
+                    Some((claim, base)) => (Some(claim), Some(base)),
+                    None => (None, None),
+                }
+            };
+            if views.wanted() != want || views.wanted_base() != base {
+                match base {
+                    Some(b) => views.want_view_based(now_ns, want, b),
+                    None => views.want_view(now_ns, want),
+                }
                 self.views_due_ns = 0;
             }
         }
@@ -536,14 +555,13 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
         }
         let views = self.engines.views.as_ref().expect("checked above");
         let log = &mut self.engines.log;
-        if primary_backup {
-            if let Some((epoch, view)) = views.latest() {
-                if log.pb_view().is_none_or(|(e, _)| e < epoch) {
-                    // Who leads, in which term, and whose copy counts (a
-                    // member still reading its row back follows it later).
-                    log.follow_view(now_ns, epoch, view);
-                    any |= log.pb_view().is_some_and(|(e, _)| e == epoch);
-                }
+        if let Some((epoch, view)) = views.latest() {
+            if log.pb_view().is_none_or(|(e, _)| e < epoch) {
+                // Who leads, in which term (who campaigns, in log mode),
+                // and whose copy counts (a member still reading its row
+                // back follows it later).
+                log.follow_view(now_ns, epoch, view);
+                any |= log.pb_view().is_some_and(|(e, _)| e == epoch);
             }
         }
         let term = log.term();

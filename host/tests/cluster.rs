@@ -321,8 +321,9 @@ fn killing_the_leader_loses_no_acknowledged_write() {
 }
 
 /// Views and leases on (`[views] lease_us`, issue 14): the leader answers
-/// reads under its lease, a killed leader's successor gets a view of its
-/// own and commits once it is active, and the history stays linearizable.
+/// reads under its lease, a killed leader's successor is named by a view
+/// before it campaigns (its failover record says "view"), commits once
+/// that view is active, and the history stays linearizable.
 #[test]
 fn with_views_the_leader_reads_under_its_lease_and_a_kill_loses_nothing() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -370,11 +371,17 @@ fn with_views_the_leader_reads_under_its_lease_and_a_kill_loses_nothing() {
                 .views
                 .as_ref()
                 .is_some_and(|v| v.leader == Some(s.id) && v.log_term == s.term);
-            // Its failover record times the wait for that view.
+            // Its failover record times the wait for that view, and says
+            // a view decided who campaigned.
             let timed = s
                 .failovers
                 .iter()
-                .any(|f| f.term == s.term && f.view_wait_us.is_some());
+                .any(|f| f.term == s.term && f.view_wait_us.is_some() && f.decided_by == "view");
+            assert!(
+                s.counters.get("view_campaigns").copied().unwrap_or(0) > 0,
+                "the leader campaigned because a view named it: {:?}",
+                s.counters
+            );
             if lease.contains(&format!("leader {}, term {}", s.id, s.term)) && own_view && timed {
                 break;
             }

@@ -157,6 +157,17 @@ pub enum Fault {
         /// Until.
         to_ns: u64,
     },
+    /// Views (issue 14): the member named leader by the first view decided
+    /// from `from_ns` on, that does not lead yet, stops running at once
+    /// (as [`Fault::Pause`]) until `to_ns`: a claim won by a member that
+    /// then does not campaign (log mode) or take over (primary-backup
+    /// mode) in time, or does so late, after newer views.
+    PauseNamedLeader {
+        /// From.
+        from_ns: u64,
+        /// Until.
+        to_ns: u64,
+    },
     /// A restart that loses acknowledged entries the others lack: at
     /// `from_ns`, the followers but one (the *keeper*) are cut off from the
     /// leader and the keeper for `lag_ns`, so entries commit on the leader
@@ -452,6 +463,9 @@ pub struct RunReport {
     /// Suspicions of a leader whose heartbeat counter stood still (the
     /// second detector level acting), summed like `view_takeovers`.
     pub counter_suspicions: u64,
+    /// Log mode with views: campaigns a decided view started, summed like
+    /// `view_takeovers`.
+    pub view_campaigns: u64,
     /// When the run ended (virtual ns).
     pub end_ns: u64,
     /// Each member's apply index when the run ended (None: not running).
@@ -709,9 +723,13 @@ pub struct Cluster {
     vote_reliability: VoteReliability,
     suspicions: FalseSuspicionAccuracy,
     leases: crate::check::leases::LeaseSafety,
+    view_leaders: crate::check::view_leaders::ViewLeaders,
     counters: CounterAccuracy,
     committed: CommittedLog,
-    /// The member each `Fault::PauseLeader` (by index) stopped.
+    /// A `Fault::PauseNamedLeader` (by index) waiting for a view.
+    pause_named: Option<usize>,
+    /// The member each `Fault::PauseLeader` or `PauseNamedLeader` (by
+    /// index) stopped.
     paused_leaders: Vec<(usize, usize)>,
     sm_safety: StateMachineSafety,
     violations: Vec<Violation>,
@@ -886,9 +904,11 @@ impl Cluster {
             vote_reliability: VoteReliability::default(),
             suspicions: FalseSuspicionAccuracy::default(),
             leases: Default::default(),
+            view_leaders: Default::default(),
             counters: CounterAccuracy::default(),
             committed: CommittedLog::default(),
             paused_leaders: Vec::new(),
+            pause_named: None,
             sm_safety: StateMachineSafety::default(),
             violations: Vec::new(),
             needs_recovery: 0,
@@ -987,6 +1007,7 @@ impl Cluster {
                 Fault::Reconfigure { at_ns, .. } => (*at_ns, None),
                 Fault::Pause { from_ns, to_ns, .. }
                 | Fault::PauseLeader { from_ns, to_ns }
+                | Fault::PauseNamedLeader { from_ns, to_ns }
                 | Fault::PauseMidCopy { from_ns, to_ns, .. }
                 | Fault::Partition { from_ns, to_ns, .. }
                 | Fault::Delay { from_ns, to_ns, .. } => (*from_ns, Some(*to_ns)),
@@ -1222,6 +1243,7 @@ impl Cluster {
                     self.paused_leaders.push((k, l));
                 }
             }
+            Fault::PauseNamedLeader { .. } => self.pause_named = Some(k),
             Fault::PauseMidCopy { to_ns, .. } => {
                 let leader = (0..self.nodes.len()).find(|&i| {
                     self.nodes[i].state == NodeState::Running
@@ -1477,6 +1499,10 @@ impl Cluster {
     fn fault_end(&mut self, k: usize) {
         let f = self.opts.faults[k].clone();
         self.log(|| format!("fault over: {f:?}"));
+        if self.pause_named == Some(k) {
+            // No view named anyone in time.
+            self.pause_named = None;
+        }
         if let Fault::PauseMidCopy { .. } = f {
             for i in 0..self.nodes.len() {
                 self.nodes[i].stop_mid_copy_until = None;
@@ -1487,7 +1513,7 @@ impl Cluster {
         }
         let paused = match f {
             Fault::Pause { node, .. } => Some(usize::from(node)),
-            Fault::PauseLeader { .. } => self
+            Fault::PauseLeader { .. } | Fault::PauseNamedLeader { .. } => self
                 .paused_leaders
                 .iter()
                 .find(|(fault, _)| *fault == k)
@@ -1595,6 +1621,8 @@ impl Cluster {
                     self.log(|| format!("node {i}: {e:?}"));
                     if let verbatim_core::views::ViewEvent::Decided { epoch, view, .. } = e {
                         self.leases.view(epoch, view);
+                        self.view_leaders.view(view);
+                        self.pause_named_leader(view);
                     }
                 }
             }
@@ -1966,8 +1994,35 @@ impl Cluster {
         }
     }
 
+    /// A `Fault::PauseNamedLeader` waiting for a view stops the member
+    /// `view` names, unless it leads already.
+    fn pause_named_leader(&mut self, view: verbatim_core::views::View) {
+        let Some(k) = self.pause_named else { return };
+        let l = usize::from(view.leader.0);
+        let Some(node) = self.nodes.get(l) else {
+            return;
+        };
+        let leads = node.driver.log().role() == Role::Leader;
+        if node.state == NodeState::Running && !leads {
+            self.log(|| format!("fault: node {l}, named by a view, stops"));
+            self.pause_named = None;
+            self.nodes[l].state = NodeState::Paused;
+            self.counters.stopped(l, self.now);
+            self.paused_leaders.push((k, l));
+        }
+    }
+
     fn observe(&mut self, i: usize) {
         self.check_votes(i);
+        {
+            let log = self.nodes[i].driver.log();
+            if log.role() == Role::Leader {
+                let (term, by_view) = (log.term(), log.leads_by_view());
+                if let Some(v) = self.view_leaders.observe_leader(self.now, i, term, by_view) {
+                    self.violation(v);
+                }
+            }
+        }
         let log_full = self.nodes[i].driver.log().counters().log_full;
         self.log_full_total += log_full.saturating_sub(self.nodes[i].log_full_seen);
         self.nodes[i].log_full_seen = log_full;
@@ -2739,6 +2794,11 @@ impl Cluster {
                 .nodes
                 .iter()
                 .map(|n| n.driver.log().counters().elections_started)
+                .sum(),
+            view_campaigns: self
+                .nodes
+                .iter()
+                .map(|n| n.driver.log().counters().view_campaigns)
                 .sum(),
             counter_suspicions: self
                 .nodes

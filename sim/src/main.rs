@@ -33,7 +33,7 @@ fn usage() -> ExitCode {
 }
 
 /// Every mutation's name (the soak script runs each).
-const MUTATIONS: [&str; 23] = [
+const MUTATIONS: [&str; 24] = [
     "commit-on-minority",
     "vote-without-log-check",
     "read-without-term-check",
@@ -57,6 +57,7 @@ const MUTATIONS: [&str; 23] = [
     "lease-without-drift-allowance",
     "hold-log-for-recovery-until-full",
     "pb-commit-on-majority",
+    "view-leader-without-votes",
 ];
 
 fn parse_mutation(s: &str) -> Option<Mutation> {
@@ -85,6 +86,7 @@ fn parse_mutation(s: &str) -> Option<Mutation> {
         "grant-while-copying" => Mutation::GrantWhileCopying,
         "grant-while-restoring" => Mutation::GrantWhileRestoring,
         "pb-commit-on-majority" => Mutation::PbCommitOnMajority,
+        "view-leader-without-votes" => Mutation::ViewLeaderWithoutVotes,
         _ => return None,
     })
 }
@@ -183,6 +185,10 @@ fn main() -> ExitCode {
             r.report.lease_reads, r.report.lease_samples
         );
         println!(
+            "leaders: {} elections started, {} of them by a view; {} primaries by a view",
+            r.report.elections_started, r.report.view_campaigns, r.report.view_takeovers
+        );
+        println!(
             "seeds: 1, violations: {}, undecided: {undecided}",
             r.report.violations.len()
         );
@@ -199,14 +205,17 @@ fn main() -> ExitCode {
     let undecided = Arc::new(Mutex::new(Vec::new()));
     let most_steps = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicU64::new(0));
+    // Seeds in which a view started a campaign, took a primary over.
+    let by_view = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
     let workers: Vec<_> = (0..threads)
         .map(|_| {
-            let (next, failed, undecided, most_steps, done) = (
+            let (next, failed, undecided, most_steps, done, by_view) = (
                 next.clone(),
                 failed.clone(),
                 undecided.clone(),
                 most_steps.clone(),
                 done.clone(),
+                by_view.clone(),
             );
             std::thread::spawn(move || loop {
                 let s = next.fetch_add(1, Ordering::Relaxed);
@@ -215,6 +224,8 @@ fn main() -> ExitCode {
                 }
                 let r = run_seed(s, mutation, false);
                 most_steps.fetch_max(r.report.linearizability_steps, Ordering::Relaxed);
+                by_view[0].fetch_add(u64::from(r.report.view_campaigns > 0), Ordering::Relaxed);
+                by_view[1].fetch_add(u64::from(r.report.view_takeovers > 0), Ordering::Relaxed);
                 if r.report.linearizability_unknown {
                     eprintln!(
                         "seed {s} UNDECIDED: the linearizability search ran out of budget ({})",
@@ -252,6 +263,11 @@ fn main() -> ExitCode {
         threads,
         most_steps.load(Ordering::Relaxed),
         verbatim_sim::check::linearizability::DEFAULT_STEPS_PER_KEY
+    );
+    println!(
+        "seeds with a campaign started by a view: {}, with a primary taking over by a view: {}",
+        by_view[0].load(Ordering::Relaxed),
+        by_view[1].load(Ordering::Relaxed)
     );
     if !failed.is_empty() {
         let list: Vec<String> = failed.iter().map(|(s, _)| s.to_string()).collect();

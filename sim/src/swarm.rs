@@ -168,6 +168,22 @@ fn views(seed: u64, o: &mut ClusterOptions) {
         v.range_inclusive(1, u64::from(members)) as u8
     };
     primary_backup(seed, o);
+    named_leader_pause(seed, o);
+}
+
+/// Leaders named by views (issue 14, item 4(b)), from a stream of its own:
+/// in half of the seeds that run views, the member the first view decided
+/// after a random instant names stops at once, for 0.1 to 3 ms: its claim
+/// won, and it campaigns (or takes over) late or never, while the others
+/// claim again.
+fn named_leader_pause(seed: u64, o: &mut ClusterOptions) {
+    let mut n = SplitMix64::new(seed ^ 0x4E41_4D45_4421); // "NAMED!"
+    if !n.chance(1, 2) {
+        return;
+    }
+    let from_ns = n.range_inclusive(MS, o.safety_ns - MS / 2);
+    let to_ns = (from_ns + n.range_inclusive(100 * US, 3 * MS)).min(o.safety_ns);
+    o.faults.push(Fault::PauseNamedLeader { from_ns, to_ns });
 }
 
 /// Primary-backup mode (uKharon-KV §7.3, issue 14), from a stream of its

@@ -86,6 +86,10 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             if req.term == self.term && (self.leader.is_some() || self.role != Role::Follower) {
                 continue;
             }
+            // Nor against the member a view named for this term.
+            if self.vote_against_view(c, req.term) {
+                continue;
+            }
             match self.duty {
                 Duty::VoteCheck { term, .. } | Duty::VoteReplicate { term, .. }
                     if term >= req.term =>
@@ -217,8 +221,12 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
 
     pub(super) fn adopt_leader(&mut self, l: MemberId) {
         self.set_role(Role::Follower, Some(l));
-        // A primary followed again is no longer to be replaced.
+        // A primary followed again is no longer to be replaced, nor a
+        // leader.
         self.pb.claim = false;
+        self.vl.claim = None;
+        // Our log may grow under it.
+        self.vl.hopeless_tail_index = None;
         self.peers[l.index()].hb_counter_seen = self.peers[l.index()].row.heartbeat.counter;
         self.set_timer(Timer::FdCheck, Some(self.now + self.fd_period_ns));
         self.set_timer(Timer::Election, None);
@@ -243,6 +251,10 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         }
         self.term = term;
         self.row.term = term;
+        if self.vl.claim.is_some_and(|c| c.log_term <= term) {
+            // Someone campaigns in the term we asked for: too late.
+            self.vl.claim = None;
+        }
         self.revoke_all();
         self.duty = Duty::None;
         self.set_role(Role::Follower, None);
@@ -314,10 +326,23 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             self.set_timer(Timer::Election, Some(self.now + t));
             return;
         }
+        if self.vl.usable {
+            // Views decide who campaigns (view_led.rs).
+            self.claim_leadership();
+            return;
+        }
+        self.campaign(self.term + 1);
+    }
+
+    /// Becomes a candidate in `term` (at least the current one): revokes
+    /// every peer's access to our log, then asks for votes once the
+    /// revokes are in effect (`Duty::Campaign`).
+    pub(super) fn campaign(&mut self, term: u64) {
+        assert!(term >= self.term, "terms only grow");
         if self.role == Role::Leader {
             self.leader_cleanup();
         }
-        self.term += 1;
+        self.term = term;
         self.row.term = self.term;
         self.revoke_all();
         self.set_role(Role::Candidate, None);
@@ -364,6 +389,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                     return;
                 }
                 if self.campaign_is_hopeless(w.tail_index) {
+                    self.vl.hopeless_tail_index = Some(w.tail_index);
                     // Nothing was published since the term went up (no
                     // push while a campaign is pending, see flush_row):
                     // take it back, so no leader is deposed for nothing.
@@ -423,6 +449,18 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                     up_to_date = true;
                 }
                 self.row_dirty = true; // publish our new term either way
+                if !up_to_date && self.vl.usable && self.vl.claim.is_none() {
+                    // Our log is newer than that of the member a view
+                    // named (or of a candidate): ask for a view naming
+                    // us, soon, unless it wins meanwhile with the votes of
+                    // others (then we follow it). Without this, the one
+                    // who claims first after each timeout wins the view,
+                    // however old its log.
+                    let soon = self.now + self.cfg.election_timeout_min_ns / 4;
+                    if self.timers[Timer::Election as usize].is_none_or(|t| t > soon) {
+                        self.set_timer(Timer::Election, Some(soon));
+                    }
+                }
                 if up_to_date {
                     self.write_adjust_list(&w, term, candidate);
                     self.row.private_vote = Ballot::new(term, candidate);
@@ -482,7 +520,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     /// recovery`. Rows we hold are at most as new as their owners', so the
     /// member with the most complete log is never held back (every applied
     /// entry is in its log) and an election can always happen.
-    fn campaign_is_hopeless(&self, tail_index: u64) -> bool {
+    pub(super) fn campaign_is_hopeless(&self, tail_index: u64) -> bool {
         let could_vote = self
             .others()
             .filter(|&p| {

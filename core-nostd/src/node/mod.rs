@@ -16,6 +16,7 @@ mod recovery;
 mod restart;
 #[cfg(test)]
 mod tests;
+mod view_led;
 
 pub use election::FD_TIMELY_CHECKS_TO_SHRINK;
 pub use reconfig::{ReconfigError, ReconfigOp};
@@ -241,9 +242,13 @@ pub struct Counters {
     /// Primary-backup mode: times this member became primary by a view
     /// the coordinators decided (no election).
     pub view_takeovers: u64,
-    /// Primary-backup mode: times this member asked to take over (it
-    /// suspected the primary, or knew none).
+    /// Times this member asked for a view naming it: to take over as
+    /// primary (primary-backup mode), or to campaign (log mode with
+    /// views). It suspected its leader, or knew none.
     pub view_claims: u64,
+    /// Log mode with views: campaigns started because a decided view
+    /// named this member (the others were DARE's own elections).
+    pub view_campaigns: u64,
     /// Times this member suspected its leader because the leader's
     /// heartbeat counter stood still (`handle_peer_stalled`).
     pub counter_suspicions: u64,
@@ -782,8 +787,11 @@ pub struct Node<M: Memory, S: StateMachine> {
     /// cycling stage slot holds one, so a reply is never overwritten
     /// before the host saw its event.
     replies_queued: u64,
-    /// Primary-backup mode ([`pb`]).
+    /// Primary-backup mode ([`pb`]); in both modes, the newest view
+    /// followed.
     pb: pb::PrimaryBackup,
+    /// Log mode with views: leaders decided by views ([`view_led`]).
+    vl: view_led::ViewLed,
 }
 
 impl<M: Memory, S: StateMachine> Node<M, S> {
@@ -932,6 +940,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             reply_stage_next: 0,
             replies_queued: 0,
             pb: pb::PrimaryBackup::default(),
+            vl: view_led::ViewLed::default(),
             cfg: config,
         };
         Ok(node)

@@ -80,7 +80,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         (self.pb.want, self.pb.epoch)
     }
 
-    /// Primary-backup mode: the newest view followed, with its epoch.
+    /// The newest view followed, with its epoch (both modes).
     pub fn pb_view(&self) -> Option<(u64, View)> {
         self.pb.view.map(|v| (self.pb.epoch, v))
     }
@@ -109,13 +109,18 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             })
     }
 
-    /// Primary-backup mode: follows a newer decided view (the driver
-    /// passes each one once the view engine knows it).
+    /// Follows a newer decided view (the driver passes each one once the
+    /// view engine knows it). In log mode, see `view_led.rs`.
     pub fn follow_view(&mut self, now: u64, epoch: u64, view: View) {
         self.tick_clock(now);
-        if !self.pb_mode() || epoch <= self.pb.epoch || self.read_back.is_some() {
+        if epoch <= self.pb.epoch || self.read_back.is_some() {
             // (A restarted member follows nothing before it has read its
             // row back: the driver passes the view again.)
+            return;
+        }
+        if !self.pb_mode() {
+            self.follow_view_log(epoch, view);
+            self.invariants();
             return;
         }
         self.pb.epoch = epoch;

@@ -2554,3 +2554,75 @@ fn a_leader_whose_counter_stalls_is_suspected_and_replaced() {
     let l = new_leader.expect("a new leader");
     assert!(h.nodes[l].term() > term);
 }
+
+/// Log mode with views (issue 14, item 4(b)): a member that would start an
+/// election asks for a view naming it instead; the member a decided view
+/// names campaigns in the view's term and wins DARE's votes, the others
+/// move to that term and vote in it for the named member only; a newer
+/// view deposes a leader the same way; once views cannot be decided,
+/// elections are DARE's own again.
+#[test]
+fn in_log_mode_a_decided_view_names_who_campaigns() {
+    use crate::views::View;
+    let mut h = Harness::with(3, |c| c.lease_ns = 50_000);
+    for i in 0..3 {
+        h.nodes[i].set_views_usable(true);
+    }
+    h.start_all();
+    h.settle(4);
+    // Node 0's election timeout: a claim, no campaign.
+    h.now = h.nodes[0].timers[Timer::Election as usize].unwrap();
+    h.settle(2);
+    assert_ne!(h.nodes[0].role(), Role::Candidate);
+    assert_eq!(h.nodes[0].term(), 0, "no term is taken before a view");
+    let (claim, base) = h.nodes[0].log_claim().expect("a claim");
+    assert_eq!((claim.leader, claim.log_term, base), (MemberId(0), 1, 0));
+    assert_eq!(h.nodes[0].counters().view_claims, 1);
+    // The coordinators decide node 1's claim instead.
+    let view = |leader: u8, log_term: u64| View {
+        leader: MemberId(leader),
+        log_term,
+        lease_ns: 50_000,
+        members: 0,
+    };
+    for i in 0..3 {
+        h.nodes[i].follow_view(h.now, 1, view(1, 1));
+    }
+    assert_eq!(h.nodes[0].log_claim(), None, "settled by the view");
+    assert_eq!(h.nodes[1].role(), Role::Candidate);
+    assert!(h.nodes[0].vote_against_view(MemberId(2), 1));
+    assert!(!h.nodes[0].vote_against_view(MemberId(1), 1));
+    h.settle(8);
+    assert_eq!(h.nodes[1].role(), Role::Leader);
+    assert!(h.nodes[1].leads_by_view());
+    assert_eq!(h.nodes[1].counters().view_campaigns, 1);
+    for i in [0, 2] {
+        assert_eq!(h.nodes[i].leader(), Some(MemberId(1)));
+        assert_eq!(h.nodes[i].row.private_vote.member, Some(MemberId(1)));
+    }
+    // A newer view names node 2: node 1 steps down, node 2 is elected.
+    for i in 0..3 {
+        h.nodes[i].follow_view(h.now, 2, view(2, 2));
+    }
+    assert_ne!(h.nodes[1].role(), Role::Leader);
+    h.settle(8);
+    assert_eq!(h.nodes[2].role(), Role::Leader);
+    assert_eq!(h.nodes[2].term(), 2);
+    assert!(h.nodes[2].leads_by_view());
+    // No view can be decided any more: node 2's death starts DARE's own
+    // election at the member after it (node 0).
+    for i in 0..3 {
+        h.nodes[i].set_views_usable(false);
+    }
+    h.down[2] = true;
+    for i in 0..2 {
+        h.nodes[i].handle_peer_down(h.now, MemberId(2));
+    }
+    h.now = h.nodes[0].timers[Timer::Election as usize].unwrap();
+    h.settle(8);
+    assert_eq!(h.nodes[0].role(), Role::Leader);
+    assert_eq!(h.nodes[0].term(), 3);
+    assert!(!h.nodes[0].leads_by_view(), "elected, not named");
+    assert_eq!(h.nodes[0].counters().view_campaigns, 0);
+    assert_eq!(h.nodes[0].log_claim(), None);
+}

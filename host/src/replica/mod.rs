@@ -302,13 +302,11 @@ impl Gateway {
                 self.failovers.role_changed(
                     now,
                     unix_ms(),
-                    (role == Role::Leader).then_some(
-                        if engines.log.config().mode == verbatim_core::Mode::PrimaryBackup {
-                            "view"
-                        } else {
-                            "election"
-                        },
-                    ),
+                    (role == Role::Leader).then_some(if engines.log.leads_by_view() {
+                        "view"
+                    } else {
+                        "election"
+                    }),
                     term,
                     leader.map(|l| l.0),
                     st.commit_index,
@@ -697,6 +695,7 @@ impl<F: HostFabric> Replica<F> {
             ("elections_won", c.elections_won),
             ("view_takeovers", c.view_takeovers),
             ("view_claims", c.view_claims),
+            ("view_campaigns", c.view_campaigns),
             ("counter_suspicions", c.counter_suspicions),
             ("votes_granted", c.votes_granted),
             ("step_downs", c.step_downs),
