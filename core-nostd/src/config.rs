@@ -120,6 +120,9 @@ pub enum Mutation {
     /// Log mode with views: the member a view names leads on the view
     /// alone, without the votes (and their log checks) of a majority.
     ViewLeaderWithoutVotes,
+    /// Log mode with views: a member runs DARE's own election while views
+    /// can still be decided, instead of claiming a view.
+    CampaignWithoutView,
     /// A member copying a snapshot votes and grants its log (which the
     /// restore then replaces under the leader that counts on it).
     GrantWhileCopying,

@@ -459,6 +459,12 @@ impl<M: Memory + Clone> ViewEngine<M> {
             .any(|t| now_ns.saturating_sub(t) >= wait)
     }
 
+    /// Whether this member may still propose views (false once a slot's
+    /// proposal numbers ran out, uKharon A.6, or a proposal was refused).
+    pub fn can_propose(&self) -> bool {
+        !self.exhausted
+    }
+
     /// The view this member currently asks for.
     pub fn wanted(&self) -> Option<View> {
         self.want

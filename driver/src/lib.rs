@@ -64,6 +64,32 @@ use verbatim_core::sm::{ReadError, RequestError};
 use verbatim_core::views::{View, ViewEngine, ViewEvent};
 use verbatim_core::{Config, ConfigError, Layout, Memory, Mode, Node, StateMachine};
 
+/// The view the log engine wants, and the epoch it was derived from (only
+/// for a claim or a primary-backup view: proposed only while that epoch is
+/// the newest).
+fn wanted_view<M: Memory, S: StateMachine>(log: &Node<M, S>) -> (Option<View>, Option<u64>) {
+    if log.config().mode == Mode::PrimaryBackup {
+        // A takeover, a member dropped or added, derived from the newest
+        // view it follows.
+        let (want, base) = log.pb_want();
+        return (want, Some(base));
+    }
+    if log.role() == Role::Leader {
+        // The view naming it in its term, for its lease.
+        let own = View {
+            leader: log.id(),
+            log_term: log.term(),
+            lease_ns: log.config().lease_ns,
+            members: 0,
+        };
+        return (Some(own), None);
+    }
+    match log.log_claim() {
+        Some((claim, base)) => (Some(claim), Some(base)),
+        None => (None, None),
+    }
+}
+
 /// The engines of one member.
 pub struct Engines<M: Memory, S: StateMachine> {
     /// DARE's replicated log (election, replication, reads, the service).
@@ -430,6 +456,11 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                 work = true;
             }
         }
+        if self.view_want_changed() {
+            // A claim made in this step goes out now, not after the loop
+            // has parked (a failover waited for that).
+            work |= self.step_views(now_ns, fabric, host);
+        }
         if !self.held.is_empty() {
             log_work |= self.release_held(now_ns, host);
         }
@@ -475,6 +506,15 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
         any
     }
 
+    /// Whether the log engine now wants another view than the view engine
+    /// was told (it claimed in its own step, after the view engine ran).
+    fn view_want_changed(&self) -> bool {
+        self.engines.views.as_ref().is_some_and(|views| {
+            let (want, base) = wanted_view(&self.engines.log);
+            views.wanted() != want || views.wanted_base() != base
+        })
+    }
+
     /// Runs the view engine when due and passes what it knows between it
     /// and the log engine (see the crate documentation). Returns whether
     /// it did any work.
@@ -499,40 +539,19 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             }
         }
         let primary_backup = log.config().mode == Mode::PrimaryBackup;
-        if primary_backup {
-            // The log engine says which view it needs next (a takeover, a
-            // member dropped or added), derived from the newest it follows.
-            let (want, base) = log.pb_want();
-            if views.wanted() != want || views.wanted_base() != Some(base) {
-                views.want_view_based(now_ns, want, base);
-                self.views_due_ns = 0;
-            }
-        } else {
+        if !primary_backup {
             // Log mode: while views can be decided, they decide who
-            // campaigns (a claim); a leader wants the view naming it in
-            // its term, for its lease.
-            log.set_views_usable(!views.fallback_allowed(now_ns));
-            let (want, base) = if log.role() == Role::Leader {
-                let own = View {
-                    leader: log.id(),
-                    log_term: log.term(),
-                    lease_ns: log.config().lease_ns,
-                    members: 0,
-                };
-                (Some(own), None)
-            } else {
-                match log.log_claim() {
-                    Some((claim, base)) => (Some(claim), Some(base)),
-                    None => (None, None),
-                }
-            };
-            if views.wanted() != want || views.wanted_base() != base {
-                match base {
-                    Some(b) => views.want_view_based(now_ns, want, b),
-                    None => views.want_view(now_ns, want),
-                }
-                self.views_due_ns = 0;
+            // campaigns (a claim).
+            // (Not by a member whose engine proposes no more.)
+            log.set_views_usable(!views.fallback_allowed(now_ns) && views.can_propose());
+        }
+        let (want, base) = wanted_view(log);
+        if views.wanted() != want || views.wanted_base() != base {
+            match base {
+                Some(b) => views.want_view_based(now_ns, want, b),
+                None => views.want_view(now_ns, want),
             }
+            self.views_due_ns = 0;
         }
         if now_ns >= self.views_due_ns {
             views.handle_timeout(now_ns);

@@ -466,6 +466,9 @@ pub struct RunReport {
     /// Log mode with views: campaigns a decided view started, summed like
     /// `view_takeovers`.
     pub view_campaigns: u64,
+    /// The newest epoch any member knows when the run ended (views
+    /// decided; 0 with views off).
+    pub views_decided: u64,
     /// When the run ended (virtual ns).
     pub end_ns: u64,
     /// Each member's apply index when the run ended (None: not running).
@@ -2018,7 +2021,11 @@ impl Cluster {
             let log = self.nodes[i].driver.log();
             if log.role() == Role::Leader {
                 let (term, by_view) = (log.term(), log.leads_by_view());
-                if let Some(v) = self.view_leaders.observe_leader(self.now, i, term, by_view) {
+                let usable = log.views_usable();
+                if let Some(v) = self
+                    .view_leaders
+                    .observe_leader(self.now, i, term, by_view, usable)
+                {
                     self.violation(v);
                 }
             }
@@ -2800,6 +2807,13 @@ impl Cluster {
                 .iter()
                 .map(|n| n.driver.log().counters().view_campaigns)
                 .sum(),
+            views_decided: self
+                .nodes
+                .iter()
+                .filter_map(|n| n.driver.engines().views.as_ref())
+                .filter_map(|v| v.latest().map(|(e, _)| e))
+                .max()
+                .unwrap_or(0),
             counter_suspicions: self
                 .nodes
                 .iter()

@@ -33,7 +33,7 @@ fn usage() -> ExitCode {
 }
 
 /// Every mutation's name (the soak script runs each).
-const MUTATIONS: [&str; 24] = [
+const MUTATIONS: [&str; 25] = [
     "commit-on-minority",
     "vote-without-log-check",
     "read-without-term-check",
@@ -58,6 +58,7 @@ const MUTATIONS: [&str; 24] = [
     "hold-log-for-recovery-until-full",
     "pb-commit-on-majority",
     "view-leader-without-votes",
+    "campaign-without-view",
 ];
 
 fn parse_mutation(s: &str) -> Option<Mutation> {
@@ -87,6 +88,7 @@ fn parse_mutation(s: &str) -> Option<Mutation> {
         "grant-while-restoring" => Mutation::GrantWhileRestoring,
         "pb-commit-on-majority" => Mutation::PbCommitOnMajority,
         "view-leader-without-votes" => Mutation::ViewLeaderWithoutVotes,
+        "campaign-without-view" => Mutation::CampaignWithoutView,
         _ => return None,
     })
 }

@@ -392,12 +392,15 @@ fn reading_without_the_term_check_is_caught() {
     assert!(hits > 0, "stale reads by a deposed leader went unnoticed");
 }
 
-/// The stale-read scenario with views and 1 ms leases (issue 14): each
+/// The stale-read scenario with views and 2 ms leases (issue 14): each
 /// leader in turn is cut off while clients keep reading from it, and a
-/// new leader is elected well within the old one's lease.
+/// new leader is elected well within the old one's lease. (With 1 ms
+/// leases, a new leader's first commit now often comes after the old
+/// lease ended anyway: the view naming it is decided before its
+/// election, not after.)
 fn leased_read_scenario(seed: u64, mutation: Mutation) -> ClusterOptions {
     let mut o = stale_read_scenario(seed, mutation);
-    o.config.lease_ns = 1_000_000;
+    o.config.lease_ns = 2_000_000;
     o.config.lease_drift_ppm = 1_000;
     o
 }
@@ -1205,7 +1208,29 @@ fn in_log_mode_views_decide_who_campaigns() {
             "seed {seed}: an election no view started"
         );
         assert_eq!(r.view_takeovers, 0, "seed {seed}: a takeover in log mode");
+        // One view to start, a few for the failover (the lagging member's
+        // claim, the refusing member's, claims while the links reconnect,
+        // spaced out): not one per election timeout.
+        assert!(
+            r.views_decided <= 8,
+            "seed {seed}: {} views decided",
+            r.views_decided
+        );
     }
+}
+
+/// A member that runs DARE's own election while views can be decided is
+/// caught at once (every election in the scenario would be one).
+#[test]
+fn campaigning_without_a_view_is_caught() {
+    let r = run(view_led_scenario(0, Mutation::CampaignWithoutView));
+    assert!(
+        r.violations
+            .iter()
+            .any(|v| v.invariant == "campaigns by view"),
+        "{:?}",
+        r.violations
+    );
 }
 
 /// Seeds of the 10,000-seed run of the current draw that once failed:
@@ -1221,9 +1246,15 @@ fn in_log_mode_views_decide_who_campaigns() {
 /// them).
 #[test]
 fn current_seeds_that_once_failed_stay_fixed() {
-    let mut failures = run_seeds(2380..2381, Mutation::None);
-    failures.extend(run_seeds(4548..4549, Mutation::None));
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    for seed in [2380, 4548] {
+        // Their scenarios as they failed: without the pause of a named
+        // leader, drawn for half of the view seeds since.
+        let mut o = verbatim_sim::swarm::options_for_seed(seed);
+        o.faults
+            .retain(|f| !matches!(f, Fault::PauseNamedLeader { .. }));
+        let r = run(o);
+        assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+    }
 }
 
 /// The swarm's primary-backup seeds (a third of those with views) keep

@@ -225,8 +225,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         // leader.
         self.pb.claim = false;
         self.vl.claim = None;
-        // Our log may grow under it.
-        self.vl.hopeless_tail_index = None;
+        self.vl.own_claims_in_row = 0;
         self.peers[l.index()].hb_counter_seen = self.peers[l.index()].row.heartbeat.counter;
         self.set_timer(Timer::FdCheck, Some(self.now + self.fd_period_ns));
         self.set_timer(Timer::Election, None);
@@ -326,7 +325,13 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             self.set_timer(Timer::Election, Some(self.now + t));
             return;
         }
-        if self.vl.usable {
+        #[allow(unused_mut)]
+        let mut claim = self.vl.usable;
+        #[cfg(feature = "mutation-testing")]
+        if self.cfg.mutation == crate::config::Mutation::CampaignWithoutView {
+            claim = false;
+        }
+        if claim {
             // Views decide who campaigns (view_led.rs).
             self.claim_leadership();
             return;
@@ -389,13 +394,20 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                     return;
                 }
                 if self.campaign_is_hopeless(w.tail_index) {
-                    self.vl.hopeless_tail_index = Some(w.tail_index);
+                    self.counters.campaigns_forgone += 1;
+                    if self.vl.campaign_term == term {
+                        // A view started it: the others moved to this term
+                        // already, and it may be the term we had (we may
+                        // have acknowledged entries in it, which a restart
+                        // must find). Stay in it, as a follower.
+                        self.set_role(Role::Follower, None);
+                        return;
+                    }
                     // Nothing was published since the term went up (no
                     // push while a campaign is pending, see flush_row):
                     // take it back, so no leader is deposed for nothing.
                     self.term = term - 1;
                     self.row.term = self.term;
-                    self.counters.campaigns_forgone += 1;
                     self.set_role(Role::Follower, None);
                     return;
                 }

@@ -26,6 +26,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.head_pos = self.head_pos.max(floor);
         self.set_role(Role::Leader, Some(self.me));
         self.vl.claim = None;
+        self.vl.own_claims_in_row = 0;
         for p in self.others() {
             let peer = &mut self.peers[p.index()];
             peer.repl = Repl {

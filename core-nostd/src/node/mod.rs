@@ -249,6 +249,9 @@ pub struct Counters {
     /// Log mode with views: campaigns started because a decided view
     /// named this member (the others were DARE's own elections).
     pub view_campaigns: u64,
+    /// Log mode with views: claims not made because too many voters
+    /// applied past our log (DARE's pre-vote from the table).
+    pub claims_forgone: u64,
     /// Times this member suspected its leader because the leader's
     /// heartbeat counter stood still (`handle_peer_stalled`).
     pub counter_suspicions: u64,

@@ -11,9 +11,10 @@
 //!   an epoch that is no longer the newest).
 //! * **Campaign.** The member a decided view names campaigns in the view's
 //!   term at once ([`Node::follow_view`]); every other member that learns
-//!   the view moves to its term, which revokes the old leader's access to
-//!   its log before the vote request arrives, and votes in that term for
-//!   the named member only. The votes are DARE's: a voter grants its log
+//!   the view moves to its term (revoking the old leader's access to its
+//!   log; a parked member usually learns the view from the vote request
+//!   itself, which rings it) and votes in that term for the named member
+//!   only. The votes are DARE's: a voter grants its log
 //!   only to a candidate whose log is at least as up to date as its own,
 //!   and the candidate leads with the votes of a majority. So the view
 //!   chooses *who* campaigns (no split votes, no randomized backoff), and
@@ -48,11 +49,16 @@ pub(super) struct ViewLed {
     /// The term this member campaigned in because a view named it (0:
     /// none).
     pub campaign_term: u64,
-    /// The tail index of our log when a campaign found it hopeless (see
-    /// `claim_leadership`); forgotten once we follow a leader, which may
-    /// make it grow.
-    pub hopeless_tail_index: Option<u64>,
+    /// Claims made in a row as the candidate a view named (its voters do
+    /// not answer: a link down, a member descheduled): each waits twice
+    /// as long as the last, so a candidate that cannot reach its voters
+    /// does not use a view slot per election timeout.
+    pub own_claims_in_row: u32,
 }
+
+/// Most doublings of the wait between a named candidate's claims (16
+/// election timeouts).
+const OWN_CLAIM_BACKOFF_MAX_SHIFT: u32 = 4;
 
 impl<M: Memory, S: StateMachine> Node<M, S> {
     /// Log mode: whether views decide who campaigns (views on and still
@@ -64,6 +70,11 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         if !self.vl.usable {
             self.vl.claim = None;
         }
+    }
+
+    /// Log mode: whether views decide who campaigns here now.
+    pub fn views_usable(&self) -> bool {
+        self.vl.usable
     }
 
     /// Log mode: the view this member asks for to lead, and the epoch of
@@ -85,24 +96,26 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     /// naming this member leader in the next term. Asked again after an
     /// election timeout if no view comes.
     pub(super) fn claim_leadership(&mut self) {
-        let t = self.random_election_timeout();
-        self.set_timer(Timer::Election, Some(self.now + t));
+        let named_candidate = self.role == Role::Candidate && self.vl.campaign_term == self.term;
+        if named_candidate {
+            self.vl.own_claims_in_row = self.vl.own_claims_in_row.saturating_add(1);
+        } else {
+            self.vl.own_claims_in_row = 0;
+        }
+        self.set_claim_timer();
         // A claim, once decided, moves every member to its term and ends
         // any campaign of an older one, unlike a DARE campaign that finds
         // itself hopeless and takes its term back unseen. So a member that
         // cannot win does not claim: one that cannot stand now (copying a
-        // snapshot), or whose last campaign found too many voters applied
-        // past its log, as long as that still holds (rows only grow).
-        // Someone can always claim: the member that applied the most is
-        // never hopeless.
+        // snapshot), or one too many of whose voters applied entries past
+        // the end of its log (DARE's pre-vote from the table, see
+        // `campaign_is_hopeless`), by a read-only walk of its log.
         if !self.may_campaign() {
             return;
         }
-        if let Some(tail) = self.vl.hopeless_tail_index {
-            if self.campaign_is_hopeless(tail) {
-                return;
-            }
-            self.vl.hopeless_tail_index = None;
+        if self.campaign_is_hopeless(self.peek_tail_index()) {
+            self.counters.claims_forgone += 1;
+            return;
         }
         let known = self.pb.view.map_or(0, |v| v.log_term);
         let term = self.term.max(known).max(self.max_peer_term) + 1;
@@ -116,21 +129,32 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.counters.view_claims += 1;
     }
 
+    /// The next claim after an election timeout, doubled per claim this
+    /// member made in a row as the named candidate.
+    fn set_claim_timer(&mut self) {
+        let shift = self.vl.own_claims_in_row.min(OWN_CLAIM_BACKOFF_MAX_SHIFT);
+        let t = self.random_election_timeout() << shift;
+        self.set_timer(Timer::Election, Some(self.now + t));
+    }
+
     /// Log mode: follows a newer decided view (see the module docs).
     pub(super) fn follow_view_log(&mut self, epoch: u64, view: View) {
         self.pb.epoch = epoch;
         self.pb.view = Some(view);
         if let Some(c) = self.vl.claim {
-            if view.log_term >= c.log_term {
-                // Settled: for us (we campaign below) or for another.
+            if view.log_term >= c.log_term || view.leader != self.me {
+                // Settled: for us (we campaign below), or another member
+                // campaigns now (if it fails, our timeout claims again;
+                // claiming on would depose it for nothing).
                 self.vl.claim = None;
             } else {
-                // An older term decided meanwhile: our claim still
-                // stands, on the new base.
+                // An older term of ours decided meanwhile: our claim
+                // still stands, on the new base.
                 self.vl.claim_base = epoch;
             }
         }
         if view.leader != self.me {
+            self.vl.own_claims_in_row = 0;
             if view.log_term > self.term {
                 self.advance_term(view.log_term);
             }
@@ -147,7 +171,8 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             && fresh_term
             && self.may_campaign()
         {
-            // Leads on the view alone, as in primary-backup mode.
+            // Leads on the view alone, as in primary-backup mode (a
+            // follower's grant checks no log).
             if view.log_term > self.term {
                 self.advance_term(view.log_term);
             }
@@ -161,11 +186,39 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             self.vl.campaign_term = view.log_term;
             self.counters.view_campaigns += 1;
             self.campaign(view.log_term);
+            // (The campaign's timeout, spaced out as our claims are.)
+            self.set_claim_timer();
         } else if view.log_term > self.term {
             // Named, but unable to stand now (restarting, catching up,
             // copying a snapshot): the others' timeouts claim again.
             self.advance_term(view.log_term);
         }
+    }
+
+    /// The index one past the last entry of our log, as far as it
+    /// validates from the apply point on: `walk_log` without its writes
+    /// (no adjustment list, no tail fix-up), so it needs no exclusive
+    /// access. A leader still writing (we suspect it wrongly) can only
+    /// make it stop early; entries it holds are checked as the walk
+    /// checks them. Bounded like the walk.
+    fn peek_tail_index(&self) -> u64 {
+        let tail_word = self.mem.load_u64(self.layout.log_tail());
+        let limit = tail_word.max(self.commit_pos);
+        let max_payload = self.cfg.entry_payload_bytes_max;
+        let (mut pos, mut index) = (self.apply_pos, self.apply_index);
+        for _ in 0..=self.layout.log.adjust_capacity {
+            if pos >= limit {
+                break;
+            }
+            match self.ring.verify_entry(&self.mem, pos, max_payload) {
+                Ok((h, _, end)) if h.index == index && end <= limit => {
+                    index += 1;
+                    pos = end;
+                }
+                _ => break,
+            }
+        }
+        index
     }
 
     /// Whether this member may campaign now (the checks an election

@@ -712,6 +712,7 @@ impl<F: HostFabric> Replica<F> {
             ("fd_period_shrinks", c.fd_period_shrinks),
             ("late_timeouts_forgiven", c.late_timeouts_forgiven),
             ("campaigns_forgone", c.campaigns_forgone),
+            ("claims_forgone", c.claims_forgone),
             ("restarts_read_back", c.restarts_read_back),
             ("reconfigurations", c.reconfigurations),
             ("zombies_removed", c.zombies_removed),

@@ -1,11 +1,18 @@
-//! View-named leaders (issue 14, item 4(b)): a member that leads a term
-//! because a view started its campaign (log mode) or took it over
-//! (primary-backup mode) was named leader of that term by a view the
-//! coordinators decided. Together with election safety (one leader per
-//! term) and leader completeness, which hold for every leader however it
-//! was chosen, this is what "the coordinators decide the next leader"
-//! means: no member leads on a view that was only proposed, or on a view
-//! of another term.
+//! View-named leaders (issue 14, item 4(b)). Two invariants:
+//!
+//! * **view-named leader**: a member that leads a term because a view
+//!   started its campaign (log mode) or took it over (primary-backup
+//!   mode) was named leader of that term by a view the coordinators
+//!   decided: no member leads on a view that was only proposed, or on a
+//!   view of another term.
+//! * **campaigns by view**: while views can be decided at a member, it
+//!   leads only by a view; DARE's own election is the fallback for when
+//!   they cannot (which lasts: a majority of coordinators gone, or every
+//!   slot used, is never undone).
+//!
+//! Together with election safety (one leader per term) and leader
+//! completeness, which hold for every leader however it was chosen, this
+//! is what "the coordinators decide the next leader" means.
 
 use super::Violation;
 use std::collections::{BTreeMap, BTreeSet};
@@ -31,15 +38,26 @@ impl ViewLeaders {
             .insert(usize::from(view.leader.0));
     }
 
-    /// `node` leads `term`, by a view if `by_view`.
+    /// `node` leads `term`, by a view if `by_view`; `views_usable` says
+    /// whether views can be decided at it now.
     pub fn observe_leader(
         &mut self,
         time_ns: u64,
         node: usize,
         term: u64,
         by_view: bool,
+        views_usable: bool,
     ) -> Option<Violation> {
         if !by_view {
+            if views_usable && self.reported.insert((node, term)) {
+                return Some(Violation {
+                    invariant: "campaigns by view",
+                    time_ns,
+                    detail: format!(
+                        "node {node} leads term {term} by an election of its own while views can be decided"
+                    ),
+                });
+            }
             return None;
         }
         self.led.insert(term);
@@ -80,27 +98,35 @@ mod tests {
     fn a_leader_named_by_a_decided_view_passes() {
         let mut c = ViewLeaders::default();
         c.view(view(1, 4));
-        assert_eq!(c.observe_leader(10, 1, 4, true), None);
-        // An elected leader needs no view.
-        assert_eq!(c.observe_leader(11, 2, 5, false), None);
+        assert_eq!(c.observe_leader(10, 1, 4, true, true), None);
+        // An elected leader needs no view once views cannot be decided.
+        assert_eq!(c.observe_leader(11, 2, 5, false, false), None);
+    }
+
+    #[test]
+    fn an_elected_leader_while_views_can_be_decided_is_reported() {
+        let mut c = ViewLeaders::default();
+        let v = c.observe_leader(10, 2, 5, false, true).expect("violation");
+        assert_eq!(v.invariant, "campaigns by view");
+        assert_eq!(c.observe_leader(11, 2, 5, false, true), None, "once");
     }
 
     #[test]
     fn a_view_leader_of_a_term_no_view_was_decided_for_is_reported() {
         let mut c = ViewLeaders::default();
         c.view(view(1, 4));
-        let v = c.observe_leader(10, 1, 5, true).expect("violation");
+        let v = c.observe_leader(10, 1, 5, true, true).expect("violation");
         assert_eq!(v.invariant, "view-named leader");
         assert!(v.detail.contains("no view was decided"), "{}", v.detail);
         // Once per member and term.
-        assert_eq!(c.observe_leader(11, 1, 5, true), None);
+        assert_eq!(c.observe_leader(11, 1, 5, true, true), None);
     }
 
     #[test]
     fn a_view_leader_the_view_of_its_term_does_not_name_is_reported() {
         let mut c = ViewLeaders::default();
         c.view(view(1, 4));
-        let v = c.observe_leader(10, 2, 4, true).expect("violation");
+        let v = c.observe_leader(10, 2, 4, true, false).expect("violation");
         assert!(v.detail.contains("name {1}"), "{}", v.detail);
     }
 }
