@@ -1099,15 +1099,8 @@ fn the_leader_change_while_copying_scenario_is_fine_without_the_mutation() {
 /// and at 12 ms the primary of the moment crashes, with a death notice:
 /// a member of its view takes over by a view, without an election.
 fn primary_backup_scenario(seed: u64, mutation: Mutation) -> ClusterOptions {
-    let mut o = ClusterOptions::new(seed, 3).with_mutation(mutation);
-    o.clients = 4;
-    o.keys = 2;
-    o.read_permille = 300;
-    o.crash_notify = true;
-    o.config.lease_ns = 100_000;
-    o.config.coordinator_count = 3;
+    let mut o = views_failover_base(seed, mutation);
     o.config.mode = verbatim_core::Mode::PrimaryBackup;
-    o.safety_ns = 20_000_000;
     for from in [0u8, 1] {
         o.faults.push(Fault::Delay {
             from,
@@ -1117,6 +1110,21 @@ fn primary_backup_scenario(seed: u64, mutation: Mutation) -> ClusterOptions {
             extra_ns: 40_000,
         });
     }
+    o
+}
+
+/// What the failover scenarios with views share: three members, every one
+/// a coordinator, 100 µs leases, death notices, four clients on two keys,
+/// 20 ms of faults; the leader of the moment crashes at 12 ms.
+fn views_failover_base(seed: u64, mutation: Mutation) -> ClusterOptions {
+    let mut o = ClusterOptions::new(seed, 3).with_mutation(mutation);
+    o.clients = 4;
+    o.keys = 2;
+    o.read_permille = 300;
+    o.crash_notify = true;
+    o.config.lease_ns = 100_000;
+    o.config.coordinator_count = 3;
+    o.safety_ns = 20_000_000;
     o.faults.push(Fault::CrashLeader { at_ns: 12_000_000 });
     o
 }
@@ -1160,21 +1168,13 @@ fn primary_backup_fails_over_by_a_view_without_an_election() {
 /// entries. The member that holds them must refuse it its vote, and lead
 /// next.
 fn view_led_scenario(seed: u64, mutation: Mutation) -> ClusterOptions {
-    let mut o = ClusterOptions::new(seed, 3).with_mutation(mutation);
-    o.clients = 4;
-    o.keys = 2;
-    o.read_permille = 300;
-    o.crash_notify = true;
-    o.config.lease_ns = 100_000;
-    o.config.coordinator_count = 3;
-    o.safety_ns = 20_000_000;
+    let mut o = views_failover_base(seed, mutation);
     o.faults.push(Fault::Partition {
         side: vec![1],
         from_ns: 2_000_000,
         to_ns: 12_000_001,
         symmetric: true,
     });
-    o.faults.push(Fault::CrashLeader { at_ns: 12_000_000 });
     o
 }
 

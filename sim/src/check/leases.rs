@@ -137,16 +137,7 @@ impl LeaseSafety {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use verbatim_core::MemberId;
-
-    fn view(leader: u8, term: u64) -> View {
-        View {
-            leader: MemberId(leader),
-            log_term: term,
-            lease_ns: 20_000,
-            members: 0,
-        }
-    }
+    use crate::check::test_view as view;
 
     #[test]
     fn sequential_views_pass() {

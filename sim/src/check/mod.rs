@@ -47,6 +47,18 @@ impl EntryId {
     }
 }
 
+/// A log-mode view (no member set) naming `leader` in `term`, with 20 µs
+/// leases, for the checkers' tests.
+#[cfg(test)]
+pub(crate) fn test_view(leader: u8, term: u64) -> verbatim_core::views::View {
+    verbatim_core::views::View {
+        leader: verbatim_core::MemberId(leader),
+        log_term: term,
+        lease_ns: 20_000,
+        members: 0,
+    }
+}
+
 /// A broken invariant.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {

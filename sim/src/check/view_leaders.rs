@@ -83,16 +83,7 @@ impl ViewLeaders {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use verbatim_core::fabric::MemberId;
-
-    fn view(leader: u8, term: u64) -> View {
-        View {
-            leader: MemberId(leader),
-            log_term: term,
-            lease_ns: 50_000,
-            members: 0,
-        }
-    }
+    use crate::check::test_view as view;
 
     #[test]
     fn a_leader_named_by_a_decided_view_passes() {
