@@ -575,12 +575,12 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
         let views = self.engines.views.as_ref().expect("checked above");
         let log = &mut self.engines.log;
         if let Some((epoch, view)) = views.latest() {
-            if log.pb_view().is_none_or(|(e, _)| e < epoch) {
+            if log.followed_view().is_none_or(|(e, _)| e < epoch) {
                 // Who leads, in which term (who campaigns, in log mode),
                 // and whose copy counts (a member still reading its row
                 // back follows it later).
                 log.follow_view(now_ns, epoch, view);
-                any |= log.pb_view().is_some_and(|(e, _)| e == epoch);
+                any |= log.followed_view().is_some_and(|(e, _)| e == epoch);
             }
         }
         let term = log.term();

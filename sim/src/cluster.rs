@@ -1241,9 +1241,7 @@ impl Cluster {
             Fault::PauseLeader { .. } => {
                 if let Some(l) = self.leader_now() {
                     self.log(|| format!("fault: leader {l} stops"));
-                    self.nodes[l].state = NodeState::Paused;
-                    self.counters.stopped(l, self.now);
-                    self.paused_leaders.push((k, l));
+                    self.pause_for_fault(k, l);
                 }
             }
             Fault::PauseNamedLeader { .. } => self.pause_named = Some(k),
@@ -2009,10 +2007,16 @@ impl Cluster {
         if node.state == NodeState::Running && !leads {
             self.log(|| format!("fault: node {l}, named by a view, stops"));
             self.pause_named = None;
-            self.nodes[l].state = NodeState::Paused;
-            self.counters.stopped(l, self.now);
-            self.paused_leaders.push((k, l));
+            self.pause_for_fault(k, l);
         }
+    }
+
+    /// Stops member `l` for fault `k` (a `PauseLeader` or
+    /// `PauseNamedLeader`), until the fault ends.
+    fn pause_for_fault(&mut self, k: usize, l: usize) {
+        self.nodes[l].state = NodeState::Paused;
+        self.counters.stopped(l, self.now);
+        self.paused_leaders.push((k, l));
     }
 
     fn observe(&mut self, i: usize) {

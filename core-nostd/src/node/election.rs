@@ -562,6 +562,18 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         self.duty = Duty::None;
     }
 
+    /// What an election timeout checks before it starts an election or a
+    /// claim: a member whose state machine a failed restore cleared must
+    /// not lead (it would serve from it), nor one that has not read its
+    /// votes back yet (restart.rs), nor one outside the group's voters as
+    /// far as it knows, nor one a recovery holds back.
+    pub(super) fn may_stand_now(&self) -> bool {
+        self.state_intact()
+            && self.votes_known()
+            && self.may_stand()
+            && self.recovery_allows_standing()
+    }
+
     pub(super) fn fire_timers(&mut self) {
         if self.timer_due(Timer::Election) {
             let due_ns = self.timers[Timer::Election as usize].unwrap_or(self.now);
@@ -572,11 +584,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 // must not lead (it would serve from it): it votes, and
                 // waits for a snapshot. Nor does one that has not read its
                 // votes back yet (restart.rs).
-                _ if !self.state_intact()
-                    || !self.votes_known()
-                    || !self.may_stand()
-                    || !self.recovery_allows_standing() =>
-                {
+                _ if !self.may_stand_now() => {
                     // (Outside the group's voters, as far as we know: we do
                     // not stand; a walk of our log may tell us otherwise.)
                     let t = self.random_election_timeout();

@@ -81,7 +81,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     }
 
     /// The newest view followed, with its epoch (both modes).
-    pub fn pb_view(&self) -> Option<(u64, View)> {
+    pub fn followed_view(&self) -> Option<(u64, View)> {
         self.pb.view.map(|v| (self.pb.epoch, v))
     }
 

@@ -221,15 +221,11 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         index
     }
 
-    /// Whether this member may campaign now (the checks an election
-    /// timeout makes before it starts one).
+    /// Whether this member may campaign now: what an election timeout
+    /// checks before it starts one (`may_stand_now`), and not catching up
+    /// or copying a snapshot (which a DARE campaign waits out on its own).
     pub(super) fn may_campaign(&self) -> bool {
-        self.state_intact()
-            && self.votes_known()
-            && self.may_stand()
-            && self.recovery_allows_standing()
-            && self.catch_up.is_none()
-            && !self.copying()
+        self.may_stand_now() && self.catch_up.is_none() && !self.copying()
     }
 
     /// Whether a vote request from `candidate` in `term` goes against the
