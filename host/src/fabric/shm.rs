@@ -92,6 +92,14 @@ fn round_up(x: u64, to: u64) -> u64 {
 
 pub use verbatim_client::files::segment_path;
 
+/// Doorbell values seen before a step of the poll loop
+/// ([`Segment::doorbells`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Doorbells {
+    own: u32,
+    clients: Option<u32>,
+}
+
 /// A mapped segment: the header and the five regions.
 pub struct Segment {
     map: MmapRaw,
@@ -372,13 +380,30 @@ impl Segment {
         }
     }
 
+    /// The values of this doorbell and of the client-slot segment's now.
+    /// The poll loop takes them before a step looks at memory and parks on
+    /// them ([`Segment::park`]): a ring that comes during the step, when
+    /// the loop is not flagged parked and so is not woken, still changes a
+    /// value and ends the park at once. (Read in `park`, after the step,
+    /// such a ring was lost: a candidate slept out its timer, about a
+    /// millisecond, with the vote it waited for already in its memory.)
+    pub fn doorbells(&self, clients: Option<&SlotSegment>) -> Doorbells {
+        Doorbells {
+            own: self.doorbell().load(Ordering::SeqCst),
+            clients: clients.map(|c| c.doorbell().load(Ordering::SeqCst)),
+        }
+    }
+
     /// Parks the owner: `idle_check` runs after the parked flags are set
     /// (a last look for work that arrived meanwhile); if it returns true
     /// the thread sleeps until this doorbell (peers, gateway threads) or
     /// the client-slot segment's (clients) is rung, or `timeout` passes.
+    /// `seen` are the doorbells' values from before the caller last looked
+    /// for work ([`Segment::doorbells`]): a ring since returns at once.
     pub fn park(
         &self,
         clients: Option<&SlotSegment>,
+        seen: Doorbells,
         timeout: Duration,
         idle_check: impl FnOnce() -> bool,
     ) {
@@ -386,8 +411,10 @@ impl Segment {
         if let Some(c) = clients {
             c.parked().store(1, Ordering::SeqCst);
         }
-        let seen = self.doorbell().load(Ordering::SeqCst);
-        let seen_clients = clients.map(|c| c.doorbell().load(Ordering::SeqCst));
+        let Doorbells {
+            own: seen,
+            clients: seen_clients,
+        } = seen;
         if idle_check() {
             match (clients, seen_clients) {
                 (Some(c), Some(sc)) => {
@@ -916,6 +943,37 @@ impl Fabric for ShmFabric {
 mod tests {
     use super::*;
     use verbatim_core::Config;
+
+    /// A ring that comes after the poll loop took its doorbell values and
+    /// before it parks (it was looking at memory then, so the ringer saw
+    /// it not parked and woke nobody) must not be lost: the park returns
+    /// at once instead of sleeping out its timeout. Read in `park`, the
+    /// values already held the ring, and the park slept (a candidate slept
+    /// out its timer with the vote it waited for in its memory).
+    #[test]
+    fn a_ring_between_the_look_and_the_park_ends_the_park() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(&Config::new(2, MemberId(0))).unwrap();
+        let path = segment_path(dir.path(), "bell", 0);
+        let seg = Segment::create(&path, &layout, MemberId(0)).unwrap();
+        let seen = seg.doorbells(None);
+        // A peer's notifying write, while we are not parked.
+        seg.ring();
+        let long = Duration::from_secs(30);
+        let began = Instant::now();
+        seg.park(None, seen, long, || true);
+        assert!(
+            began.elapsed() < long / 2,
+            "the park slept through a ring it had not seen"
+        );
+        // Without a ring since the values were taken, it does sleep (until
+        // its timeout here: nobody rings).
+        let seen = seg.doorbells(None);
+        let short = Duration::from_millis(20);
+        let began = Instant::now();
+        seg.park(None, seen, short, || true);
+        assert!(began.elapsed() >= short);
+    }
 
     /// Issue 12 item 1: a writer caught in the middle of a copy (stopped
     /// with SIGSTOP while inside the region) makes the revoke unconfirmed,

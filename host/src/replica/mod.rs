@@ -1224,6 +1224,9 @@ fn drive<F: HostFabric>(
     let mut next_connect = Instant::now() + Duration::from_millis(100);
     while !shutdown.load(Ordering::Acquire) {
         let now_i = Instant::now();
+        // Before the step looks at memory: a ring during the step then
+        // ends the park below at once (see `Segment::doorbells`).
+        let bells = r.segment.doorbells(Some(r.gw.slots.segment()));
         let work = r.iterate(now_i);
         r.loop_iterations += 1;
         if now_i >= next_status {
@@ -1269,7 +1272,7 @@ fn drive<F: HostFabric>(
             let wait = Duration::from_nanos(until_ns.min(status_ns)).min(PARK_MAX);
             if !wait.is_zero() {
                 let (queue, slots) = (&r.gw.queue, &r.gw.slots);
-                r.segment.park(Some(slots.segment()), wait, || {
+                r.segment.park(Some(slots.segment()), bells, wait, || {
                     queue.is_empty() && !slots.any_pending()
                 });
             }
