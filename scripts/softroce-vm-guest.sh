@@ -35,7 +35,7 @@ HOSTS_SCRIPT=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/softroce-hosts
 order=()
 
 for b in "$VERBATIM_BIN" "$VERBATIM_CONFORMANCE_BIN" "$VERBATIM_CLUSTER_BIN" "$VERBATIM_HOSTS_BIN"; do
-  if ldd "$b" | grep -q 'not found'; then
+  if ldd "$b" | grep 'not found' >/dev/null; then
     echo "softroce-vm: $b needs libraries the image lacks (add their packages to PACKAGES in scripts/softroce-vm):"
     ldd "$b" | grep 'not found'; exit 1
   fi

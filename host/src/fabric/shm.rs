@@ -959,7 +959,7 @@ mod tests {
         let seen = seg.doorbells(None);
         // A peer's notifying write, while we are not parked.
         seg.ring();
-        let long = Duration::from_secs(30);
+        let long = Duration::from_secs(4);
         let began = Instant::now();
         seg.park(None, seen, long, || true);
         assert!(
