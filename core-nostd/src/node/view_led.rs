@@ -14,9 +14,10 @@
 //!   the view moves to its term (revoking the old leader's access to its
 //!   log; a parked member is rung by the named member's vote request,
 //!   which moves it to that term before it learns the view) and votes in
-//!   that term for the named member only. The votes are DARE's: a voter grants its log
-//!   only to a candidate whose log is at least as up to date as its own,
-//!   and the candidate leads with the votes of a majority. So the view
+//!   that term for the named member only. The votes are DARE's: a voter
+//!   grants its log only to a candidate whose log is at least as up to
+//!   date as its own, and the candidate leads with the votes of a
+//!   majority. So the view
 //!   chooses *who* campaigns (no split votes, no randomized backoff), and
 //!   leader completeness rests on the same majority of log checks as
 //!   without views: a named member whose log misses a committed entry is

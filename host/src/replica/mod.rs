@@ -1224,9 +1224,12 @@ fn drive<F: HostFabric>(
     let mut next_connect = Instant::now() + Duration::from_millis(100);
     while !shutdown.load(Ordering::Acquire) {
         let now_i = Instant::now();
-        // Before the step looks at memory: a ring during the step then
-        // ends the park below at once (see `Segment::doorbells`).
-        let bells = r.segment.doorbells(Some(r.gw.slots.segment()));
+        // Before the step looks at memory, by a loop that may park after
+        // it: a ring during the step then ends the park at once (see
+        // `Segment::doorbells`). Not by one that never parks: clients ring
+        // on every request, and a spinning leader would load their line.
+        let bells = may_park(m.cluster.poll, r.driver.log().role())
+            .then(|| r.segment.doorbells(Some(r.gw.slots.segment())));
         let work = r.iterate(now_i);
         r.loop_iterations += 1;
         if now_i >= next_status {
@@ -1260,17 +1263,16 @@ fn drive<F: HostFabric>(
             }
             continue;
         }
-        let may_park = match m.cluster.poll {
-            PollMode::Busy => false,
-            PollMode::Adaptive => true,
-            PollMode::LeaderBusy => r.driver.log().role() != Role::Leader,
-        };
-        if may_park && now.saturating_sub(last_work) >= spin_ns {
+        if may_park(m.cluster.poll, r.driver.log().role())
+            && now.saturating_sub(last_work) >= spin_ns
+        {
             let deadline = r.driver.next_deadline();
             let until_ns = deadline.saturating_sub(now);
             let status_ns = next_status.saturating_duration_since(now_i).as_nanos() as u64;
             let wait = Duration::from_nanos(until_ns.min(status_ns)).min(PARK_MAX);
-            if !wait.is_zero() {
+            // (No values when the step made this member a non-leader: it
+            // parks on the next turn.)
+            if let (false, Some(bells)) = (wait.is_zero(), bells) {
                 let (queue, slots) = (&r.gw.queue, &r.gw.slots);
                 r.segment.park(Some(slots.segment()), bells, wait, || {
                     queue.is_empty() && !slots.any_pending()
@@ -1292,6 +1294,16 @@ fn drive<F: HostFabric>(
     segment.unlink();
     r.gw.slots.segment().unlink();
     Ok(())
+}
+
+/// Whether a poll loop in `poll` mode may park while this member has
+/// `role`.
+fn may_park(poll: PollMode, role: Role) -> bool {
+    match poll {
+        PollMode::Busy => false,
+        PollMode::Adaptive => true,
+        PollMode::LeaderBusy => role != Role::Leader,
+    }
 }
 
 /// The one-line lease summary of status (`verbatim status`, the console
