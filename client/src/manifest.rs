@@ -373,7 +373,8 @@ pub struct ViewsSection {
     pub renew_margin_us: u64,
     /// Members `0 .. coordinators` decide views.
     pub coordinators: u8,
-    /// Views the group can decide (one per leader change; not recycled).
+    /// Coordinator slot words: a ring that views reuse lap after lap (at
+    /// least 4; a replica this many views behind skips to the newest).
     pub slot_count: u32,
     /// A replica that holds no lease learns the newest view this often.
     pub learn_period_us: u64,

@@ -796,7 +796,7 @@ fn render_views(
     };
     let lease = if v.fallback {
         Line::styled(
-            "DARE fallback: no lease (coordinators lost or slots used up)",
+            "DARE fallback: no lease (a majority of coordinators lost)",
             BAD,
         )
     } else if v.lease_active {
@@ -812,11 +812,12 @@ fn render_views(
         Line::from(view),
         lease,
         Line::from(format!(
-            "coordinators {} · out {} · slots {} of {} · proposed {} (won {})",
+            "coordinators {} · out {} · slot ring {} (lap {}, skipped {}) · proposed {} (won {})",
             list(&v.coordinators),
             list(&v.coordinators_out),
-            v.epoch,
             v.slot_count,
+            v.epoch.saturating_sub(1) / v.slot_count.max(1),
+            v.slots_skipped,
             v.proposed,
             v.won,
         )),
@@ -1502,6 +1503,7 @@ mod tests {
             coordinators_out: vec![0],
             fallback: false,
             slot_count: 4096,
+            slots_skipped: 0,
             proposed: 2,
             won: 2,
             renewals: 1234,
@@ -1521,7 +1523,7 @@ mod tests {
         );
         assert!(all.contains("lease held · 31 µs left"), "{all}");
         assert!(
-            all.contains("coordinators r0 r1 r2 · out r0 · slots 3 of 4096"),
+            all.contains("coordinators r0 r1 r2 · out r0 · slot ring 4096 (lap 0, skipped 0)"),
             "{all}"
         );
         assert!(

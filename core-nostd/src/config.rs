@@ -136,6 +136,10 @@ pub enum Mutation {
     /// without adopting what acceptors accepted, so two proposers can
     /// decide different values in one slot.
     AcceptWithoutPrepare,
+    /// Consensus engine: a proposer takes the word of a later slot of the
+    /// ring (a later lap) for the state of its own slot, and CASes it back
+    /// to its own lap: a stale proposer undoes a recycled slot.
+    RecycleIgnoresLap,
     /// Leases (uKharon §6): no drift allowance, a lease is held for the
     /// nominal δ and a new view waits only δ, so a fast clock starts a
     /// view while a slow one still holds the previous.
@@ -274,8 +278,10 @@ pub struct Config {
     /// that decide views (uKharon's default is three). At most
     /// `member_count`.
     pub coordinator_count: u8,
-    /// Views the group can decide (consensus slots; not recycled). A
-    /// leader change takes one.
+    /// Coordinator slot words: a ring that views reuse lap after lap (a
+    /// view change takes the next slot). Bounds the views a member may
+    /// fall behind and still learn each one; one further behind skips to
+    /// the newest.
     pub view_slot_count: u32,
     /// A member that does not need a lease learns the newest view this
     /// often (status, the view it follows).
@@ -570,13 +576,13 @@ impl Config {
                     max: u64::from(self.member_count),
                 });
             }
-            if self.view_slot_count < 2
+            if self.view_slot_count < crate::consensus::layout::SLOT_COUNT_MIN
                 || self.view_slot_count > crate::consensus::layout::SLOT_COUNT_MAX
             {
                 return Err(OutOfRange {
                     field: "view_slot_count",
                     value: u64::from(self.view_slot_count),
-                    min: 2,
+                    min: u64::from(crate::consensus::layout::SLOT_COUNT_MIN),
                     max: u64::from(crate::consensus::layout::SLOT_COUNT_MAX),
                 });
             }

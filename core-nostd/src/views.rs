@@ -23,8 +23,8 @@
 //!   has run out, so no deposed leader can still answer a read from a
 //!   state that misses a write of the new term.
 //! * Fallback: when a majority of coordinators is known gone (death
-//!   notices, restarts), or every slot is used, no view can be decided and
-//!   nobody can renew one. Once that has been so for the lease wait, the
+//!   notices, restarts), no view can be decided and nobody can renew
+//!   one. Once that has been so for the lease wait, the
 //!   leader may commit without a view ([`ViewEngine::fallback_allowed`]),
 //!   with reads confirmed by term checks as in DARE. This relies on the
 //!   death notices: a coordinator reported dead must be dead for everyone,
@@ -34,6 +34,18 @@
 //! a slot that is only prepared (a leader pre-prepares the next slot,
 //! §5.3.1) holds no decision, and a decision needs accepts at a majority,
 //! which the majority read meets.
+//!
+//! The coordinators' slots are a ring of `view_slot_count` words that
+//! views reuse lap after lap (the lap is in the word, see
+//! [`crate::consensus`]). Views are decided in order: a member proposes
+//! slot `k` only once it knows slot `k − 1` decided, and the leader of the
+//! coordinators pre-prepares one slot ahead, so a word is reused only when
+//! the slot it held (a lap earlier) is decided. For a renewal, a word of
+//! an earlier lap is empty (the next slot was not touched there) and one
+//! of a later lap is filled (the next slot was decided, and reused since).
+//! A member that fell a lap behind (a word moved on before it learnt the
+//! slot) goes on learning from two slots before the later slot it saw:
+//! that one is decided, and only the newest view matters.
 //!
 //! A restarted coordinator lost what its acceptor promised and accepted.
 //! Its slot words start as [`UNTRUSTED_SLOT_WORD`] (the fabric writes them
@@ -48,6 +60,7 @@
 //! alone goes on (the fallback above).
 
 use crate::config::Config;
+use crate::consensus::word::{lap_order, LapOrder};
 use crate::consensus::{
     ConsensusConfig, ConsensusEngine, ConsensusEvent, ConsensusLayout, ConsensusStatus, LearnError,
     ProposeError, SlotWord,
@@ -215,9 +228,6 @@ pub enum ViewEvent {
         /// The epoch.
         epoch: u64,
     },
-    /// Every view slot is used: no new view can be decided (the log engine
-    /// keeps working through DARE's own election and term checks).
-    SlotsExhausted,
     /// A slot's proposal numbers ran out (uKharon A.6, not implemented).
     ProposalSpaceExhausted {
         /// The slot.
@@ -259,8 +269,11 @@ pub struct ViewStatus {
     pub own_acceptor_excluded: bool,
     /// The coordinators, as member ids (bit `m` for member `m`).
     pub coordinator_members: u8,
-    /// Coordinator slots in all (one view each).
+    /// Coordinator slot words (a ring views reuse).
     pub slot_count: u32,
+    /// Times this member fell a lap of the ring behind and skipped to a
+    /// later slot.
+    pub slots_skipped: u64,
     /// The log engine may commit without a view of its own (DARE alone):
     /// see [`ViewEngine::fallback_allowed`].
     pub fallback: bool,
@@ -272,6 +285,8 @@ pub struct ViewStatus {
 struct RenewalRound {
     renewal: crate::lease::Renewal,
     generation: u32,
+    /// The lap of the ring the next slot is in.
+    lap: u16,
     asked: [bool; MAX_MEMBERS],
     empty: usize,
     failed: usize,
@@ -319,8 +334,6 @@ pub struct ViewEngine<M: Memory> {
     /// acceptor unreachable for us alone (no loopback) is not gone: the
     /// others still count it.
     gone: [bool; MAX_MEMBERS],
-    /// Since when every slot is used (no newer view can be decided).
-    slots_exhausted_since_ns: Option<u64>,
     /// Members reported dead (death notices) and not back since.
     dead: [bool; MAX_MEMBERS],
     /// When this member learnt the newest view it knows.
@@ -384,7 +397,6 @@ impl<M: Memory + Clone> ViewEngine<M> {
             lease_reported: 0,
             lost_since_ns: None,
             gone: [false; MAX_MEMBERS],
-            slots_exhausted_since_ns: None,
             dead: [false; MAX_MEMBERS],
             latest_learnt_ns: 0,
             hurry_until_ns: 0,
@@ -469,15 +481,12 @@ impl<M: Memory + Clone> ViewEngine<M> {
     }
 
     /// Whether a leader may commit without a view of its own (DARE alone):
-    /// for a lease wait, either a majority of coordinators has been known
-    /// gone (nobody can renew a lease: renewals need a majority of them),
-    /// or every slot has been used (nobody renews past the last slot).
+    /// once a majority of coordinators has been known gone for a lease
+    /// wait (nobody can renew a lease: renewals need a majority of them).
     pub fn fallback_allowed(&self, now_ns: u64) -> bool {
         let wait = self.lease.config().wait_ns();
-        [self.lost_since_ns, self.slots_exhausted_since_ns]
-            .into_iter()
-            .flatten()
-            .any(|t| now_ns.saturating_sub(t) >= wait)
+        self.lost_since_ns
+            .is_some_and(|t| now_ns.saturating_sub(t) >= wait)
     }
 
     /// Whether this member may still propose views (false once a slot's
@@ -577,6 +586,23 @@ impl<M: Memory + Clone> ViewEngine<M> {
                         self.learn_due_ns = self.now.saturating_add(again.max(1));
                     }
                 }
+                ConsensusEvent::Recycled { slot, later } => {
+                    if self.proposing == Some(slot) {
+                        self.proposing = None;
+                    }
+                    if self.learning == Some(slot) {
+                        self.learning = None;
+                    }
+                    // A lap behind: what was decided in `slot` may be gone.
+                    // Two slots before a touched one is decided (see the
+                    // module docs); go on from there at once.
+                    let from = later.saturating_sub(2);
+                    if from > self.next_slot {
+                        self.next_slot = from;
+                        self.status.slots_skipped += 1;
+                    }
+                    self.learn_due_ns = self.now;
+                }
                 ConsensusEvent::ProposalSpaceExhausted { slot } => {
                     if self.proposing == Some(slot) {
                         self.proposing = None;
@@ -675,15 +701,6 @@ impl<M: Memory + Clone> ViewEngine<M> {
             return false;
         }
         let slot = self.next_slot;
-        if slot >= self.layout.slot_count {
-            if self.slots_exhausted_since_ns.is_none() {
-                self.slots_exhausted_since_ns = Some(self.now);
-                self.push_event(ViewEvent::SlotsExhausted);
-            }
-            // Nothing is left to learn or propose.
-            self.learn_due_ns = u64::MAX;
-            return false;
-        }
         // Never a view older than the newest known: a deposed leader that
         // has not heard of its successor's term yet must not take the
         // view back.
@@ -721,7 +738,7 @@ impl<M: Memory + Clone> ViewEngine<M> {
                     false
                 }
                 Err(LearnError::AlreadyDecided) => self.take_decided(slot),
-                Err(LearnError::Busy | LearnError::SlotOutOfRange) => false,
+                Err(LearnError::Busy) => false,
             }
         } else {
             false
@@ -764,21 +781,18 @@ impl<M: Memory + Clone> ViewEngine<M> {
             return;
         };
         // The next view's slot: epoch e lives in slot e - 1.
-        let next_slot = r.epoch;
-        if next_slot >= u64::from(self.layout.slot_count) {
-            // The last slot's view is never leased: once every slot is
-            // used, leaders commit without a view after a lease wait
-            // (`fallback_allowed`), so no lease may outlive that.
+        let Ok(next_slot) = u32::try_from(r.epoch) else {
+            // 2^32 views: no slot number is left for the next one.
             self.lease.abandon_renewal();
             self.renew_retry_at_ns = u64::MAX;
             return;
-        }
-        let next_slot = next_slot as u32;
+        };
         let generation = self.next_generation;
         self.next_generation = self.next_generation.wrapping_add(1).max(1);
         let mut round = RenewalRound {
             renewal: r,
             generation,
+            lap: self.layout.lap(next_slot),
             asked: [false; MAX_MEMBERS],
             empty: 0,
             failed: 0,
@@ -817,10 +831,17 @@ impl<M: Memory + Clone> ViewEngine<M> {
         self.evaluate_renewal();
     }
 
+    /// Counts one coordinator's word of the next slot: empty if nothing
+    /// is accepted there for that slot (an earlier lap's word: the slot
+    /// was not touched there yet), filled if something is, or if the word
+    /// moved on to a later lap (the slot was decided, and reused since).
     fn count_word(round: &mut RenewalRound, raw: u64, proposer_count: u8) {
         match SlotWord::decode(raw, proposer_count) {
-            Ok(w) if w.accepted_proposal != 0 => round.filled = true,
-            Ok(_) => round.empty += 1,
+            Ok(w) => match lap_order(w.lap, round.lap) {
+                LapOrder::Older => round.empty += 1,
+                LapOrder::Same if w.accepted_proposal == 0 => round.empty += 1,
+                LapOrder::Same | LapOrder::Newer => round.filled = true,
+            },
             Err(_) => round.failed += 1,
         }
     }

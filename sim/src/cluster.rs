@@ -469,6 +469,9 @@ pub struct RunReport {
     /// The newest epoch any member knows when the run ended (views
     /// decided; 0 with views off).
     pub views_decided: u64,
+    /// Times a member fell a lap of the view slot ring behind and skipped
+    /// ahead, summed over the members' last processes.
+    pub view_slots_skipped: u64,
     /// When the run ended (virtual ns).
     pub end_ns: u64,
     /// Each member's apply index when the run ended (None: not running).
@@ -2818,6 +2821,12 @@ impl Cluster {
                 .filter_map(|v| v.latest().map(|(e, _)| e))
                 .max()
                 .unwrap_or(0),
+            view_slots_skipped: self
+                .nodes
+                .iter()
+                .filter_map(|n| n.driver.engines().views.as_ref())
+                .map(|v| v.status(self.now).slots_skipped)
+                .sum(),
             counter_suspicions: self
                 .nodes
                 .iter()

@@ -137,7 +137,10 @@ fn counter_detector(seed: u64, o: &mut ClusterOptions) {
 /// half of the seeds that deliver death notices run the view engine, with
 /// leases from 20 µs to 1 ms, one to all members as coordinators, and a
 /// drift allowance that covers the members' drawn clock drift (each
-/// within ±5 %). Views rely on death notices: the fallback to DARE alone,
+/// within ±5 %), and in half of them a ring of only 4 to 6 slot words, so
+/// that views reuse it (a run decides a few to a few dozen views) and a
+/// member paused or partitioned for a few views falls a lap behind.
+/// Views rely on death notices: the fallback to DARE alone,
 /// when a majority of coordinators is gone, is taken on them only (a
 /// group without them that loses that many coordinators waits for them).
 fn views(seed: u64, o: &mut ClusterOptions) {
@@ -167,6 +170,9 @@ fn views(seed: u64, o: &mut ClusterOptions) {
     } else {
         v.range_inclusive(1, u64::from(members)) as u8
     };
+    if v.chance(1, 2) {
+        o.config.view_slot_count = v.range_inclusive(4, 6) as u32;
+    }
     primary_backup(seed, o);
     named_leader_pause(seed, o);
 }
@@ -398,9 +404,10 @@ pub fn describe(o: &ClusterOptions) -> String {
             "views=off".to_string()
         } else {
             format!(
-                "views(lease={}µs coordinators={} drift_ppm={}{})",
+                "views(lease={}µs coordinators={} slots={} drift_ppm={}{})",
                 o.config.lease_ns / 1000,
                 o.config.coordinator_count,
+                o.config.view_slot_count,
                 o.config.lease_drift_ppm,
                 if o.config.mode == verbatim_core::Mode::PrimaryBackup {
                     " primary-backup"

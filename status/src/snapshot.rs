@@ -112,11 +112,15 @@ pub struct ViewsState {
     /// Coordinators not counted: reported dead, restarted, or our own
     /// after a restart.
     pub coordinators_out: Vec<u8>,
-    /// A majority of coordinators is gone, or every slot is used: the log
-    /// engine goes by DARE's own election alone.
+    /// A majority of coordinators is gone: the log engine goes by DARE's
+    /// own election alone.
     pub fallback: bool,
-    /// Coordinator slots (views) available in all.
+    /// Coordinator slot words: a ring views reuse lap after lap.
     pub slot_count: u64,
+    /// Times this replica fell a lap of the ring behind and skipped to
+    /// the newest views.
+    #[serde(default)]
+    pub slots_skipped: u64,
     /// Views this replica proposed, and of those decided with its value.
     pub proposed: u64,
     /// See `proposed`.

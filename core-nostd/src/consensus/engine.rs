@@ -9,8 +9,8 @@ use super::record::{
     RECORD_HEADER_BYTES,
 };
 use super::word::{
-    accept_step, first_proposal, highest_accepted, owner_of, prepare_step, proposal_above,
-    AcceptStep, PrepareStep, SlotWord, ValueRef,
+    accept_step, first_proposal, highest_accepted, lap_order, owner_of, prepare_step,
+    proposal_above, AcceptStep, LapOrder, PrepareStep, SlotWord, ValueRef,
 };
 use crate::engine::{Engine, ENGINE_WR_ID_LIMIT};
 use crate::fabric::{
@@ -71,6 +71,17 @@ pub enum ConsensusEvent {
         /// The slot.
         slot: u32,
     },
+    /// `slot` is over: an acceptor's word holds `later`, a slot of a later
+    /// lap of the ring, and (when slots are decided in order) a word is
+    /// reused only once its slot is decided. The proposal or learn of
+    /// `slot` is given up; what was decided there may be gone, so a
+    /// caller that fell this far behind goes on from a later slot.
+    Recycled {
+        /// The slot given up.
+        slot: u32,
+        /// The later slot the word was seen holding.
+        later: u32,
+    },
 }
 
 /// Why [`ConsensusEngine::propose`] refused.
@@ -78,8 +89,6 @@ pub enum ConsensusEvent {
 pub enum ProposeError {
     /// This member is not among the configured proposers.
     NotAProposer,
-    /// `slot >= slot_count`.
-    SlotOutOfRange,
     /// The value is longer than `value_bytes_max`.
     ValueTooLong,
     /// The slot is decided already: see [`ConsensusEngine::decided`].
@@ -93,8 +102,6 @@ pub enum ProposeError {
 /// Why [`ConsensusEngine::learn`] refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LearnError {
-    /// `slot >= slot_count`.
-    SlotOutOfRange,
     /// The slot is decided already here.
     AlreadyDecided,
     /// A learn is in progress.
@@ -145,6 +152,8 @@ enum Answer {
     Accepted,
     /// It promised a proposal at or above ours.
     Nack(u16),
+    /// Its word has moved on to this slot of a later lap: ours is over.
+    Over(u32),
     /// No answer in this phase (error completion, peer down, malformed
     /// word, CAS tries used up).
     Silent,
@@ -236,7 +245,11 @@ impl Entry {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Heard {
     Pending,
+    /// The word as it concerns the slot learnt (a word of an older lap
+    /// holds nothing of it: empty).
     Word(SlotWord),
+    /// The word has moved on to this later slot.
+    Over(u32),
     Silent,
 }
 
@@ -326,6 +339,10 @@ pub struct ConsensusEngine<M: Memory> {
     /// leader pre-prepared it with its first proposal (§5.3.1).
     takeover: Option<(u32, SlotWord)>,
     preprepare_retry_at_ns: u64,
+    /// The proposal floor a dropped pre-preparation reached, and its
+    /// slot: the next one there starts above it (else it would start at
+    /// our first proposal again and meet our own promise forever).
+    preprepare_floor: Option<(u32, u16)>,
     /// The last slot whose proposal space ran out: not pre-prepared again.
     exhausted_slot: Option<u32>,
     actions: Deque<Action, CONSENSUS_ACTION_QUEUE_CAP>,
@@ -374,6 +391,7 @@ impl<M: Memory> ConsensusEngine<M> {
             frontier: 0,
             takeover: None,
             preprepare_retry_at_ns: 0,
+            preprepare_floor: None,
             exhausted_slot: None,
             actions: Deque::new(),
             events: Deque::new(),
@@ -417,9 +435,6 @@ impl<M: Memory> ConsensusEngine<M> {
 
     /// The value decided in `slot`, if this engine decided or learned it.
     pub fn decided(&self, slot: u32) -> Option<Value> {
-        if slot >= self.layout.slot_count {
-            return None;
-        }
         let mut buf = [0u8; RECORD_BYTES_CAP];
         let len = RECORD_HEADER_BYTES + self.layout.value_bytes_max as usize;
         self.mem.read(self.layout.decided(slot), &mut buf[..len]);
@@ -532,9 +547,6 @@ impl<M: Memory> ConsensusEngine<M> {
         if self.me_proposer.is_none() {
             return Err(ProposeError::NotAProposer);
         }
-        if slot >= self.layout.slot_count {
-            return Err(ProposeError::SlotOutOfRange);
-        }
         if value.len() > self.layout.value_bytes_max as usize {
             return Err(ProposeError::ValueTooLong);
         }
@@ -580,9 +592,6 @@ impl<M: Memory> ConsensusEngine<M> {
     /// false) or [`ConsensusEvent::Undecided`]. Any member may learn.
     pub fn learn(&mut self, now_ns: u64, slot: u32) -> Result<(), LearnError> {
         self.now = self.now.max(now_ns);
-        if slot >= self.layout.slot_count {
-            return Err(LearnError::SlotOutOfRange);
-        }
         if self.decided(slot).is_some() {
             return Err(LearnError::AlreadyDecided);
         }
@@ -629,7 +638,9 @@ impl<M: Memory> ConsensusEngine<M> {
         let prediction = if self.is_leader() {
             Some(match self.takeover {
                 Some((s, w)) if s == slot => w,
-                _ => SlotWord::EMPTY,
+                // Right on a fresh ring; a lap on, the CAS that finds the
+                // previous slot's word returns it, and the next try uses it.
+                _ => SlotWord::empty(self.layout.lap(slot)),
             })
         } else {
             None
@@ -654,12 +665,34 @@ impl<M: Memory> ConsensusEngine<M> {
     }
 
     fn max_known_min(&self, e: usize) -> u16 {
+        let slot = self.entries[e].slot;
         self.entries[e].views[..self.acceptor_count]
             .iter()
             .filter_map(|v| v.known)
+            .filter_map(|w| self.interpret(slot, w).ok())
             .map(|w| w.min_proposal)
             .max()
             .unwrap_or(0)
+    }
+
+    /// What acceptor word `w` says about `slot`: its state if the word is
+    /// about `slot`; the empty state if it is about an earlier slot of the
+    /// ring (nobody touched `slot` there yet: a CAS from that word
+    /// recycles it); `Err(later)` if it is about a later slot.
+    fn interpret(&self, slot: u32, w: SlotWord) -> Result<SlotWord, u32> {
+        let lap = self.layout.lap(slot);
+        match lap_order(w.lap, lap) {
+            LapOrder::Same => Ok(w),
+            LapOrder::Older => Ok(SlotWord::empty(lap)),
+            LapOrder::Newer => {
+                #[cfg(feature = "mutation-testing")]
+                if self.cfg.mutation == crate::config::Mutation::RecycleIgnoresLap {
+                    // Broken on purpose: a later slot's state taken for ours.
+                    return Ok(SlotWord { lap, ..w });
+                }
+                Err(self.layout.slot_of(self.layout.index(slot), w.lap, slot))
+            }
+        }
     }
 
     fn start_attempt(&mut self, e: usize) {
@@ -758,11 +791,21 @@ impl<M: Memory> ConsensusEngine<M> {
             }
         }
         let view = self.entries[e].views[a];
-        let known = view.known.expect("known above");
+        let word = view.known.expect("known above");
+        let known = match self.interpret(slot, word) {
+            Ok(w) => w,
+            Err(later) => {
+                // Observed or not (a prediction is always of our lap).
+                self.entries[e].views[a].answer = Answer::Over(later);
+                return;
+            }
+        };
         let proposal = self.entries[e].proposal;
-        let (expect, swap, record) = if accepting {
+        // The CAS compares the word as it is: from an earlier lap's word,
+        // it recycles it for our slot.
+        let (swap, record) = if accepting {
             let target = self.entries[e].target;
-            if view.observed && known == target {
+            if view.observed && word == target {
                 // Our accept landed although its completion said otherwise.
                 self.entries[e].views[a].answer = Answer::Accepted;
                 return;
@@ -772,7 +815,7 @@ impl<M: Memory> ConsensusEngine<M> {
                 proposal,
                 target.value.expect("a target names a value"),
             ) {
-                AcceptStep::Cas(to) => (known, to, !view.record_posted),
+                AcceptStep::Cas(to) => (to, !view.record_posted),
                 AcceptStep::Nack { min_proposal } => {
                     self.refuse(e, a, view.observed, min_proposal, accepting);
                     return;
@@ -780,7 +823,7 @@ impl<M: Memory> ConsensusEngine<M> {
             }
         } else {
             match prepare_step(known, proposal) {
-                PrepareStep::Cas(to) => (known, to, false),
+                PrepareStep::Cas(to) => (to, false),
                 PrepareStep::Nack { min_proposal } => {
                     self.refuse(e, a, view.observed, min_proposal, accepting);
                     return;
@@ -814,7 +857,7 @@ impl<M: Memory> ConsensusEngine<M> {
             self.status.record_writes_posted += 1;
             self.entries[e].views[a].record_posted = true;
         }
-        let (expect, swap) = (expect.encode(), swap.encode());
+        let (expect, swap) = (word.encode(), swap.encode());
         let remote = self.layout.slot_word(slot);
         let layout = self.layout;
         self.post(
@@ -874,11 +917,13 @@ impl<M: Memory> ConsensusEngine<M> {
             _ => return,
         };
         let (mut yes, mut pending, mut nack) = (0usize, 0usize, None::<u16>);
+        let mut over = None;
         for v in &self.entries[e].views[..self.acceptor_count] {
             match v.answer {
                 Answer::Promise(_) | Answer::Accepted => yes += 1,
                 Answer::Pending => pending += 1,
                 Answer::Nack(m) => nack = Some(nack.map_or(m, |n: u16| n.max(m))),
+                Answer::Over(later) => over = Some(over.map_or(later, |o: u32| o.max(later))),
                 Answer::Silent => {}
             }
         }
@@ -888,6 +933,12 @@ impl<M: Memory> ConsensusEngine<M> {
             } else {
                 self.prepared(e);
             }
+        } else if let Some(later) = over {
+            // The slot is over (a word moved on to a later lap): no
+            // attempt can decide it any more.
+            let slot = self.entries[e].slot;
+            self.free_entry(e);
+            self.event(ConsensusEvent::Recycled { slot, later });
         } else if let Some(m) = nack {
             // Someone with a higher proposal is at work (Algorithm 5, lines
             // 26 and 41): give up this attempt.
@@ -1064,6 +1115,7 @@ impl<M: Memory> ConsensusEngine<M> {
                 proposal,
                 digest,
             }),
+            lap: self.layout.lap(slot),
         };
         entry.phase = Phase::Accept {
             staging: staging as u8,
@@ -1143,6 +1195,7 @@ impl<M: Memory> ConsensusEngine<M> {
         if self.entries[e].value.is_none() {
             // A pre-preparation that met contention: drop it, and do not
             // pre-prepare again before the backoff.
+            self.preprepare_floor = Some((self.entries[e].slot, floor));
             self.free_entry(e);
             self.preprepare_retry_at_ns = self.now.saturating_add(backoff_ns);
             return;
@@ -1164,6 +1217,11 @@ impl<M: Memory> ConsensusEngine<M> {
             return;
         };
         self.init_entry(e, slot, None);
+        if let Some((s, floor)) = self.preprepare_floor {
+            if s == slot {
+                self.entries[e].proposal = floor;
+            }
+        }
         self.start_attempt(e);
     }
 
@@ -1183,7 +1241,7 @@ impl<M: Memory> ConsensusEngine<M> {
             } else if Some(a) == self.me_acceptor {
                 let raw = self.mem.load_u64(self.layout.slot_word(slot));
                 self.status.local_slot_reads += 1;
-                self.learner.heard[a] = self.heard_word(raw);
+                self.learner.heard[a] = self.heard_word(slot, raw);
             } else {
                 let attempt = self.learner.attempt;
                 self.post_slot_read(LEARN_LANE, attempt, a, false, slot);
@@ -1192,9 +1250,12 @@ impl<M: Memory> ConsensusEngine<M> {
         self.evaluate_learn();
     }
 
-    fn heard_word(&mut self, raw: u64) -> Heard {
+    fn heard_word(&mut self, slot: u32, raw: u64) -> Heard {
         match SlotWord::decode(raw, self.proposer_count) {
-            Ok(w) => Heard::Word(w),
+            Ok(w) => match self.interpret(slot, w) {
+                Ok(w) => Heard::Word(w),
+                Err(later) => Heard::Over(later),
+            },
             Err(_) => {
                 self.status.malformed_words += 1;
                 Heard::Silent
@@ -1226,8 +1287,18 @@ impl<M: Memory> ConsensusEngine<M> {
             self.fetch_next_learn();
         } else if heard.iter().all(|h| *h != Heard::Pending) {
             let slot = self.learner.slot;
+            let later = heard
+                .iter()
+                .filter_map(|h| match h {
+                    Heard::Over(l) => Some(*l),
+                    _ => None,
+                })
+                .max();
             self.learner.phase = LearnPhase::Idle;
-            self.event(ConsensusEvent::Undecided { slot });
+            self.event(match later {
+                Some(later) => ConsensusEvent::Recycled { slot, later },
+                None => ConsensusEvent::Undecided { slot },
+            });
         }
     }
 
@@ -1428,6 +1499,13 @@ impl<M: Memory> ConsensusEngine<M> {
                 let old = self.mem.load_u64(self.layout.landing_word(i));
                 let n = self.proposer_count;
                 if old == expect {
+                    // The state it promised from, as it concerns our slot
+                    // (we CAS only from words that do: an earlier lap's
+                    // word promised from the empty state).
+                    let from = SlotWord::decode(expect, n).expect("we only expect valid words");
+                    let from = self
+                        .interpret(self.entries[e].slot, from)
+                        .expect("we only CAS from words about our slot or before it");
                     let view = &mut self.entries[e].views[a];
                     view.known =
                         Some(SlotWord::decode(swap, n).expect("we only swap in valid words"));
@@ -1436,9 +1514,7 @@ impl<M: Memory> ConsensusEngine<M> {
                         view.answer = if accepting {
                             Answer::Accepted
                         } else {
-                            Answer::Promise(
-                                SlotWord::decode(expect, n).expect("we only expect valid words"),
-                            )
+                            Answer::Promise(from)
                         };
                     }
                     return;
@@ -1485,7 +1561,7 @@ impl<M: Memory> ConsensusEngine<M> {
                 }
                 self.learner.heard[a] = if ok {
                     let raw = self.mem.load_u64(self.layout.landing_word(i));
-                    self.heard_word(raw)
+                    self.heard_word(self.learner.slot, raw)
                 } else {
                     Heard::Silent
                 };
@@ -1576,7 +1652,6 @@ impl<M: Memory> ConsensusEngine<M> {
             if e.phase == Phase::Free {
                 continue;
             }
-            assert!(e.slot < self.layout.slot_count);
             assert!(
                 self.entries[..i]
                     .iter()
@@ -1594,6 +1669,11 @@ impl<M: Memory> ConsensusEngine<M> {
                 assert!(e.candidate.is_some() && e.written == Some(e.proposal));
                 assert_eq!(usize::from(staging) / 2, i);
                 assert_eq!(e.target.accepted_proposal, e.proposal);
+                assert_eq!(
+                    e.target.lap,
+                    self.layout.lap(e.slot),
+                    "a target of another lap"
+                );
             }
             assert!(e.views[..self.acceptor_count]
                 .iter()
@@ -1616,7 +1696,7 @@ impl<M: Memory> ConsensusEngine<M> {
     fn take_over(&mut self, previous: u8) {
         let word = SlotWord {
             min_proposal: first_proposal(previous, self.proposer_count),
-            ..SlotWord::EMPTY
+            ..SlotWord::empty(self.layout.lap(self.frontier))
         };
         self.takeover = Some((self.frontier, word));
         self.maybe_preprepare(self.frontier);
@@ -1629,7 +1709,6 @@ impl<M: Memory> ConsensusEngine<M> {
             return false;
         }
         self.is_leader()
-            && slot < self.layout.slot_count
             && self.exhausted_slot != Some(slot)
             && self.entry_for(slot).is_none()
             && self.decided(slot).is_none()

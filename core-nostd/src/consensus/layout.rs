@@ -23,7 +23,7 @@ use crate::layout::{RegionSpec, RemoteAccess};
 use core::fmt;
 
 /// Bumped whenever the meaning of a byte of either region changes.
-pub const CONSENSUS_LAYOUT_VERSION: u64 = 1;
+pub const CONSENSUS_LAYOUT_VERSION: u64 = 2;
 /// Slots being worked on at once by one proposer: the one in its Accept
 /// phase and the next one, pre-prepared (uKharon §5.3.1).
 pub const WINDOW: usize = 2;
@@ -35,8 +35,12 @@ pub const OPS_MAX: usize = 64;
 /// Staging records: two per window entry, so an accept retried while a
 /// slow acceptor still reads the previous record does not tear it.
 pub const STAGING_COUNT: usize = 2 * WINDOW;
-/// Most slots a configuration may have.
+/// Most slot words a configuration may have.
 pub const SLOT_COUNT_MAX: u32 = 1 << 16;
+/// Fewest slot words: a proposer works on two slots at once (the window)
+/// and recycles a word only once its previous slot is decided, two slots
+/// behind the newest it touches (see the module docs).
+pub const SLOT_COUNT_MIN: u32 = 4;
 
 const _: () = assert!(OPS_MAX >= LANES * MAX_MEMBERS * 2 + LANES);
 const _: () = assert!(OPS_MAX <= 256, "the op index is one byte of the wr_id");
@@ -60,7 +64,8 @@ pub struct ConsensusConfig {
     /// index in this list is its `owner` in slot words and proposal
     /// numbers, and the lowest live one is the leader.
     pub proposers: heapless::Vec<MemberId, MAX_MEMBERS>,
-    /// Consensus instances (slots). They are not recycled.
+    /// Slot words (and records per proposer): a ring that slots reuse,
+    /// slot `s` in word `s mod slot_count` (see the module docs).
     pub slot_count: u32,
     /// Largest value, at most [`VALUE_BYTES_CAP`].
     pub value_bytes_max: u32,
@@ -92,7 +97,7 @@ pub enum ConsensusConfigError {
     Duplicate,
     /// A member id at or above [`MAX_MEMBERS`].
     MemberOutOfRange,
-    /// `slot_count` is 0 or above [`SLOT_COUNT_MAX`].
+    /// `slot_count` is below [`SLOT_COUNT_MIN`] or above [`SLOT_COUNT_MAX`].
     SlotCount,
     /// `value_bytes_max` is 0 or above [`VALUE_BYTES_CAP`].
     ValueBytes,
@@ -167,7 +172,7 @@ impl ConsensusConfig {
         if self.self_id.index() >= MAX_MEMBERS {
             return Err(MemberOutOfRange);
         }
-        if self.slot_count == 0 || self.slot_count > SLOT_COUNT_MAX {
+        if self.slot_count < SLOT_COUNT_MIN || self.slot_count > SLOT_COUNT_MAX {
             return Err(SlotCount);
         }
         if self.value_bytes_max == 0 || self.value_bytes_max as usize > VALUE_BYTES_CAP {
@@ -219,7 +224,7 @@ pub struct ConsensusLayout {
     pub shared_region: RegionId,
     /// The local region's id.
     pub local_region: RegionId,
-    /// Slots.
+    /// Slot words (a ring: slots reuse them lap after lap).
     pub slot_count: u32,
     /// Proposers (proposal areas).
     pub proposer_count: u8,
@@ -323,19 +328,41 @@ impl ConsensusLayout {
         }
     }
 
+    /// Where slot `slot` lives in the ring of words and records.
+    #[inline]
+    pub fn index(&self, slot: u32) -> u32 {
+        slot % self.slot_count
+    }
+
+    /// The lap of the ring slot `slot` belongs to (what its word carries).
+    #[inline]
+    pub fn lap(&self, slot: u32) -> u16 {
+        (slot / self.slot_count) as u16
+    }
+
+    /// The slot a word at `index` of lap `lap` is about, if it is at or
+    /// below `near + 2^15` laps' worth of slots (laps wrap at 2^16; the
+    /// nearest slot to `near` with that index and lap is meant).
+    pub fn slot_of(&self, index: u32, lap: u16, near: u32) -> u32 {
+        let near_lap = self.lap(near);
+        let d = i64::from(lap.wrapping_sub(near_lap) as i16);
+        let lap_full = (i64::from(near / self.slot_count) + d).max(0);
+        let slot = lap_full * i64::from(self.slot_count) + i64::from(index);
+        slot.min(i64::from(u32::MAX)) as u32
+    }
+
     /// The 8-byte word of slot `slot` at an acceptor.
     pub fn slot_word(&self, slot: u32) -> Addr {
-        assert!(slot < self.slot_count, "slot out of range");
-        Addr::new(self.shared_region, u64::from(slot) * 8)
+        Addr::new(self.shared_region, u64::from(self.index(slot)) * 8)
     }
 
     /// The record of proposer `owner` for slot `slot` at an acceptor.
     pub fn proposal_record(&self, owner: u8, slot: u32) -> Addr {
-        assert!(owner < self.proposer_count && slot < self.slot_count);
+        assert!(owner < self.proposer_count);
         let area = u64::from(owner) * u64::from(self.slot_count) * self.record_stride;
         Addr::new(
             self.shared_region,
-            self.proposals_offset + area + u64::from(slot) * self.record_stride,
+            self.proposals_offset + area + u64::from(self.index(slot)) * self.record_stride,
         )
     }
 
@@ -364,12 +391,12 @@ impl ConsensusLayout {
         )
     }
 
-    /// Where the value decided in `slot` is kept.
+    /// Where the value decided in `slot` is kept (until a slot of a later
+    /// lap is decided in the same place).
     pub fn decided(&self, slot: u32) -> Addr {
-        assert!(slot < self.slot_count);
         Addr::new(
             self.local_region,
-            self.decided_offset + u64::from(slot) * self.record_stride,
+            self.decided_offset + u64::from(self.index(slot)) * self.record_stride,
         )
     }
 
@@ -440,6 +467,17 @@ mod tests {
             assert_eq!(l.region_bytes(r.id), r.bytes);
         }
         assert!(l.contains(l.slot_word(0), 8));
+        // A ring: the slot after the last word reuses the first, a lap on.
+        let n = cfg.slot_count;
+        assert_eq!(l.slot_word(n), l.slot_word(0));
+        assert_eq!(l.slot_word(2 * n + 3), l.slot_word(3));
+        assert_eq!(l.proposal_record(1, n + 1), l.proposal_record(1, 1));
+        assert_eq!(l.decided(n + 2), l.decided(2));
+        assert_eq!((l.lap(n - 1), l.lap(n), l.lap(3 * n + 1)), (0, 1, 3));
+        assert_eq!(l.slot_of(3, 2, 2 * n), 2 * n + 3);
+        assert_eq!(l.slot_of(3, 1, 2 * n), n + 3);
+        assert_eq!(l.slot_of(3, 5, 0), 5 * n + 3);
+        assert_eq!(l.slot_of(3, u16::MAX, 0), 3, "no slot below 0");
         assert!(!l.contains(Addr::new(l.shared_region, l.shared_bytes), 1));
         assert!(!l.contains(Addr::new(RegionId(0), 0), 1));
     }
@@ -465,6 +503,8 @@ mod tests {
         assert_eq!(c.validate(), Err(ConsensusConfigError::MemberOutOfRange));
         let mut c = ok.clone();
         c.slot_count = 0;
+        assert_eq!(c.validate(), Err(ConsensusConfigError::SlotCount));
+        c.slot_count = SLOT_COUNT_MIN - 1;
         assert_eq!(c.validate(), Err(ConsensusConfigError::SlotCount));
         let mut c = ok.clone();
         c.value_bytes_max = VALUE_BYTES_CAP as u32 + 1;

@@ -64,14 +64,36 @@
 //! that owns the chosen proposal. Records naming an earlier proposal than
 //! the word (a stale record) are refused; the next acceptor is asked.
 //!
+//! ## Recycled slots
+//!
+//! The slot words (and each proposer's records, and the decided records)
+//! are a ring of `slot_count`: slot `s` lives in word `s mod slot_count`,
+//! and the word carries the slot's *lap* `s / slot_count` (16 bits,
+//! wrapping; see [`word`]). A word of an older lap holds nothing of the
+//! slot asked about: a proposer takes it as the empty state of its own
+//! lap and CASes from the word as it is, which recycles it. A word of a
+//! newer lap means the slot is over: the proposal or learn is given up
+//! with [`ConsensusEvent::Recycled`], naming the later slot seen.
+//!
+//! Safety does not depend on how slots are used: for the older slot, a
+//! recycled word is an acceptor that answers no more (its promises and
+//! accepts are gone, and nobody counts a word of another lap), and Paxos
+//! is safe with any acceptor silent. A majority that promised in the old
+//! lap meets every majority that accepted there in an acceptor still in
+//! that lap, since laps never go back. What the caller provides is that
+//! a word is recycled only once its old slot is decided: it proposes slot
+//! `k` only once it knows `k − 1` decided (the view engine does), and the
+//! leader pre-prepares one slot ahead, so a touched slot `s` means `s − 2`
+//! is decided and, with `slot_count ≥ 4`, so is the slot a lap before. A
+//! member that meets a later lap knows every slot two before the later
+//! one decided, and goes on from there (what it missed may be gone).
+//!
 //! ## Limits (left to the wiring of issue 14)
 //!
 //! * Proposal numbers are 16 bits (as in the paper). When the next one
 //!   would overflow, the engine reports
 //!   [`ConsensusEvent::ProposalSpaceExhausted`]; A.6's fallback to
 //!   two-sided RPCs is not implemented, so the caller must act.
-//! * Slots are not recycled: `slot_count` instances, then
-//!   [`ProposeError::SlotOutOfRange`].
 //! * A member that is its own acceptor CASes its own word through the
 //!   fabric (a loopback request), because a CPU atomic is not atomic with
 //!   the NIC's. The shared-memory fabric and the simulator serve such

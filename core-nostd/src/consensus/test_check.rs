@@ -10,12 +10,16 @@
 //!   slot's one value, and a proposal number is never written with two
 //!   different values.
 //!
-//! It also checks each acceptor word's transitions: words stay valid, and
-//! `min_proposal` and `accepted_proposal` never go down.
+//! It also checks each acceptor word's transitions: words stay valid,
+//! `min_proposal` and `accepted_proposal` never go down within a lap, and
+//! the lap never goes back (a word recycled for a later slot of the ring
+//! is never taken back by an older one). Slots are full slot numbers:
+//! word `index` of lap `lap` in a ring of `ring` words holds slot
+//! `lap × ring + index` (laps do not wrap in the harness's short runs).
 
 extern crate std;
 
-use super::word::SlotWord;
+use super::word::{lap_order, LapOrder, SlotWord};
 use std::collections::{BTreeMap, BTreeSet};
 use std::string::String;
 use std::vec::Vec;
@@ -86,6 +90,11 @@ impl OneValuePerSlot {
         Self::default()
     }
 
+    /// The highest slot with a value decided or chosen.
+    pub fn highest_slot(&self) -> Option<u32> {
+        self.value_of.keys().next_back().copied()
+    }
+
     /// Someone proposed `value` for `slot`.
     pub fn proposed(&mut self, slot: u32, value: &[u8]) {
         self.proposed.insert((slot, value.to_vec()));
@@ -138,33 +147,53 @@ impl OneValuePerSlot {
         }
     }
 
-    /// An acceptor's word of `slot` changed from `old` to `new`.
+    /// An acceptor's word `index` of a ring of `ring` words changed from
+    /// `old` to `new`.
     pub fn word_changed(
         &mut self,
-        slot: u32,
+        index: u32,
+        ring: u32,
         old: u64,
         new: u64,
         proposer_count: u8,
     ) -> Result<(), Violation> {
-        let bad = Err(Violation::BadWord { slot, old, new });
+        let slot = |lap: u16| u32::from(lap) * ring + index;
         let (Ok(o), Ok(n)) = (
             SlotWord::decode(old, proposer_count),
             SlotWord::decode(new, proposer_count),
         ) else {
-            return bad;
+            return Err(Violation::BadWord {
+                slot: index,
+                old,
+                new,
+            });
         };
-        if n.min_proposal < o.min_proposal || n.accepted_proposal < o.accepted_proposal {
-            return bad;
+        let bad = Err(Violation::BadWord {
+            slot: slot(o.lap),
+            old,
+            new,
+        });
+        match lap_order(n.lap, o.lap) {
+            // Recycled for a later slot: anything it held is behind it.
+            LapOrder::Newer => Ok(()),
+            LapOrder::Older => bad,
+            LapOrder::Same
+                if n.min_proposal < o.min_proposal || n.accepted_proposal < o.accepted_proposal =>
+            {
+                bad
+            }
+            LapOrder::Same => Ok(()),
         }
-        Ok(())
     }
 
-    /// The words of `slot` at every acceptor (dead ones too: chosen is a
-    /// property of memory): a value accepted by `quorum` of them under one
-    /// proposal is chosen.
+    /// The words `index` (of a ring of `ring`) at every acceptor (dead
+    /// ones too: chosen is a property of memory): a value accepted by
+    /// `quorum` of them under one proposal, in one lap, is chosen in that
+    /// lap's slot.
     pub fn acceptor_words(
         &mut self,
-        slot: u32,
+        index: u32,
+        ring: u32,
         words: &[u64],
         proposer_count: u8,
         quorum: usize,
@@ -175,7 +204,11 @@ impl OneValuePerSlot {
             .collect();
         for w in &decoded {
             let Some(v) = w.value else { continue };
-            let count = decoded.iter().filter(|x| x.value == Some(v)).count();
+            let slot = u32::from(w.lap) * ring + index;
+            let count = decoded
+                .iter()
+                .filter(|x| x.lap == w.lap && x.value == Some(v))
+                .count();
             if count < quorum || self.chosen.contains(&(slot, v.proposal)) {
                 continue;
             }
@@ -210,8 +243,43 @@ mod tests {
                 proposal: acc,
                 digest: 0,
             }),
+            lap: 0,
         }
         .encode()
+    }
+
+    fn in_lap(raw: u64, lap: u16) -> u64 {
+        let w = SlotWord::decode(raw, 3).unwrap();
+        SlotWord { lap, ..w }.encode()
+    }
+
+    #[test]
+    fn recycled_words_move_forward_and_count_in_their_own_lap() {
+        let mut c = OneValuePerSlot::new();
+        // Word 2 of a ring of 4: lap 0 is slot 2, lap 1 slot 6.
+        let (a, b) = (accepted(3, 3, 3), accepted(4, 4, 3));
+        assert_eq!(c.word_changed(2, 4, a, in_lap(0, 1), 3), Ok(()));
+        assert_eq!(c.word_changed(2, 4, in_lap(0, 1), in_lap(a, 1), 3), Ok(()));
+        // Taken back to an older lap: a stale proposer undid the recycle.
+        assert_eq!(
+            c.word_changed(2, 4, in_lap(b, 1), a, 3),
+            Err(Violation::BadWord {
+                slot: 6,
+                old: in_lap(b, 1),
+                new: a
+            })
+        );
+        // The same value reference in two laps is no majority.
+        c.record_landed(2, 0, 3, b"x").unwrap();
+        c.record_landed(6, 0, 3, b"y").unwrap();
+        c.acceptor_words(2, 4, &[a, in_lap(a, 1), 0], 3, 2).unwrap();
+        assert!(c.chosen.is_empty());
+        c.acceptor_words(2, 4, &[a, in_lap(a, 1), in_lap(a, 1)], 3, 2)
+            .unwrap();
+        assert!(c.chosen.contains(&(6, 3)) && !c.chosen.contains(&(2, 3)));
+        // Slot 6's value is the record of slot 6, not slot 2's.
+        c.proposed(6, b"y");
+        assert_eq!(c.decided("p0", 6, b"y"), Ok(()));
     }
 
     #[test]
@@ -230,9 +298,9 @@ mod tests {
             "the same record twice"
         );
         let w = accepted(3, 3, 3);
-        assert_eq!(c.acceptor_words(0, &[w, w, 0], 3, 2), Ok(()));
+        assert_eq!(c.acceptor_words(0, 16, &[w, w, 0], 3, 2), Ok(()));
         assert!(c.chosen.contains(&(0, 3)));
-        assert_eq!(c.word_changed(0, 0, w, 3), Ok(()));
+        assert_eq!(c.word_changed(0, 16, 0, w, 3), Ok(()));
     }
 
     #[test]
@@ -271,7 +339,7 @@ mod tests {
         c.record_landed(0, 1, 4, b"b").unwrap();
         let w = accepted(4, 4, 3);
         assert!(matches!(
-            c.acceptor_words(0, &[w, 0, w], 3, 2),
+            c.acceptor_words(0, 16, &[w, 0, w], 3, 2),
             Err(Violation::TwoValues { slot: 0, .. })
         ));
     }
@@ -282,9 +350,9 @@ mod tests {
         c.record_landed(2, 0, 3, b"x").unwrap();
         c.record_landed(2, 1, 4, b"y").unwrap();
         let (a, b) = (accepted(3, 3, 3), accepted(4, 4, 3));
-        c.acceptor_words(2, &[a, a, b], 3, 2).unwrap();
+        c.acceptor_words(2, 16, &[a, a, b], 3, 2).unwrap();
         assert!(matches!(
-            c.acceptor_words(2, &[a, b, b], 3, 2),
+            c.acceptor_words(2, 16, &[a, b, b], 3, 2),
             Err(Violation::TwoValues { slot: 2, .. })
         ));
     }
@@ -302,7 +370,7 @@ mod tests {
         );
         let w = accepted(6, 6, 3);
         assert_eq!(
-            c.acceptor_words(1, &[w, w, w], 3, 2),
+            c.acceptor_words(1, 16, &[w, w, w], 3, 2),
             Err(Violation::ChosenWithoutRecord {
                 slot: 1,
                 proposal: 6
@@ -310,11 +378,11 @@ mod tests {
         );
         // min_proposal going down, and a malformed word.
         assert!(c
-            .word_changed(0, accepted(9, 6, 3), accepted(7, 6, 3), 3)
+            .word_changed(0, 16, accepted(9, 6, 3), accepted(7, 6, 3), 3)
             .is_err());
         assert!(c
-            .word_changed(0, accepted(9, 6, 3), accepted(9, 3, 3), 3)
+            .word_changed(0, 16, accepted(9, 6, 3), accepted(9, 3, 3), 3)
             .is_err());
-        assert!(c.word_changed(0, 0, 1, 3).is_err());
+        assert!(c.word_changed(0, 16, 0, 1, 3).is_err());
     }
 }

@@ -18,6 +18,12 @@
 //!   requests in flight landed and the rest lost, and restart; up to a
 //!   minority of acceptors crash for good; crash notifications reach
 //!   each engine late or never.
+//! * Slots are decided in order, as the view engine decides them: a
+//!   proposer proposes slot `s` only once it knows `s − 1` decided (or
+//!   was told, by a word of a later lap, to go on from a later slot). In
+//!   half of the seeds the ring of slot words is smaller than the slots a
+//!   run uses (4 to 6 words), so words are recycled lap after lap while
+//!   slow proposers still work on older slots.
 //! * The liveness phase stops faults, restarts proposers, tells everyone
 //!   who is gone, and requires the leader and the learner to decide every
 //!   slot up to two past the highest one decided so far.
@@ -105,8 +111,10 @@ pub struct Params {
     pub proposers: usize,
     /// Proposer `i` is acceptor `i`.
     pub overlap: bool,
-    /// Slots.
+    /// Slot words (the ring).
     pub slot_count: u32,
+    /// Slots a run uses (more than `slot_count` when words are recycled).
+    pub slots: u32,
     /// Largest value.
     pub value_bytes_max: u32,
     /// Delivered requests that fail, per mille (safety phase).
@@ -117,8 +125,8 @@ pub struct Params {
     pub safety_steps: usize,
     /// Steps the liveness phase may take at most.
     pub liveness_steps_max: usize,
-    /// Run every proposer with the broken rule (mutation tests).
-    pub mutation: bool,
+    /// Run every proposer with this broken rule (mutation tests).
+    pub mutation: Option<crate::config::Mutation>,
 }
 
 impl Params {
@@ -129,18 +137,31 @@ impl Params {
         let proposers = r.range_inclusive(1, 3) as usize;
         // Disjoint groups need acceptors + proposers ≤ MAX_MEMBERS.
         let overlap = r.chance(1, 3);
+        let slots = r.range_inclusive(6, 24) as u32;
         Params {
             acceptors,
             proposers,
             overlap,
-            slot_count: r.range_inclusive(6, 24) as u32,
+            slot_count: slots,
+            slots,
             value_bytes_max: r.range_inclusive(8, 64) as u32,
             error_per_mille: [0, 5, 20, 60][r.range_inclusive(0, 3) as usize],
             fault_per_mille: [0, 2, 8][r.range_inclusive(0, 2) as usize],
             safety_steps: r.range_inclusive(1_000, 3_000) as usize,
             liveness_steps_max: 200_000,
-            mutation: false,
+            mutation: None,
         }
+        .with_ring(seed)
+    }
+
+    /// In half of the seeds (a stream of their own), a ring of 4 to 6
+    /// slot words that the run's slots recycle.
+    fn with_ring(mut self, seed: u64) -> Params {
+        let mut r = SplitMix64::new(seed ^ 0x5249_4E47_5321); // "RINGS!"
+        if r.chance(1, 2) {
+            self.slot_count = r.range_inclusive(4, 6) as u32;
+        }
+        self
     }
 
     /// A quiet group for scenario tests: no faults.
@@ -150,12 +171,13 @@ impl Params {
             proposers,
             overlap: false,
             slot_count: 16,
+            slots: 16,
             value_bytes_max: 32,
             error_per_mille: 0,
             fault_per_mille: 0,
             safety_steps: 0,
             liveness_steps_max: 0,
-            mutation: false,
+            mutation: None,
         }
     }
 }
@@ -171,6 +193,8 @@ struct Member {
     learner: bool,
     /// The lowest slot its client has not seen decided.
     client_slot: u32,
+    /// A word of a later lap told it to go on from this slot (decided).
+    skip_to: u32,
     client_counter: u32,
 }
 
@@ -206,6 +230,8 @@ pub struct Summary {
     pub reconnects: u64,
     /// Proposal space exhaustions reported.
     pub exhausted: u64,
+    /// Slots given up because their word moved on to a later lap.
+    pub recycled: u64,
 }
 
 /// The simulated group.
@@ -299,6 +325,7 @@ impl World {
                 proposer: proposers.contains(&id),
                 learner: id == learner,
                 client_slot: 0,
+                skip_to: 0,
                 client_counter: 0,
             });
             if w.members[i].proposer || w.members[i].learner {
@@ -324,12 +351,12 @@ impl World {
         c.reconnect_backoff_ns = 5_000;
         c.seed = seed ^ (u64::from(incarnation) << 32);
         #[cfg(feature = "mutation-testing")]
-        if params.mutation {
-            c.mutation = crate::config::Mutation::AcceptWithoutPrepare;
+        if let Some(m) = params.mutation {
+            c.mutation = m;
         }
         #[cfg(not(feature = "mutation-testing"))]
         assert!(
-            !params.mutation,
+            params.mutation.is_none(),
             "mutations need the mutation-testing feature"
         );
         c
@@ -446,6 +473,13 @@ impl World {
             }
             ConsensusEvent::ProposalSpaceExhausted { .. } => self.summary.exhausted += 1,
             ConsensusEvent::Undecided { .. } => {}
+            ConsensusEvent::Recycled { later, .. } => {
+                // Two slots before a touched one is decided (slots are
+                // decided in order, one pre-prepared ahead).
+                self.summary.recycled += 1;
+                let member = &mut self.members[m];
+                member.skip_to = member.skip_to.max(later.saturating_sub(2));
+            }
         }
     }
 
@@ -493,10 +527,15 @@ impl World {
                 let old = d.load_u64(remote);
                 if old == expect {
                     d.store_u64(remote, swap);
-                    let slot = (remote.offset / 8) as u32;
-                    let v = self
-                        .checker
-                        .word_changed(slot, old, swap, self.proposers.len() as u8);
+                    let index = (remote.offset / 8) as u32;
+                    let ring = l.slot_count;
+                    let v = self.checker.word_changed(
+                        index,
+                        ring,
+                        old,
+                        swap,
+                        self.proposers.len() as u8,
+                    );
                     self.violated(v);
                     let words: Vec<u64> = self
                         .acceptors
@@ -505,7 +544,8 @@ impl World {
                         .collect();
                     let quorum = self.acceptors.len() / 2 + 1;
                     let v = self.checker.acceptor_words(
-                        slot,
+                        index,
+                        ring,
                         &words,
                         self.proposers.len() as u8,
                         quorum,
@@ -600,17 +640,21 @@ impl World {
     }
 
     /// Member `m`'s client proposes a fresh value for the lowest slot it
-    /// has not seen decided.
+    /// has not seen decided, once it knows the slot before it decided
+    /// (slots in order).
     pub fn client(&mut self, m: usize) {
         let Some(engine) = self.members[m].engine.as_ref() else {
             return;
         };
-        let mut slot = self.members[m].client_slot;
-        while slot < self.params.slot_count && engine.decided(slot).is_some() {
+        // Below the frontier every slot is decided (in order): proposing
+        // one adopts its value, unless its word has moved on.
+        let known = engine.frontier().max(self.members[m].skip_to);
+        let mut slot = self.members[m].client_slot.max(self.members[m].skip_to);
+        while slot < self.params.slots && engine.decided(slot).is_some() {
             slot += 1;
         }
         self.members[m].client_slot = slot;
-        if slot >= self.params.slot_count {
+        if slot >= self.params.slots || slot > known {
             return;
         }
         let value = self.make_value(m, slot);
@@ -636,13 +680,14 @@ impl World {
         let Some(engine) = self.members[m].engine.as_ref() else {
             return;
         };
-        let slot =
-            (from..=upto.min(self.params.slot_count - 1)).find(|&s| engine.decided(s).is_none());
+        let slot = (from..=upto.min(self.params.slots - 1)).find(|&s| engine.decided(s).is_none());
         if let Some(slot) = slot {
             self.call(m, |e, now| e.learn(now, slot));
         }
     }
 
+    /// The highest slot anyone ever decided (running engines may have
+    /// restarted since and know less).
     fn highest_decided(&self) -> Option<u32> {
         self.members
             .iter()
@@ -650,6 +695,7 @@ impl World {
             .map(|e| e.frontier())
             .max()
             .and_then(|f| f.checked_sub(1))
+            .max(self.checker.highest_slot())
     }
 
     fn dead_acceptors(&self) -> usize {
@@ -699,6 +745,7 @@ impl World {
         self.members[m].incarnation += 1;
         self.members[m].dead = false;
         self.members[m].client_slot = 0;
+        self.members[m].skip_to = 0;
         self.members[m].mem.clear_local(&self.layout);
         self.start_engine(m);
         for i in self.running() {
@@ -888,7 +935,7 @@ impl World {
                     None => (
                         0,
                         self.rng
-                            .range_inclusive(0, u64::from(self.params.slot_count) - 1)
+                            .range_inclusive(0, u64::from(self.params.slots) - 1)
                             as u32,
                     ),
                 };
@@ -908,10 +955,16 @@ impl World {
         }
     }
 
+    /// The first slot whose word no run recycles: proposals stop below
+    /// `slots`, and a leader pre-prepares at most `slots` itself.
+    fn kept_from(&self) -> u32 {
+        (self.params.slots + 1).saturating_sub(self.params.slot_count)
+    }
+
     fn liveness_target(&self) -> u32 {
         self.highest_decided()
             .map_or(1, |h| h + 2)
-            .min(self.params.slot_count - 1)
+            .min(self.params.slots - 1)
     }
 
     /// Stops faults, restarts crashed proposers, and tells every engine
@@ -951,11 +1004,18 @@ impl World {
             if let Some(f) = &self.failure {
                 return Err(f.clone());
             }
+            // Past the target, and holding the last two slots' values.
+            // Older ones may be gone: words a lap before the last slot a
+            // run may touch (`slots`, pre-prepared) may have been recycled,
+            // and a member that met one skipped ahead (below the frontier
+            // every slot is decided all the same).
+            let ring_start = self.kept_from().max(target.saturating_sub(1));
             let done = |w: &World, m: usize, from: u32| {
-                w.members[m]
-                    .engine
-                    .as_ref()
-                    .is_some_and(|e| (from..=target).all(|s| e.decided(s).is_some()))
+                from > target
+                    || w.members[m].engine.as_ref().is_some_and(|e| {
+                        e.frontier() > target
+                            && (from.max(ring_start)..=target).all(|s| e.decided(s).is_some())
+                    })
             };
             if done(self, leader, 0)
                 && (self.members[learner].dead || done(self, learner, learn_from))
@@ -966,12 +1026,15 @@ impl World {
             self.step(Some(learn_from));
         }
         let e = self.members[leader].engine.as_ref().unwrap();
-        let missing: Vec<u32> = (0..=target).filter(|&s| e.decided(s).is_none()).collect();
+        let ring_start = self.kept_from().max(target.saturating_sub(1));
+        let missing: Vec<u32> = (ring_start..=target)
+            .filter(|&s| e.decided(s).is_none())
+            .collect();
         let learner_missing: Vec<u32> = self.members[learner]
             .engine
             .as_ref()
             .map(|l| {
-                (learn_from..=target)
+                (learn_from.max(ring_start)..=target)
                     .filter(|&s| l.decided(s).is_none())
                     .collect()
             })
@@ -990,10 +1053,10 @@ impl World {
 
 /// Runs one seed: the safety phase, then (unless mutated) healing and the
 /// liveness phase. `Err` names the seed and what failed.
-pub fn run_seed(seed: u64, mutation: bool) -> Result<Summary, String> {
+pub fn run_seed(seed: u64, mutation: Option<crate::config::Mutation>) -> Result<Summary, String> {
     let mut params = Params::from_seed(seed);
     params.mutation = mutation;
-    if mutation {
+    if mutation.is_some() {
         // A mutation is caught by safety, not liveness; contention helps.
         params.proposers = params.proposers.max(2);
         if params.overlap {
@@ -1007,7 +1070,7 @@ pub fn run_seed(seed: u64, mutation: bool) -> Result<Summary, String> {
             return Err(f.clone());
         }
     }
-    if !mutation {
+    if mutation.is_none() {
         w.heal();
         w.run_liveness()?;
     }

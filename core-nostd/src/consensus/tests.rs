@@ -116,7 +116,6 @@ fn a_non_leader_waits_a_backoff_then_reads_first() {
         );
     }
     assert_eq!(e.propose(1, 0, b"again"), Err(ProposeError::InProgress));
-    assert_eq!(e.propose(1, 99, b"x"), Err(ProposeError::SlotOutOfRange));
     assert_eq!(e.propose(1, 1, &[0; 200]), Err(ProposeError::ValueTooLong));
     let (mut learner, _) = lone_engine(0, &[3, 4]);
     assert_eq!(learner.propose(0, 0, b"x"), Err(ProposeError::NotAProposer));
@@ -423,8 +422,8 @@ fn completions_that_are_not_ours_are_ignored() {
 /// The harness is deterministic: one seed reproduces a run.
 #[test]
 fn a_seed_reproduces_its_run() {
-    let a = run_seed(12345, false).unwrap();
-    let b = run_seed(12345, false).unwrap();
+    let a = run_seed(12345, None).unwrap();
+    let b = run_seed(12345, None).unwrap();
     assert_eq!(std::format!("{a:?}"), std::format!("{b:?}"));
 }
 
@@ -456,7 +455,7 @@ fn randomized_runs_keep_one_value_per_slot_and_converge() {
     let seeds = seed_range();
     let count = seeds.end - seeds.start;
     for seed in seeds {
-        match run_seed(seed, false) {
+        match run_seed(seed, None) {
             Ok(s) => {
                 total.delivered += s.delivered;
                 total.errors += s.errors;
@@ -467,6 +466,7 @@ fn randomized_runs_keep_one_value_per_slot_and_converge() {
                 total.chosen += s.chosen;
                 total.reconnects += s.reconnects;
                 total.exhausted += s.exhausted;
+                total.recycled += s.recycled;
                 total.liveness_steps = total.liveness_steps.max(s.liveness_steps);
             }
             Err(f) => failures.push(f),
@@ -488,7 +488,35 @@ fn randomized_runs_keep_one_value_per_slot_and_converge() {
     );
     assert!(total.crashes > 100 && total.restarts > 100, "{total:?}");
     assert!(total.acceptor_kills > 50, "{total:?}");
+    assert!(
+        total.recycled > 50,
+        "slow proposers met recycled words: {total:?}"
+    );
     assert_eq!(total.exhausted, 0);
+}
+
+/// Runs every seed with `mutation` and returns those the checker caught
+/// (by one of `by`).
+#[cfg(feature = "mutation-testing")]
+fn caught_seeds(mutation: crate::config::Mutation, by: &[&str]) -> Vec<u64> {
+    let mut caught = Vec::new();
+    let seeds = seed_range();
+    let count = seeds.end - seeds.start;
+    for seed in seeds {
+        if let Err(f) = run_seed(seed, Some(mutation)) {
+            assert!(
+                by.iter().any(|b| f.contains(b)),
+                "caught by something else than the checker: {f}"
+            );
+            caught.push(seed);
+        }
+    }
+    std::println!(
+        "{mutation:?} caught in {} of {count} seeds (first: seed {:?})",
+        caught.len(),
+        caught.first()
+    );
+    caught
 }
 
 /// The mutation "accept without prepare" (a proposer CASes its value in
@@ -497,24 +525,25 @@ fn randomized_runs_keep_one_value_per_slot_and_converge() {
 #[cfg(feature = "mutation-testing")]
 #[test]
 fn the_checker_catches_accept_without_prepare() {
-    let mut caught = Vec::new();
-    let seeds = seed_range();
-    let count = seeds.end - seeds.start;
-    for seed in seeds {
-        if let Err(f) = run_seed(seed, true) {
-            assert!(
-                f.contains("TwoValues") || f.contains("ProposalReused"),
-                "caught by something else than the checker: {f}"
-            );
-            caught.push(seed);
-        }
-    }
-    std::println!(
-        "accept-without-prepare caught in {} of {count} seeds (first: seed {:?})",
-        caught.len(),
-        caught.first()
+    let caught = caught_seeds(
+        crate::config::Mutation::AcceptWithoutPrepare,
+        &["TwoValues", "ProposalReused"],
     );
-    assert!(!caught.is_empty(), "the mutation survived {count} seeds");
+    assert!(!caught.is_empty(), "the mutation survived every seed");
+}
+
+/// The mutation "recycle ignores lap" (a stale proposer takes a later
+/// lap's word for its own slot's state, and CASes it back to its lap)
+/// must be caught: the word goes back a lap, and the stale slot can be
+/// decided again with another value.
+#[cfg(feature = "mutation-testing")]
+#[test]
+fn the_checker_catches_a_recycle_that_ignores_the_lap() {
+    let caught = caught_seeds(
+        crate::config::Mutation::RecycleIgnoresLap,
+        &["TwoValues", "BadWord", "NeverProposed", "ProposalReused"],
+    );
+    assert!(!caught.is_empty(), "the mutation survived every seed");
 }
 
 /// Reproduces one seed with its diagnostics:
@@ -526,6 +555,11 @@ fn one_seed() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    let mutated = std::env::var("MUTATED").is_ok();
-    std::println!("{:?}", run_seed(seed, mutated));
+    // MUTATED=1: accept without prepare; MUTATED=2: recycle ignores lap.
+    let mutation = match std::env::var("MUTATED").as_deref() {
+        Ok("2") => Some(crate::config::Mutation::RecycleIgnoresLap),
+        Ok(_) => Some(crate::config::Mutation::AcceptWithoutPrepare),
+        Err(_) => None,
+    };
+    std::println!("{:?}", run_seed(seed, mutation));
 }

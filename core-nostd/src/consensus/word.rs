@@ -2,33 +2,64 @@
 //! numbers, and Paxos's acceptor rules as pure functions over words.
 //!
 //! ```text
-//!  63          48 47          32 31     24 23          8 7      0
-//! | min_proposal | accepted_prop | owner   | proposal     | digest |
-//!                                 \________ accepted_value _______/
+//!  63          48 47          32 31          16 15      8 7      0
+//! | min_proposal | accepted_prop | lap          | owner   | digest |
+//!                                                \ accepted_value /
 //! ```
 //!
 //! * `min_proposal` and `accepted_proposal` are 16 bits each, as in the
 //!   paper, so its overflow analysis (A.6: the fallback once
 //!   `min_proposal` reaches `2^16 - |Π|`) applies unchanged.
-//! * `accepted_value` (32 bits) is an indirection: it names the proposal
+//! * `lap` says which slot of the ring the word is about: slot `s` lives
+//!   in word `s mod slot_count` in lap `s / slot_count` (mod 2^16). Slots
+//!   are recycled (see the [module docs](super)): a word of an older lap
+//!   holds nothing of the slot asked about (nobody touched it there yet),
+//!   one of a newer lap says the slot is over.
+//! * `accepted_value` (16 bits) is an indirection: it names the proposal
 //!   record that holds the value, i.e. the buffer of proposer `owner`
 //!   (its index among the proposers) for this slot, written under
-//!   `proposal`, plus an 8-bit `digest` of the value bytes. Every accept
-//!   writes its own record first (a value adopted from another proposer
-//!   is copied into the adopter's buffer), so in a well-formed word the
-//!   value names exactly the accepted proposal: `proposal ==
-//!   accepted_proposal` and `owner == accepted_proposal % |Π|`. The
-//!   redundancy is deliberate: a torn or foreign word fails [`decode`],
-//!   and the digest ties the fetched record's bytes to the word.
+//!   `accepted_proposal`, plus an 8-bit `digest` of the value bytes. Every
+//!   accept writes its own record first (a value adopted from another
+//!   proposer is copied into the adopter's buffer), so in a well-formed
+//!   word `owner == accepted_proposal % |Π|`; a foreign word fails
+//!   [`decode`], and the digest ties the fetched record's bytes to the
+//!   word.
 //! * Proposal numbers are `round × |Π| + owner` with `round ≥ 1`, unique
-//!   per proposer; 0 means "none", so the all-zero word is the empty slot.
+//!   per proposer; 0 means "none", so the all-zero word is the empty slot
+//!   of lap 0.
 //!
 //! [`decode`]: SlotWord::decode
 
 use core::fmt;
 
-/// The all-zero word: nothing promised, nothing accepted.
+/// The all-zero word: nothing promised, nothing accepted, lap 0.
 pub const EMPTY_WORD: u64 = 0;
+
+/// Where a word's lap stands against the lap of the slot asked about.
+/// Laps wrap at 2^16: a member would have to stay behind by 2^15 laps of
+/// the ring (33 million views with 1024 slots) to misjudge one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LapOrder {
+    /// The word is about this slot.
+    Same,
+    /// An earlier slot of the same word: nothing of this slot is there.
+    Older,
+    /// A later slot of the same word: this slot is over.
+    Newer,
+}
+
+/// Compares `word_lap` with `slot_lap` (wrapping).
+#[inline]
+pub const fn lap_order(word_lap: u16, slot_lap: u16) -> LapOrder {
+    let d = word_lap.wrapping_sub(slot_lap) as i16;
+    if d == 0 {
+        LapOrder::Same
+    } else if d < 0 {
+        LapOrder::Older
+    } else {
+        LapOrder::Newer
+    }
+}
 
 /// An indirection to the proposal record holding an accepted value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -43,20 +74,11 @@ pub struct ValueRef {
 }
 
 impl ValueRef {
-    /// The 32-bit field of the slot word.
+    /// The 16-bit field of the slot word (the proposal is the word's
+    /// `accepted_proposal`).
     #[inline]
-    pub const fn encode(self) -> u32 {
-        ((self.owner as u32) << 24) | ((self.proposal as u32) << 8) | self.digest as u32
-    }
-
-    /// Splits the 32-bit field (no validation: see [`SlotWord::decode`]).
-    #[inline]
-    pub const fn from_bits(bits: u32) -> ValueRef {
-        ValueRef {
-            owner: (bits >> 24) as u8,
-            proposal: (bits >> 8) as u16,
-            digest: bits as u8,
-        }
+    pub const fn bits(self) -> u16 {
+        ((self.owner as u16) << 8) | self.digest as u16
     }
 }
 
@@ -69,6 +91,8 @@ pub struct SlotWord {
     pub accepted_proposal: u16,
     /// The accepted value (present exactly when `accepted_proposal != 0`).
     pub value: Option<ValueRef>,
+    /// The lap of the ring the word is about (see the module docs).
+    pub lap: u16,
 }
 
 /// Why a word read from an acceptor is not a valid acceptor state. Words
@@ -80,10 +104,6 @@ pub enum WordError {
     AcceptedAboveMin,
     /// A value field without an accepted proposal.
     ValueWithoutProposal,
-    /// An accepted proposal without a value.
-    ProposalWithoutValue,
-    /// The value names another proposal than the accepted one.
-    ValueNamesAnotherProposal,
     /// The value's owner is not the proposer of the accepted proposal.
     OwnerMismatch,
     /// A nonzero proposal number below `|Π|` (round 0 is never used).
@@ -95,8 +115,6 @@ impl fmt::Display for WordError {
         let s = match self {
             WordError::AcceptedAboveMin => "accepted proposal above the promised one",
             WordError::ValueWithoutProposal => "a value without an accepted proposal",
-            WordError::ProposalWithoutValue => "an accepted proposal without a value",
-            WordError::ValueNamesAnotherProposal => "the value names another proposal",
             WordError::OwnerMismatch => "the value's owner did not make the proposal",
             WordError::ProposalBelowFirstRound => "a proposal number below the first round",
         };
@@ -105,21 +123,31 @@ impl fmt::Display for WordError {
 }
 
 impl SlotWord {
-    /// The empty slot.
-    pub const EMPTY: SlotWord = SlotWord {
-        min_proposal: 0,
-        accepted_proposal: 0,
-        value: None,
-    };
+    /// The empty slot of lap 0.
+    pub const EMPTY: SlotWord = SlotWord::empty(0);
+
+    /// The empty slot of `lap`.
+    #[inline]
+    pub const fn empty(lap: u16) -> SlotWord {
+        SlotWord {
+            min_proposal: 0,
+            accepted_proposal: 0,
+            value: None,
+            lap,
+        }
+    }
 
     /// The raw 64-bit word (what a CAS compares and swaps).
     #[inline]
     pub const fn encode(self) -> u64 {
         let value = match self.value {
-            Some(v) => v.encode(),
+            Some(v) => v.bits(),
             None => 0,
         };
-        ((self.min_proposal as u64) << 48) | ((self.accepted_proposal as u64) << 32) | value as u64
+        ((self.min_proposal as u64) << 48)
+            | ((self.accepted_proposal as u64) << 32)
+            | ((self.lap as u64) << 16)
+            | value as u64
     }
 
     /// Decodes and validates a raw word for a group of `proposer_count`
@@ -128,7 +156,8 @@ impl SlotWord {
         assert!(proposer_count > 0, "a group without proposers");
         let min_proposal = (raw >> 48) as u16;
         let accepted_proposal = (raw >> 32) as u16;
-        let value_bits = raw as u32;
+        let lap = (raw >> 16) as u16;
+        let value_bits = raw as u16;
         let n = u16::from(proposer_count);
         for p in [min_proposal, accepted_proposal] {
             if p != 0 && p < n {
@@ -141,12 +170,12 @@ impl SlotWord {
         let value = match (accepted_proposal, value_bits) {
             (0, 0) => None,
             (0, _) => return Err(WordError::ValueWithoutProposal),
-            (_, 0) => return Err(WordError::ProposalWithoutValue),
             (a, bits) => {
-                let v = ValueRef::from_bits(bits);
-                if v.proposal != a {
-                    return Err(WordError::ValueNamesAnotherProposal);
-                }
+                let v = ValueRef {
+                    owner: (bits >> 8) as u8,
+                    proposal: a,
+                    digest: bits as u8,
+                };
                 if u16::from(v.owner) != a % n {
                     return Err(WordError::OwnerMismatch);
                 }
@@ -157,10 +186,11 @@ impl SlotWord {
             min_proposal,
             accepted_proposal,
             value,
+            lap,
         })
     }
 
-    /// True for the empty slot.
+    /// True when nothing is promised or accepted (in the word's lap).
     #[inline]
     pub const fn is_empty(self) -> bool {
         self.min_proposal == 0 && self.accepted_proposal == 0
@@ -255,6 +285,7 @@ pub fn accept_step(expected: SlotWord, proposal: u16, value: ValueRef) -> Accept
             min_proposal: proposal,
             accepted_proposal: proposal,
             value: Some(value),
+            lap: expected.lap,
         })
     } else {
         AcceptStep::Nack {
@@ -292,20 +323,26 @@ mod tests {
                 proposal: acc,
                 digest,
             }),
+            lap: 0,
         }
     }
 
     #[test]
     fn words_round_trip_and_the_fields_sit_where_documented() {
-        let w = accepted(0x1234, 0x0F03, 3, 0xAB);
+        let w = SlotWord {
+            lap: 0x7E57,
+            ..accepted(0x1234, 0x0F03, 3, 0xAB)
+        };
         let raw = w.encode();
         assert_eq!(raw >> 48, 0x1234);
         assert_eq!((raw >> 32) & 0xFFFF, 0x0F03);
-        assert_eq!((raw >> 24) & 0xFF, u64::from(owner_of(0x0F03, 3)));
-        assert_eq!((raw >> 8) & 0xFFFF, 0x0F03);
+        assert_eq!((raw >> 16) & 0xFFFF, 0x7E57);
+        assert_eq!((raw >> 8) & 0xFF, u64::from(owner_of(0x0F03, 3)));
         assert_eq!(raw & 0xFF, 0xAB);
         assert_eq!(SlotWord::decode(raw, 3), Ok(w));
         assert_eq!(SlotWord::decode(EMPTY_WORD, 3), Ok(SlotWord::EMPTY));
+        assert_eq!(SlotWord::decode(5 << 16, 3), Ok(SlotWord::empty(5)));
+        assert!(SlotWord::empty(5).is_empty());
         let promised = SlotWord {
             min_proposal: 7,
             ..SlotWord::EMPTY
@@ -328,19 +365,8 @@ mod tests {
             SlotWord::decode(ok & !(0xFFFF << 32), n),
             Err(WordError::ValueWithoutProposal)
         );
-        // proposal without value
-        assert_eq!(
-            SlotWord::decode(ok & !0xFFFF_FFFF, n),
-            Err(WordError::ProposalWithoutValue)
-        );
-        // value naming proposal 7 while 6 is accepted
-        let other = (ok & !0x00FF_FF00) | (7 << 8);
-        assert_eq!(
-            SlotWord::decode(other, n),
-            Err(WordError::ValueNamesAnotherProposal)
-        );
         // owner 1 claims proposal 6 (owned by 0)
-        let wrong_owner = (ok & !0xFF00_0000) | (1 << 24);
+        let wrong_owner = (ok & !0xFF00) | (1 << 8);
         assert_eq!(
             SlotWord::decode(wrong_owner, n),
             Err(WordError::OwnerMismatch)
@@ -361,6 +387,16 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn laps_compare_across_the_wrap() {
+        assert_eq!(lap_order(3, 3), LapOrder::Same);
+        assert_eq!(lap_order(2, 3), LapOrder::Older);
+        assert_eq!(lap_order(4, 3), LapOrder::Newer);
+        assert_eq!(lap_order(u16::MAX, 0), LapOrder::Older);
+        assert_eq!(lap_order(0, u16::MAX), LapOrder::Newer);
+        assert_eq!(lap_order(1 << 15, 0), LapOrder::Older);
     }
 
     #[test]
@@ -427,8 +463,14 @@ mod tests {
             min_proposal: 10,
             accepted_proposal: 10,
             value: Some(v),
+            lap: 0,
         };
         assert_eq!(accept_step(promised, 10, v), AcceptStep::Cas(target));
+        // The word stays in the lap it is about.
+        assert_eq!(
+            accept_step(SlotWord::empty(4), 10, v),
+            AcceptStep::Cas(SlotWord { lap: 4, ..target })
+        );
         // An acceptor that never heard our prepare may accept too.
         assert_eq!(accept_step(SlotWord::EMPTY, 10, v), AcceptStep::Cas(target));
         let higher = SlotWord {

@@ -1362,6 +1362,7 @@ fn views_state(
         coordinators_out,
         fallback: vs.fallback,
         slot_count: u64::from(vs.slot_count),
+        slots_skipped: vs.slots_skipped,
         proposed: vs.proposed,
         won: vs.won,
         renewals: vs.renewals,
