@@ -280,8 +280,10 @@ pub struct Config {
     pub coordinator_count: u8,
     /// Coordinator slot words: a ring that views reuse lap after lap (a
     /// view change takes the next slot). Bounds the views a member may
-    /// fall behind and still learn each one; one further behind skips to
-    /// the newest.
+    /// fall behind and still learn each one; one further behind goes on
+    /// from two slots before the later slot it met (only the newest view
+    /// matters). A coordinator cut off for 2^15 laps of the ring must not
+    /// come back with its old words (see [`crate::consensus::word`]).
     pub view_slot_count: u32,
     /// A member that does not need a lease learns the newest view this
     /// often (status, the view it follows).

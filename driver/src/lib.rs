@@ -593,8 +593,8 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                 log.set_read_lease(0, 0);
                 if !primary_backup && views.fallback_allowed(now_ns) {
                     // No view can be decided or lease renewed any more (a
-                    // majority of coordinators gone, or every slot used):
-                    // DARE's own rules alone, as without views.
+                    // majority of coordinators gone): DARE's own rules
+                    // alone, as without views.
                     log.clear_commit(term);
                 }
             }

@@ -139,6 +139,8 @@ pub struct ConsensusStatus {
     pub error_completions: u64,
     /// Proposal space exhaustions reported.
     pub proposals_exhausted: u64,
+    /// Slots given up because a word had moved on to a later lap.
+    pub recycled: u64,
 }
 
 /// What one acceptor answered in the current phase of an attempt.
@@ -271,8 +273,15 @@ struct Learner {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Purpose {
     SlotRead,
-    Cas { expect: u64, swap: u64 },
-    RecordWrite { staging: u8 },
+    /// `predicted`: `expect` was a guess, not a word seen.
+    Cas {
+        expect: u64,
+        swap: u64,
+        predicted: bool,
+    },
+    RecordWrite {
+        staging: u8,
+    },
     RecordRead,
 }
 
@@ -433,15 +442,31 @@ impl<M: Memory> ConsensusEngine<M> {
         self.frontier
     }
 
-    /// The value decided in `slot`, if this engine decided or learned it.
-    pub fn decided(&self, slot: u32) -> Option<Value> {
+    /// The slot whose decided record is stored where `slot`'s would be,
+    /// with its proposal, owner and value.
+    fn decided_record_at(&self, slot: u32) -> Option<(u32, u16, u8, Value)> {
         let mut buf = [0u8; RECORD_BYTES_CAP];
         let len = RECORD_HEADER_BYTES + self.layout.value_bytes_max as usize;
         self.mem.read(self.layout.decided(slot), &mut buf[..len]);
         // Written only by us, but registered memory all the same: decoded
         // and checked like anything else.
-        match decode_record(&buf[..len], self.layout.value_bytes_max as usize) {
-            Ok(r) if r.slot == slot => Value::from_slice(r.value).ok(),
+        let r = decode_record(&buf[..len], self.layout.value_bytes_max as usize).ok()?;
+        Some((
+            r.slot,
+            r.proposal,
+            r.owner,
+            Value::from_slice(r.value).ok()?,
+        ))
+    }
+
+    fn decided_slot_at(&self, slot: u32) -> Option<u32> {
+        self.decided_record_at(slot).map(|(s, ..)| s)
+    }
+
+    /// The value decided in `slot`, if this engine decided or learned it.
+    pub fn decided(&self, slot: u32) -> Option<Value> {
+        match self.decided_record_at(slot) {
+            Some((s, _, _, value)) if s == slot => Some(value),
             _ => None,
         }
     }
@@ -638,9 +663,7 @@ impl<M: Memory> ConsensusEngine<M> {
         let prediction = if self.is_leader() {
             Some(match self.takeover {
                 Some((s, w)) if s == slot => w,
-                // Right on a fresh ring; a lap on, the CAS that finds the
-                // previous slot's word returns it, and the next try uses it.
-                _ => SlotWord::empty(self.layout.lap(slot)),
+                _ => self.predicted_word(slot),
             })
         } else {
             None
@@ -654,6 +677,29 @@ impl<M: Memory> ConsensusEngine<M> {
         entry.phase = Phase::Backoff { until_ns: 0 };
         for v in entry.views.iter_mut() {
             v.known = prediction;
+        }
+    }
+
+    /// What a leader expects to find for a fresh `slot`: the empty word on
+    /// the ring's first lap; a lap on, the word our own decision of the
+    /// slot a lap before left where its value was accepted under the
+    /// decided proposal (a stable leader decided it). A wrong guess costs
+    /// a CAS whose result is the word, and no try.
+    fn predicted_word(&self, slot: u32) -> SlotWord {
+        let lap = self.layout.lap(slot);
+        let before = slot.checked_sub(self.layout.slot_count);
+        match (before, self.decided_record_at(slot)) {
+            (Some(b), Some((s, proposal, owner, value))) if s == b => SlotWord {
+                min_proposal: proposal,
+                accepted_proposal: proposal,
+                value: Some(ValueRef {
+                    owner,
+                    proposal,
+                    digest: value_digest(&value),
+                }),
+                lap: self.layout.lap(b),
+            },
+            _ => SlotWord::empty(lap),
         }
     }
 
@@ -865,7 +911,11 @@ impl<M: Memory> ConsensusEngine<M> {
             attempt,
             a,
             accepting,
-            Purpose::Cas { expect, swap },
+            Purpose::Cas {
+                expect,
+                swap,
+                predicted: !view.observed,
+            },
             |i| Op::CompareSwap {
                 remote,
                 local: layout.landing_word(i),
@@ -937,8 +987,13 @@ impl<M: Memory> ConsensusEngine<M> {
             // The slot is over (a word moved on to a later lap): no
             // attempt can decide it any more.
             let slot = self.entries[e].slot;
+            if self.entries[e].value.is_none() {
+                // A pre-preparation: not again before a backoff.
+                let backoff_ns = self.backoff_ns(0);
+                self.preprepare_retry_at_ns = self.now.saturating_add(backoff_ns);
+            }
             self.free_entry(e);
-            self.event(ConsensusEvent::Recycled { slot, later });
+            self.recycled(slot, later);
         } else if let Some(m) = nack {
             // Someone with a higher proposal is at work (Algorithm 5, lines
             // 26 and 41): give up this attempt.
@@ -1136,6 +1191,17 @@ impl<M: Memory> ConsensusEngine<M> {
         self.record_decision(slot, proposal, self.me_proposer.expect("proposer"), value);
     }
 
+    /// `slot` is over: a word holds `later`. Every slot up to `later − 2`
+    /// is decided (see the module docs), so the frontier moves there: the
+    /// leader's idle pre-preparation then works on `later − 2`, adopting
+    /// and re-accepting its value (a catch-up even when too few of its
+    /// acceptors are left for a learner's READs), not on the dead slot.
+    fn recycled(&mut self, slot: u32, later: u32) {
+        self.frontier = self.frontier.max(later.saturating_sub(2));
+        self.status.recycled += 1;
+        self.event(ConsensusEvent::Recycled { slot, later });
+    }
+
     /// Stores a decision, reports it once, and releases the entry that
     /// worked on the slot.
     fn record_decision(&mut self, slot: u32, proposal: u16, owner: u8, value: Value) {
@@ -1156,9 +1222,15 @@ impl<M: Memory> ConsensusEngine<M> {
             }
             panic!("slot {slot} decided twice with different values: agreement violated");
         }
-        let mut buf = [0u8; RECORD_BYTES_CAP];
-        let used = encode_record(slot, proposal, owner, &value, &mut buf);
-        self.mem.write(self.layout.decided(slot), &buf[..used]);
+        // A late decision of a slot a lap behind one already stored at the
+        // same place (completions that arrive after the later slot was
+        // learnt) is reported, not stored over the later one.
+        let later_stored = self.decided_slot_at(slot).is_some_and(|s| s > slot);
+        if !later_stored {
+            let mut buf = [0u8; RECORD_BYTES_CAP];
+            let used = encode_record(slot, proposal, owner, &value, &mut buf);
+            self.mem.write(self.layout.decided(slot), &buf[..used]);
+        }
         self.frontier = self.frontier.max(slot.saturating_add(1));
         self.status.decided += 1;
         self.event(ConsensusEvent::Decided { slot, value, ours });
@@ -1295,10 +1367,10 @@ impl<M: Memory> ConsensusEngine<M> {
                 })
                 .max();
             self.learner.phase = LearnPhase::Idle;
-            self.event(match later {
-                Some(later) => ConsensusEvent::Recycled { slot, later },
-                None => ConsensusEvent::Undecided { slot },
-            });
+            match later {
+                Some(later) => self.recycled(slot, later),
+                None => self.event(ConsensusEvent::Undecided { slot }),
+            }
         }
     }
 
@@ -1486,7 +1558,11 @@ impl<M: Memory> ConsensusEngine<M> {
                     }
                 }
             }
-            Purpose::Cas { expect, swap } => {
+            Purpose::Cas {
+                expect,
+                swap,
+                predicted,
+            } => {
                 if !ok {
                     // It may or may not have landed: we know nothing.
                     let view = &mut self.entries[e].views[a];
@@ -1526,7 +1602,9 @@ impl<M: Memory> ConsensusEngine<M> {
                         let view = &mut self.entries[e].views[a];
                         view.known = Some(w);
                         view.observed = true;
-                        if answers {
+                        // A wrong guess costs no try: the word it found
+                        // is the READ a non-leader would have made first.
+                        if answers && !predicted {
                             view.cas_tries += 1;
                             if view.cas_tries >= CAS_TRIES_MAX && view.answer == Answer::Pending {
                                 view.answer = Answer::Silent;

@@ -4,9 +4,10 @@
 //!
 //! # The protocol
 //!
-//! Acceptors are memory only: each exposes one 8-byte word per slot
-//! (`min_proposal | accepted_proposal | accepted_value`, see [`word`]) and,
-//! per proposer, a proposal area of one record per slot (see [`record`]).
+//! Acceptors are memory only: each exposes one 8-byte word per slot of a
+//! ring (`min_proposal | accepted_proposal | lap | accepted_value`, see
+//! [`word`] and "Recycled slots" below) and, per proposer, a proposal area
+//! of one record per word (see [`record`]).
 //! Proposers run Paxos's two phases against those words with the
 //! CAS-based RPC of Algorithm 1: know (READ) or guess the acceptor's
 //! state, apply the acceptor's rule locally ([`word::prepare_step`],
@@ -29,12 +30,14 @@
 //!   randomized backoff that doubles per abort (from `backoff_min_ns` to
 //!   `backoff_max_ns`). A CAS that found a word that still allows our
 //!   proposal (our guess was stale) is tried once more with that word.
-//! * **Predicted state** (A.5): the leader guesses instead of READing: an
-//!   empty word for a fresh slot, and, for the first slot after it took
-//!   over, the word the previous leader's pre-preparation left (its first
-//!   proposal promised, nothing accepted). A right guess saves the READ;
-//!   a wrong one costs the CAS, whose result is the READ. Other proposers
-//!   READ first. Words of this member's own acceptor are read in place.
+//! * **Predicted state** (A.5): the leader guesses instead of READing: for
+//!   a fresh slot, the empty word on the ring's first lap and, a lap on,
+//!   the word its own decision of the slot a lap before left; for the
+//!   first slot after it took over, the word the previous leader's
+//!   pre-preparation left (its first proposal promised, nothing
+//!   accepted). A right guess saves the READ; a wrong one costs the CAS,
+//!   whose result is the READ (and no try). Other proposers READ first.
+//!   Words of this member's own acceptor are read in place.
 //! * **Pre-preparation** (§5.3.1): while slot `k` is in its accept phase,
 //!   the leader prepares `k + 1` (and keeps the frontier prepared while
 //!   idle), so a stable leader decides a proposal in one round trip: one
@@ -50,7 +53,8 @@
 //! ## Why adopting a later record of the same proposer is safe
 //!
 //! A proposer has one record per slot at each acceptor, overwritten by
-//! each of its accepts, so the record behind `(owner, b)` may by now hold
+//! each of its accepts (and, a lap on, by those of a later slot: a record
+//! names its slot, and one of another slot is never taken), so the record behind `(owner, b)` may by now hold
 //! `owner`'s later proposal `c > b`. Such a record is still adoptable:
 //! a record is written only once its proposal's prepare completed, with
 //! the value Paxos allows there, so its value is safe at `c`. Let `b` be
@@ -90,6 +94,10 @@
 //!
 //! ## Limits (left to the wiring of issue 14)
 //!
+//! * Laps are 16 bits: a coordinator whose words no CAS touched for 2^15
+//!   laps of the ring (cut off, alive, for 134 million views with 4096
+//!   slots) has words that read as a later lap, and must not be asked
+//!   again with them (see [`word::lap_order`]).
 //! * Proposal numbers are 16 bits (as in the paper). When the next one
 //!   would overflow, the engine reports
 //!   [`ConsensusEvent::ProposalSpaceExhausted`]; A.6's fallback to

@@ -25,8 +25,9 @@
 //!   run uses (4 to 6 words), so words are recycled lap after lap while
 //!   slow proposers still work on older slots.
 //! * The liveness phase stops faults, restarts proposers, tells everyone
-//!   who is gone, and requires the leader and the learner to decide every
-//!   slot up to two past the highest one decided so far.
+//!   who is gone, and requires the leader and the learner to reach two
+//!   slots past the highest one decided so far, holding the value of
+//!   every slot on the way that no word recycled or skipped.
 //!
 //! [`OneValuePerSlot`] checks every decision and every CAS.
 
@@ -102,6 +103,17 @@ impl Memory for HarnessMemory {
     }
 }
 
+/// The engine's deliberately broken rules the harness can run (the
+/// crate's `Mutation`s, which exist only with the `mutation-testing`
+/// feature).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Broken {
+    /// `Mutation::AcceptWithoutPrepare`.
+    AcceptWithoutPrepare,
+    /// `Mutation::RecycleIgnoresLap`.
+    RecycleIgnoresLap,
+}
+
 /// The shape of a run and its fault rates, drawn from a seed.
 #[derive(Clone, Debug)]
 pub struct Params {
@@ -126,7 +138,7 @@ pub struct Params {
     /// Steps the liveness phase may take at most.
     pub liveness_steps_max: usize,
     /// Run every proposer with this broken rule (mutation tests).
-    pub mutation: Option<crate::config::Mutation>,
+    pub mutation: Option<Broken>,
 }
 
 impl Params {
@@ -352,7 +364,10 @@ impl World {
         c.seed = seed ^ (u64::from(incarnation) << 32);
         #[cfg(feature = "mutation-testing")]
         if let Some(m) = params.mutation {
-            c.mutation = m;
+            c.mutation = match m {
+                Broken::AcceptWithoutPrepare => crate::config::Mutation::AcceptWithoutPrepare,
+                Broken::RecycleIgnoresLap => crate::config::Mutation::RecycleIgnoresLap,
+            };
         }
         #[cfg(not(feature = "mutation-testing"))]
         assert!(
@@ -680,6 +695,8 @@ impl World {
         let Some(engine) = self.members[m].engine.as_ref() else {
             return;
         };
+        // A word of a later lap told it to go on from `skip_to`.
+        let from = from.max(self.members[m].skip_to);
         let slot = (from..=upto.min(self.params.slots - 1)).find(|&s| engine.decided(s).is_none());
         if let Some(slot) = slot {
             self.call(m, |e, now| e.learn(now, slot));
@@ -955,10 +972,21 @@ impl World {
         }
     }
 
-    /// The first slot whose word no run recycles: proposals stop below
-    /// `slots`, and a leader pre-prepares at most `slots` itself.
-    fn kept_from(&self) -> u32 {
-        (self.params.slots + 1).saturating_sub(self.params.slot_count)
+    /// The slots from `from` to `target` whose values member `m` should
+    /// hold and does not. Not owed: slots whose words a run may have
+    /// recycled (a lap before the last slot it may touch: proposals stop
+    /// below `slots`, and a leader pre-prepares at most `slots`), and
+    /// slots below one a word of a later lap told the member to go on
+    /// from (they are decided, and their values may be gone).
+    fn missing(&self, m: usize, from: u32, target: u32) -> Vec<u32> {
+        let kept_from = (self.params.slots + 1).saturating_sub(self.params.slot_count);
+        let from = from.max(kept_from).max(self.members[m].skip_to);
+        match self.members[m].engine.as_ref() {
+            Some(e) => (from..=target)
+                .filter(|&s| e.decided(s).is_none())
+                .collect(),
+            None => (from..=target).collect(),
+        }
     }
 
     fn liveness_target(&self) -> u32 {
@@ -1004,17 +1032,10 @@ impl World {
             if let Some(f) = &self.failure {
                 return Err(f.clone());
             }
-            // Past the target, and holding the last two slots' values.
-            // Older ones may be gone: words a lap before the last slot a
-            // run may touch (`slots`, pre-prepared) may have been recycled,
-            // and a member that met one skipped ahead (below the frontier
-            // every slot is decided all the same).
-            let ring_start = self.kept_from().max(target.saturating_sub(1));
             let done = |w: &World, m: usize, from: u32| {
                 from > target
                     || w.members[m].engine.as_ref().is_some_and(|e| {
-                        e.frontier() > target
-                            && (from.max(ring_start)..=target).all(|s| e.decided(s).is_some())
+                        e.frontier() > target && w.missing(m, from, target).is_empty()
                     })
             };
             if done(self, leader, 0)
@@ -1025,22 +1046,11 @@ impl World {
             }
             self.step(Some(learn_from));
         }
+        let missing = self.missing(leader, 0, target);
+        let learner_missing = self.missing(learner, learn_from, target);
         let e = self.members[leader].engine.as_ref().unwrap();
-        let ring_start = self.kept_from().max(target.saturating_sub(1));
-        let missing: Vec<u32> = (ring_start..=target)
-            .filter(|&s| e.decided(s).is_none())
-            .collect();
-        let learner_missing: Vec<u32> = self.members[learner]
-            .engine
-            .as_ref()
-            .map(|l| {
-                (learn_from.max(ring_start)..=target)
-                    .filter(|&s| l.decided(s).is_none())
-                    .collect()
-            })
-            .unwrap_or_default();
         Err(format!(
-            "seed {}: liveness: the leader (member {leader}) did not decide slots 0..={target} in {} steps after the faults stopped (missing {missing:?}, learner missing {learner_missing:?}, frontier {}, {:?}, {}, {:?})",
+            "seed {}: liveness: the leader (member {leader}) did not reach slot {target} holding every value it owes in {} steps after the faults stopped (missing {missing:?}, learner missing {learner_missing:?}, frontier {}, {:?}, {}, {:?})",
             self.seed,
             self.params.liveness_steps_max,
             e.frontier(),
@@ -1053,7 +1063,7 @@ impl World {
 
 /// Runs one seed: the safety phase, then (unless mutated) healing and the
 /// liveness phase. `Err` names the seed and what failed.
-pub fn run_seed(seed: u64, mutation: Option<crate::config::Mutation>) -> Result<Summary, String> {
+pub fn run_seed(seed: u64, mutation: Option<Broken>) -> Result<Summary, String> {
     let mut params = Params::from_seed(seed);
     params.mutation = mutation;
     if mutation.is_some() {

@@ -6,7 +6,7 @@ extern crate std;
 
 use super::engine::{ConsensusEngine, ConsensusEvent, LearnError, ProposeError};
 use super::layout::{ConsensusConfig, ConsensusLayout};
-use super::test_harness::{run_seed, HarnessMemory, Params, World};
+use super::test_harness::{run_seed, Broken, HarnessMemory, Params, World};
 use super::word::{first_proposal, SlotWord};
 use crate::engine::Engine;
 use crate::fabric::{Action, Completion, MemberId, Op, WcStatus, WorkRequest, WrId};
@@ -498,7 +498,7 @@ fn randomized_runs_keep_one_value_per_slot_and_converge() {
 /// Runs every seed with `mutation` and returns those the checker caught
 /// (by one of `by`).
 #[cfg(feature = "mutation-testing")]
-fn caught_seeds(mutation: crate::config::Mutation, by: &[&str]) -> Vec<u64> {
+fn caught_seeds(mutation: Broken, by: &[&str]) -> Vec<u64> {
     let mut caught = Vec::new();
     let seeds = seed_range();
     let count = seeds.end - seeds.start;
@@ -526,7 +526,7 @@ fn caught_seeds(mutation: crate::config::Mutation, by: &[&str]) -> Vec<u64> {
 #[test]
 fn the_checker_catches_accept_without_prepare() {
     let caught = caught_seeds(
-        crate::config::Mutation::AcceptWithoutPrepare,
+        Broken::AcceptWithoutPrepare,
         &["TwoValues", "ProposalReused"],
     );
     assert!(!caught.is_empty(), "the mutation survived every seed");
@@ -540,7 +540,7 @@ fn the_checker_catches_accept_without_prepare() {
 #[test]
 fn the_checker_catches_a_recycle_that_ignores_the_lap() {
     let caught = caught_seeds(
-        crate::config::Mutation::RecycleIgnoresLap,
+        Broken::RecycleIgnoresLap,
         &["TwoValues", "BadWord", "NeverProposed", "ProposalReused"],
     );
     assert!(!caught.is_empty(), "the mutation survived every seed");
@@ -557,8 +557,8 @@ fn one_seed() {
         .unwrap_or(0);
     // MUTATED=1: accept without prepare; MUTATED=2: recycle ignores lap.
     let mutation = match std::env::var("MUTATED").as_deref() {
-        Ok("2") => Some(crate::config::Mutation::RecycleIgnoresLap),
-        Ok(_) => Some(crate::config::Mutation::AcceptWithoutPrepare),
+        Ok("2") => Some(Broken::RecycleIgnoresLap),
+        Ok(_) => Some(Broken::AcceptWithoutPrepare),
         Err(_) => None,
     };
     std::println!("{:?}", run_seed(seed, mutation));

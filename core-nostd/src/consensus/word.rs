@@ -36,8 +36,12 @@ use core::fmt;
 pub const EMPTY_WORD: u64 = 0;
 
 /// Where a word's lap stands against the lap of the slot asked about.
-/// Laps wrap at 2^16: a member would have to stay behind by 2^15 laps of
-/// the ring (33 million views with 1024 slots) to misjudge one.
+/// Laps wrap at 2^16, so a word 2^15 laps or more behind reads as ahead:
+/// a coordinator's word that no CAS touched for 2^15 laps of the ring
+/// (134 million views with the default 4096 slots, 131,072 with the
+/// smallest ring of 4) would send a proposer to a slot not yet decided.
+/// Only a coordinator cut off (alive, unreachable) for that many views
+/// keeps such words; see the limits in the module docs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LapOrder {
     /// The word is about this slot.

@@ -30,8 +30,8 @@
 //!   one that named it, decided before the vote: the wait for the older
 //!   view's lease runs during the election instead of after it.
 //! * **Fallback.** When no view can be decided any more (a majority of the
-//!   coordinators known gone, or every slot used, for a lease wait: the
-//!   driver's [`Node::set_views_usable`]), elections are DARE's own again.
+//!   coordinators known gone for a lease wait: the driver's
+//!   [`Node::set_views_usable`]), elections are DARE's own again.
 //!   A member that claims and hears nothing claims again after an election
 //!   timeout, so a claim lost on the way costs one timeout.
 
