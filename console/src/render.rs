@@ -1504,6 +1504,7 @@ mod tests {
             fallback: false,
             slot_count: 4096,
             slots_skipped: 0,
+            own_acceptor_rejoins: 0,
             proposed: 2,
             won: 2,
             renewals: 1234,

@@ -140,6 +140,10 @@ pub enum Mutation {
     /// ring (a later lap) for the state of its own slot, and CASes it back
     /// to its own lap: a stale proposer undoes a recycled slot.
     RecycleIgnoresLap,
+    /// Consensus engine: a restarted acceptor counts again at once with
+    /// empty words, as if it had never promised or accepted anything
+    /// before it lost its memory.
+    RejoinWithoutFence,
     /// Leases (uKharon §6): no drift allowance, a lease is held for the
     /// nominal δ and a new view waits only δ, so a fast clock starts a
     /// view while a slow one still holds the previous.

@@ -52,12 +52,16 @@
 //! before it publishes the memory: [`crate::Layout::initial_words`]),
 //! which nobody counts and nobody CASes, until its log engine has read
 //! back its row: a new process (no previous incarnation found) clears
-//! them to empty; a restarted one keeps them for good and stops counting
-//! itself ([`ViewEngine::trust_own_acceptor`]). Peers that saw it die
-//! count it out for good as well. Re-admitting one takes a
-//! reconfiguration of the coordinators, which is not built: once a
-//! majority of coordinators has died or restarted, views stop and DARE
-//! alone goes on (the fallback above).
+//! them to empty; a restarted one rejoins
+//! ([`ViewEngine::trust_own_acceptor`], the consensus engine's
+//! "Coordinators back"): it READs the other coordinators' words to bound
+//! the slots it may have touched before, waits until views up to that
+//! bound are decided without it, fences those words and counts again.
+//! Peers ask it again once it is reported back, and count it (for the
+//! fallback) once it answers with valid words. While a majority of
+//! coordinators is dead or not yet back, views stop and DARE alone goes on
+//! (the fallback above); a majority lost at once never comes back, since
+//! rejoining needs views decided without the rejoining ones.
 
 use crate::config::Config;
 use crate::consensus::word::{lap_order, LapOrder};
@@ -265,8 +269,11 @@ pub struct ViewStatus {
     /// Coordinators not counted (bit `a` for the `a`-th): reported dead,
     /// restarted, or our own after a restart.
     pub coordinators_out: u8,
-    /// This member's own acceptor is not counted (it restarted).
+    /// This member's own acceptor is not counted (it restarted, and has
+    /// not rejoined yet).
     pub own_acceptor_excluded: bool,
+    /// Times this member's own acceptor counted again after a restart.
+    pub own_acceptor_rejoins: u64,
     /// The coordinators, as member ids (bit `m` for member `m`).
     pub coordinator_members: u8,
     /// Coordinator slot words (a ring views reuse).
@@ -329,6 +336,9 @@ pub struct ViewEngine<M: Memory> {
     next_generation: u32,
     lease_reported: u64,
     lost_since_ns: Option<u64>,
+    /// This process is a restart (its acceptor lost its memory): the
+    /// rejoin has been started.
+    own_restart_seen: bool,
     /// Acceptors gone for good: reported dead, run again as a new process
     /// (its memory lost its promises), or our own after a restart. Our own
     /// acceptor unreachable for us alone (no loopback) is not gone: the
@@ -397,6 +407,7 @@ impl<M: Memory + Clone> ViewEngine<M> {
             lease_reported: 0,
             lost_since_ns: None,
             gone: [false; MAX_MEMBERS],
+            own_restart_seen: false,
             dead: [false; MAX_MEMBERS],
             latest_learnt_ns: 0,
             hurry_until_ns: 0,
@@ -452,14 +463,17 @@ impl<M: Memory + Clone> ViewEngine<M> {
                 }
             }
         }
-        if !trusted && !self.status.own_acceptor_excluded {
+        if !trusted && !self.own_restart_seen {
+            self.own_restart_seen = true;
             if let Some(a) = self.consensus.own_acceptor() {
                 self.gone[a] = true;
+                self.status.own_acceptor_excluded = true;
+                // Not counted until it has fenced what it may have
+                // promised before the restart (see the module docs).
+                self.consensus.rejoin_own_acceptor(now_ns);
+                self.drain_consensus();
+                self.note_lost();
             }
-            self.status.own_acceptor_excluded = true;
-            self.consensus.exclude_acceptor(now_ns, self.me);
-            self.drain_consensus();
-            self.note_lost();
         }
     }
 
@@ -603,6 +617,14 @@ impl<M: Memory + Clone> ViewEngine<M> {
                     }
                     self.learn_due_ns = self.now;
                 }
+                ConsensusEvent::AcceptorRejoined { .. } => {
+                    if let Some(a) = self.consensus.own_acceptor() {
+                        self.gone[a] = false;
+                    }
+                    self.status.own_acceptor_excluded = false;
+                    self.status.own_acceptor_rejoins += 1;
+                    self.note_lost();
+                }
                 ConsensusEvent::ProposalSpaceExhausted { slot } => {
                     if self.proposing == Some(slot) {
                         self.proposing = None;
@@ -677,7 +699,28 @@ impl<M: Memory + Clone> ViewEngine<M> {
         })
     }
 
+    /// A coordinator back after a restart counts again once it answers
+    /// (it has rejoined: its words were invalid until then).
+    fn readmit_answering(&mut self) {
+        let own = self.consensus.own_acceptor();
+        let mut changed = false;
+        for a in 0..self.acceptor_count {
+            if self.gone[a]
+                && Some(a) != own
+                && !self.consensus.acceptor_out(a)
+                && self.consensus.answered_since_up(a)
+            {
+                self.gone[a] = false;
+                changed = true;
+            }
+        }
+        if changed {
+            self.note_lost();
+        }
+    }
+
     fn progress(&mut self) {
+        self.readmit_answering();
         for _ in 0..SLOTS_PER_CALL {
             self.drain_consensus();
             if !self.step_once() {
@@ -983,10 +1026,12 @@ impl<M: Memory + Clone> Engine for ViewEngine<M> {
         if let Some(d) = self.dead.get_mut(peer.index()) {
             *d = false;
         }
+        // Asked again by the consensus engine, but gone here (for the
+        // fallback) until it answers: its words are invalid until it has
+        // rejoined, which needs views decided without it.
         self.consensus.handle_peer_up(now_ns, peer);
         if let Some(a) = self.acceptor_index(peer).filter(|_| peer != self.me) {
             self.gone[a] = true;
-            self.consensus.exclude_acceptor(now_ns, peer);
             self.drain_consensus();
             self.note_lost();
         }

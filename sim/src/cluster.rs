@@ -472,6 +472,9 @@ pub struct RunReport {
     /// Times a member fell a lap of the view slot ring behind and skipped
     /// ahead, summed over the members' last processes.
     pub view_slots_skipped: u64,
+    /// Restarted coordinators that counted again (rejoined behind a
+    /// fence), summed over the members' last processes.
+    pub coordinator_rejoins: u64,
     /// When the run ended (virtual ns).
     pub end_ns: u64,
     /// Each member's apply index when the run ended (None: not running).
@@ -729,6 +732,7 @@ pub struct Cluster {
     vote_reliability: VoteReliability,
     suspicions: FalseSuspicionAccuracy,
     leases: crate::check::leases::LeaseSafety,
+    view_agreement: crate::check::view_agreement::ViewAgreement,
     view_leaders: crate::check::view_leaders::ViewLeaders,
     counters: CounterAccuracy,
     committed: CommittedLog,
@@ -910,6 +914,7 @@ impl Cluster {
             vote_reliability: VoteReliability::default(),
             suspicions: FalseSuspicionAccuracy::default(),
             leases: Default::default(),
+            view_agreement: Default::default(),
             view_leaders: Default::default(),
             counters: CounterAccuracy::default(),
             committed: CommittedLog::default(),
@@ -1624,6 +1629,9 @@ impl Cluster {
                 DriverEvent::View(e) => {
                     self.log(|| format!("node {i}: {e:?}"));
                     if let verbatim_core::views::ViewEvent::Decided { epoch, view, .. } = e {
+                        if let Some(v) = self.view_agreement.observe(self.now, i, epoch, view) {
+                            self.violation(v);
+                        }
                         self.leases.view(epoch, view);
                         self.view_leaders.view(view);
                         self.pause_named_leader(view);
@@ -2826,6 +2834,12 @@ impl Cluster {
                 .iter()
                 .filter_map(|n| n.driver.engines().views.as_ref())
                 .map(|v| v.status(self.now).slots_skipped)
+                .sum(),
+            coordinator_rejoins: self
+                .nodes
+                .iter()
+                .filter_map(|n| n.driver.engines().views.as_ref())
+                .map(|v| v.status(self.now).own_acceptor_rejoins)
                 .sum(),
             counter_suspicions: self
                 .nodes

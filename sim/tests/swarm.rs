@@ -559,6 +559,35 @@ fn lap_behind_scenario(seed: u64) -> ClusterOptions {
     o
 }
 
+/// A coordinator back after a restart: primary-backup mode, five
+/// members, every one a coordinator. Member 4 restarts at 3 ms (its
+/// memory lost, its acceptor's promises with it) and is added back; then
+/// members 1, 2 and 3 are cut off in turn, so views are decided without
+/// it. Once the slots it may have touched before are decided, it fences
+/// them and counts again.
+fn coordinator_back_scenario(seed: u64) -> ClusterOptions {
+    let mut o = lap_behind_scenario(seed);
+    o.faults.retain(|f| !matches!(f, Fault::Pause { .. }));
+    o.faults.push(Fault::Restart {
+        node: 4,
+        at_ns: 3_000_000,
+        down_ns: 500_000,
+        after_vote: false,
+    });
+    o
+}
+
+#[test]
+fn a_restarted_coordinator_rejoins_behind_a_fence() {
+    let mut rejoins = 0;
+    for seed in 0..4 {
+        let r = run(coordinator_back_scenario(seed));
+        assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+        rejoins += r.coordinator_rejoins;
+    }
+    assert!(rejoins > 0, "no restarted coordinator rejoined");
+}
+
 #[test]
 fn a_member_a_lap_of_the_view_ring_behind_skips_ahead() {
     let mut skipped = 0;

@@ -121,6 +121,10 @@ pub struct ViewsState {
     /// the newest views.
     #[serde(default)]
     pub slots_skipped: u64,
+    /// Times this replica's own coordinator memory counted again after a
+    /// restart (it rejoined behind a fence).
+    #[serde(default)]
+    pub own_acceptor_rejoins: u64,
     /// Views this replica proposed, and of those decided with its value.
     pub proposed: u64,
     /// See `proposed`.

@@ -71,6 +71,13 @@ pub enum ConsensusEvent {
         /// The slot.
         slot: u32,
     },
+    /// This member's own acceptor counts again after a restart
+    /// ([`ConsensusEngine::rejoin_own_acceptor`]): its words are fenced
+    /// where it may have promised before, and open from `from` on.
+    AcceptorRejoined {
+        /// The first slot its words take part in.
+        from: u32,
+    },
     /// `slot` is over: an acceptor's word holds `later`, a slot of a later
     /// lap of the ring, and (when slots are decided in order) a word is
     /// reused only once its slot is decided. The proposal or learn of
@@ -141,6 +148,10 @@ pub struct ConsensusStatus {
     pub proposals_exhausted: u64,
     /// Slots given up because a word had moved on to a later lap.
     pub recycled: u64,
+    /// READs of another acceptor's whole array of words (rejoining).
+    pub scans_posted: u64,
+    /// Times this member's own acceptor counted again after a restart.
+    pub rejoined: u64,
 }
 
 /// What one acceptor answered in the current phase of an attempt.
@@ -270,8 +281,45 @@ struct Learner {
     heard: [Heard; MAX_MEMBERS],
 }
 
+/// Why a word is not a state of the slot asked about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NotOurs {
+    /// It has moved on to this slot of a later lap: ours is over.
+    Later(u32),
+    /// A restarted acceptor fenced it: no answer for this slot.
+    Fenced,
+}
+
+/// A restarted acceptor on its way back (see the module docs,
+/// "Coordinators back").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Rejoin {
+    /// Nothing to do.
+    Idle,
+    /// READing the other acceptors' words, one acceptor at a time, until
+    /// a majority of acceptors (ourselves not counted) answered.
+    Scanning {
+        /// Acceptors asked in this round (bit per index).
+        tried: u8,
+        /// Acceptors whose words were read.
+        answered: u8,
+        /// The highest slot touched (promised or accepted) in them.
+        touched: Option<u32>,
+        /// A READ is in flight.
+        inflight: bool,
+        /// When to try again after every usable acceptor was tried.
+        retry_at_ns: u64,
+    },
+    /// Every slot we may have touched before the restart is at most
+    /// `bound`: we fence once slots up to `bound` are decided (so the
+    /// fence silences us only where nothing is left to decide).
+    Waiting { bound: u32 },
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Purpose {
+    /// A READ of an acceptor's whole array of words (rejoining).
+    Scan,
     SlotRead,
     /// `predicted`: `expect` was a guess, not a word seen.
     Cas {
@@ -340,6 +388,9 @@ pub struct ConsensusEngine<M: Memory> {
     /// Acceptors written off: reported down. A restarted acceptor has
     /// lost its promises (empty memory), so it is not trusted again.
     acceptor_out: [bool; MAX_MEMBERS],
+    /// A valid word was heard from the acceptor since it was last
+    /// reported back (a restarted one answers only once it rejoined).
+    answered_since_up: [bool; MAX_MEMBERS],
     proposer_down: [bool; MAX_MEMBERS],
     next_attempt: u32,
     /// One above the highest slot known decided.
@@ -352,6 +403,7 @@ pub struct ConsensusEngine<M: Memory> {
     /// slot: the next one there starts above it (else it would start at
     /// our first proposal again and meet our own promise forever).
     preprepare_floor: Option<(u32, u16)>,
+    rejoin: Rejoin,
     /// The last slot whose proposal space ran out: not pre-prepared again.
     exhausted_slot: Option<u32>,
     actions: Deque<Action, CONSENSUS_ACTION_QUEUE_CAP>,
@@ -395,12 +447,14 @@ impl<M: Memory> ConsensusEngine<M> {
             staging_inflight: [0; STAGING_COUNT],
             chans: [Chan::default(); MAX_MEMBERS],
             acceptor_out: [false; MAX_MEMBERS],
+            answered_since_up: [true; MAX_MEMBERS],
             proposer_down: [false; MAX_MEMBERS],
             next_attempt: 1,
             frontier: 0,
             takeover: None,
             preprepare_retry_at_ns: 0,
             preprepare_floor: None,
+            rejoin: Rejoin::Idle,
             exhausted_slot: None,
             actions: Deque::new(),
             events: Deque::new(),
@@ -499,6 +553,54 @@ impl<M: Memory> ConsensusEngine<M> {
         value: &[u8],
     ) -> Result<(), ProposeError> {
         self.propose_inner(now_ns, slot, value, true)
+    }
+
+    /// This member's own acceptor lost its memory (a restarted process):
+    /// its words hold an invalid word (written before its memory was
+    /// published), so it answers nothing, and it is counted out here
+    /// until it may count again. It READs the other acceptors' words to
+    /// bound the slots it may have promised or accepted in before the
+    /// restart, waits until the slots up to that bound are decided, then
+    /// fences their words and opens the rest ([`ConsensusEvent::
+    /// AcceptorRejoined`]; see the module docs, "Coordinators back").
+    pub fn rejoin_own_acceptor(&mut self, now_ns: u64) {
+        self.now = self.now.max(now_ns);
+        let Some(me) = self.me_acceptor else {
+            return;
+        };
+        self.count_out(me);
+        for e in 0..WINDOW {
+            self.evaluate(e);
+        }
+        self.evaluate_learn();
+        self.rejoin = Rejoin::Scanning {
+            tried: 0,
+            answered: 0,
+            touched: None,
+            inflight: false,
+            retry_at_ns: 0,
+        };
+        #[cfg(feature = "mutation-testing")]
+        if self.cfg.mutation == crate::config::Mutation::RejoinWithoutFence {
+            // Broken on purpose: back at once with every word empty, as
+            // if nothing had been promised or accepted before the restart.
+            self.fence(me, 0);
+        }
+        self.progress();
+        self.invariants();
+    }
+
+    /// Whether this member's own acceptor is on its way back after a
+    /// restart.
+    pub fn rejoining(&self) -> bool {
+        self.rejoin != Rejoin::Idle
+    }
+
+    /// Whether acceptor index `a` answered with a valid word since it was
+    /// last reported back (a restarted acceptor answers nothing until it
+    /// rejoined; see [`ConsensusEngine::rejoin_own_acceptor`]).
+    pub fn answered_since_up(&self, a: usize) -> bool {
+        a < self.acceptor_count && self.answered_since_up[a]
     }
 
     /// Counts acceptor `member` out for good: its memory is not to be
@@ -724,10 +826,11 @@ impl<M: Memory> ConsensusEngine<M> {
     /// What acceptor word `w` says about `slot`: its state if the word is
     /// about `slot`; the empty state if it is about an earlier slot of the
     /// ring (nobody touched `slot` there yet: a CAS from that word
-    /// recycles it); `Err(later)` if it is about a later slot.
-    fn interpret(&self, slot: u32, w: SlotWord) -> Result<SlotWord, u32> {
+    /// recycles it); not ours if it is about a later slot, or fenced.
+    fn interpret(&self, slot: u32, w: SlotWord) -> Result<SlotWord, NotOurs> {
         let lap = self.layout.lap(slot);
         match lap_order(w.lap, lap) {
+            LapOrder::Same if w.is_fenced() => Err(NotOurs::Fenced),
             LapOrder::Same => Ok(w),
             LapOrder::Older => Ok(SlotWord::empty(lap)),
             LapOrder::Newer => {
@@ -736,7 +839,11 @@ impl<M: Memory> ConsensusEngine<M> {
                     // Broken on purpose: a later slot's state taken for ours.
                     return Ok(SlotWord { lap, ..w });
                 }
-                Err(self.layout.slot_of(self.layout.index(slot), w.lap, slot))
+                Err(NotOurs::Later(self.layout.slot_of(
+                    self.layout.index(slot),
+                    w.lap,
+                    slot,
+                )))
             }
         }
     }
@@ -840,9 +947,13 @@ impl<M: Memory> ConsensusEngine<M> {
         let word = view.known.expect("known above");
         let known = match self.interpret(slot, word) {
             Ok(w) => w,
-            Err(later) => {
+            Err(NotOurs::Later(later)) => {
                 // Observed or not (a prediction is always of our lap).
                 self.entries[e].views[a].answer = Answer::Over(later);
+                return;
+            }
+            Err(NotOurs::Fenced) => {
+                self.entries[e].views[a].answer = Answer::Silent;
                 return;
             }
         };
@@ -1001,6 +1112,146 @@ impl<M: Memory> ConsensusEngine<M> {
         } else if yes + pending < self.quorum {
             self.abort(e, 0);
         }
+    }
+
+    /// Moves a rejoining acceptor on (see `rejoin_own_acceptor`).
+    fn progress_rejoin(&mut self) {
+        let Some(me) = self.me_acceptor else {
+            return;
+        };
+        match self.rejoin {
+            Rejoin::Idle => {}
+            Rejoin::Scanning {
+                mut tried,
+                answered,
+                touched,
+                inflight,
+                mut retry_at_ns,
+            } => {
+                if inflight {
+                    return;
+                }
+                if answered.count_ones() as usize >= self.quorum {
+                    // A slot touched before the restart is at most two past
+                    // a slot decided then (slots are decided in order, one
+                    // pre-prepared ahead), and every decided slot was
+                    // accepted at a majority, which meets the majority of
+                    // the others read here: it is seen, or a later lap is.
+                    let bound = touched.map_or(1, |t| t.saturating_add(2));
+                    self.rejoin = Rejoin::Waiting { bound };
+                    self.progress_rejoin();
+                    return;
+                }
+                if self.now < retry_at_ns {
+                    return;
+                }
+                let pick = (0..self.acceptor_count).find(|&a| {
+                    a != me
+                        && (tried | answered) & (1 << a) == 0
+                        && !self.acceptor_out[a]
+                        && !self.chans[a].broken
+                });
+                let mut inflight = false;
+                match pick {
+                    Some(a) => {
+                        tried |= 1 << a;
+                        inflight = true;
+                        let op = Op::Read {
+                            remote: self.layout.slot_word(0),
+                            local: self.layout.scan_landing(),
+                            len: self.layout.slot_words_bytes() as u32,
+                        };
+                        self.post(LEARN_LANE, 0, a, false, Purpose::Scan, |_| op);
+                        self.status.scans_posted += 1;
+                    }
+                    None => {
+                        // Every usable acceptor asked: again after a pause.
+                        tried = 0;
+                        retry_at_ns = self.now.saturating_add(self.cfg.reconnect_backoff_ns);
+                    }
+                }
+                self.rejoin = Rejoin::Scanning {
+                    tried,
+                    answered,
+                    touched,
+                    inflight,
+                    retry_at_ns,
+                };
+            }
+            Rejoin::Waiting { bound } => {
+                if self.frontier > bound {
+                    self.fence(me, bound);
+                }
+            }
+        }
+    }
+
+    /// A scan READ of acceptor `a` completed.
+    fn scan_completion(&mut self, a: usize, ok: bool) {
+        let Rejoin::Scanning {
+            tried,
+            mut answered,
+            mut touched,
+            retry_at_ns,
+            ..
+        } = self.rejoin
+        else {
+            self.status.stale_completions += 1;
+            return;
+        };
+        if ok {
+            let base = self.layout.scan_landing();
+            for index in 0..self.layout.slot_count {
+                let raw = self.mem.load_u64(base.add(u64::from(index) * 8));
+                let Ok(w) = SlotWord::decode(raw, self.proposer_count) else {
+                    continue;
+                };
+                if w.min_proposal == 0 && w.accepted_proposal == 0 {
+                    continue;
+                }
+                let slot = self.layout.slot_of(index, w.lap, self.frontier);
+                touched = Some(touched.map_or(slot, |t: u32| t.max(slot)));
+            }
+            answered |= 1 << a;
+        }
+        self.rejoin = Rejoin::Scanning {
+            tried,
+            answered,
+            touched,
+            inflight: false,
+            retry_at_ns,
+        };
+    }
+
+    /// Slots below the frontier are decided (`bound` among them), and none
+    /// above `bound` was touched here before the restart: one lap of
+    /// words, the frontier's last, is fenced where its slot is at most
+    /// `bound` and empty beyond. A slot of an earlier lap meets a word of a later one (a
+    /// slot at or below the frontier: the one two before it is decided);
+    /// one of a later lap recycles it (above the frontier, so above
+    /// `bound`).
+    fn fence(&mut self, me: usize, bound: u32) {
+        let frontier = self.frontier;
+        let n = self.layout.slot_count;
+        let first = frontier.saturating_sub(n - 1);
+        for t in first..first.saturating_add(n) {
+            #[allow(unused_mut)]
+            let mut word = if t <= bound {
+                SlotWord::fenced(self.layout.lap(t))
+            } else {
+                SlotWord::empty(self.layout.lap(t))
+            };
+            #[cfg(feature = "mutation-testing")]
+            if self.cfg.mutation == crate::config::Mutation::RejoinWithoutFence {
+                word = SlotWord::EMPTY;
+            }
+            self.mem.store_u64(self.layout.slot_word(t), word.encode());
+        }
+        self.acceptor_out[me] = false;
+        self.rejoin = Rejoin::Idle;
+        self.status.rejoined += 1;
+        let from = frontier.saturating_add(1);
+        self.event(ConsensusEvent::AcceptorRejoined { from });
     }
 
     /// A majority promised: adopt the value with the highest accepted
@@ -1326,7 +1577,8 @@ impl<M: Memory> ConsensusEngine<M> {
         match SlotWord::decode(raw, self.proposer_count) {
             Ok(w) => match self.interpret(slot, w) {
                 Ok(w) => Heard::Word(w),
-                Err(later) => Heard::Over(later),
+                Err(NotOurs::Later(later)) => Heard::Over(later),
+                Err(NotOurs::Fenced) => Heard::Silent,
             },
             Err(_) => {
                 self.status.malformed_words += 1;
@@ -1470,6 +1722,7 @@ impl<M: Memory> ConsensusEngine<M> {
             purpose,
         };
         match purpose {
+            Purpose::Scan => {}
             Purpose::RecordRead => self.record_read_busy[lane] = true,
             Purpose::RecordWrite { staging } => {
                 self.staging_inflight[usize::from(staging)] += 1;
@@ -1516,6 +1769,7 @@ impl<M: Memory> ConsensusEngine<M> {
         let answers = op.accepting == accepting
             && matches!(self.entries[e].phase, Phase::Prepare | Phase::Accept { .. });
         match op.purpose {
+            Purpose::Scan => unreachable!("scans complete in scan_completion"),
             Purpose::RecordRead => {
                 if matches!(self.entries[e].phase, Phase::Fetch { .. }) && ok {
                     let mut buf = [0u8; RECORD_BYTES_CAP];
@@ -1653,8 +1907,8 @@ impl<M: Memory> ConsensusEngine<M> {
                     self.learned(&buf[..len]);
                 }
             }
-            Purpose::Cas { .. } | Purpose::RecordWrite { .. } => {
-                unreachable!("the learner only reads")
+            Purpose::Cas { .. } | Purpose::RecordWrite { .. } | Purpose::Scan => {
+                unreachable!("the learner only reads slot words and records")
             }
         }
     }
@@ -1674,6 +1928,7 @@ impl<M: Memory> ConsensusEngine<M> {
             LearnPhase::Fetch { .. } => self.fetch_next_learn(),
             LearnPhase::Idle => {}
         }
+        self.progress_rejoin();
     }
 
     /// Re-establishes broken channels once drained and after the backoff.
@@ -1702,6 +1957,7 @@ impl<M: Memory> ConsensusEngine<M> {
             assert!(l < LANES && a < self.acceptor_count);
             inflight[a] += 1;
             match o.purpose {
+                Purpose::Scan => {}
                 Purpose::RecordRead => {
                     assert!(!reads[l], "one record READ per lane");
                     reads[l] = true;
@@ -1827,6 +2083,7 @@ impl<M: Memory> Engine for ConsensusEngine<M> {
             }
         }
         match op.purpose {
+            Purpose::Scan => {}
             Purpose::RecordRead => self.record_read_busy[lane] = false,
             Purpose::RecordWrite { staging } => {
                 self.staging_inflight[usize::from(staging)] -= 1;
@@ -1834,7 +2091,15 @@ impl<M: Memory> Engine for ConsensusEngine<M> {
             }
             Purpose::SlotRead | Purpose::Cas { .. } => self.lane_busy[lane][a] -= 1,
         }
-        if lane == LEARN_LANE {
+        if ok && matches!(op.purpose, Purpose::SlotRead | Purpose::Cas { .. }) {
+            let raw = self.mem.load_u64(self.layout.landing_word(i));
+            if SlotWord::decode(raw, self.proposer_count).is_ok() {
+                self.answered_since_up[a] = true;
+            }
+        }
+        if op.purpose == Purpose::Scan {
+            self.scan_completion(a, ok);
+        } else if lane == LEARN_LANE {
             self.learn_completion(op, ok, i);
         } else {
             self.entry_completion(op, ok, i);
@@ -1889,14 +2154,20 @@ impl<M: Memory> Engine for ConsensusEngine<M> {
     fn handle_peer_up(&mut self, now_ns: u64, peer: MemberId) {
         self.now = self.now.max(now_ns);
         // A proposer is trusted again (it leads again if it is the lowest).
-        // An acceptor is not: a restarted process lost its promises and
-        // accepted values, and counting it again could let two values be
-        // chosen. Re-admitting one takes a reconfiguration (not done here).
-        if let Some(p) = self.proposer_slot(peer) {
-            if peer != self.cfg.self_id {
+        // So is an acceptor: a new process's words hold an invalid word
+        // (nobody counts it or CASes it) until it has rejoined and fenced
+        // what it may have promised before (see `rejoin_own_acceptor`).
+        if peer != self.cfg.self_id {
+            if let Some(p) = self.proposer_slot(peer) {
                 self.proposer_down[p] = false;
             }
+            if let Some(a) = self.acceptor_slot(peer) {
+                self.acceptor_out[a] = false;
+                self.answered_since_up[a] = false;
+            }
         }
+        self.progress();
+        self.maintain_channels();
         self.invariants();
     }
 
@@ -1932,6 +2203,14 @@ impl<M: Memory> Engine for ConsensusEngine<M> {
             if c.broken && c.inflight == 0 && !self.acceptor_out[a] {
                 at = at.min(c.retry_at_ns);
             }
+        }
+        if let Rejoin::Scanning {
+            inflight: false,
+            retry_at_ns,
+            ..
+        } = self.rejoin
+        {
+            at = at.min(retry_at_ns.max(self.now));
         }
         at
     }

@@ -7,7 +7,7 @@
 //!          proposal area = slot_count records of record_stride bytes
 //! local  | landing words (OPS_MAX × 8) | record landings (LANES × stride) |
 //!          staging records (STAGING_COUNT × stride) | decided records (slot_count × stride) |
-//!          renewal landings (MAX_MEMBERS × 8) |
+//!          renewal landings (MAX_MEMBERS × 8) | scan landing (slot_count × 8, to 64) |
 //! ```
 //!
 //! Every member lays the shared region out the same way (peers compare
@@ -244,6 +244,9 @@ pub struct ConsensusLayout {
     pub decided_offset: u64,
     /// Start of the lease renewals' landing words (one per acceptor).
     pub renewal_landing_offset: u64,
+    /// Start of the landing of a whole acceptor's slot words (a restarted
+    /// acceptor scans the others before it counts again).
+    pub scan_offset: u64,
     /// Bytes of the local region.
     pub local_bytes: u64,
     /// Version and shape hash of the shared region, which peers compare.
@@ -266,7 +269,8 @@ impl ConsensusLayout {
         let staging_offset = record_landing_offset + LANES as u64 * record_stride;
         let decided_offset = staging_offset + STAGING_COUNT as u64 * record_stride;
         let renewal_landing_offset = decided_offset + slots * record_stride;
-        let local_bytes = round_up(renewal_landing_offset + MAX_MEMBERS as u64 * 8, 64);
+        let scan_offset = round_up(renewal_landing_offset + MAX_MEMBERS as u64 * 8, 64);
+        let local_bytes = round_up(scan_offset + slots * 8, 64);
         let mut c = Checksum::new(0x434F_4E53_4C41_594F); // "CONSLAYO"
         for w in [
             CONSENSUS_LAYOUT_VERSION,
@@ -294,6 +298,7 @@ impl ConsensusLayout {
             staging_offset,
             decided_offset,
             renewal_landing_offset,
+            scan_offset,
             local_bytes,
             hash: c.finish(),
         })
@@ -400,6 +405,16 @@ impl ConsensusLayout {
         )
     }
 
+    /// Where a READ of an acceptor's whole array of slot words lands.
+    pub fn scan_landing(&self) -> Addr {
+        Addr::new(self.local_region, self.scan_offset)
+    }
+
+    /// Bytes of an acceptor's whole array of slot words.
+    pub fn slot_words_bytes(&self) -> u64 {
+        u64::from(self.slot_count) * 8
+    }
+
     /// Where a lease renewal's READ of acceptor `acceptor`'s slot word
     /// lands (the view engine's, [`crate::views`]).
     pub fn renewal_landing(&self, acceptor: usize) -> Addr {
@@ -460,7 +475,9 @@ mod tests {
             l.decided(cfg.slot_count - 1).offset + l.record_stride,
             l.renewal_landing_offset
         );
-        assert!(l.renewal_landing(MAX_MEMBERS - 1).offset + 8 <= l.local_bytes);
+        assert!(l.renewal_landing(MAX_MEMBERS - 1).offset + 8 <= l.scan_landing().offset);
+        assert_eq!(l.scan_landing().offset % 64, 0);
+        assert!(l.scan_landing().offset + u64::from(cfg.slot_count) * 8 <= l.local_bytes);
         assert_eq!(l.local_bytes % 64, 0);
         for r in l.regions() {
             assert_eq!(r.bytes % 8, 0);

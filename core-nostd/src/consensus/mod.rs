@@ -92,6 +92,37 @@
 //! member that meets a later lap knows every slot two before the later
 //! one decided, and goes on from there (what it missed may be gone).
 //!
+//! ## Coordinators back
+//!
+//! A restarted acceptor lost what it promised and accepted. Its words hold
+//! an invalid word from before its memory is published, so nobody counts
+//! it or CASes it, and peers ask it again as soon as it is reported back
+//! ([`Engine::handle_peer_up`](crate::engine::Engine::handle_peer_up)).
+//! It rejoins ([`ConsensusEngine::rejoin_own_acceptor`]) in three steps:
+//!
+//! 1. **Scan**: it READs every word of a majority of the *other*
+//!    acceptors. A slot decided before the restart was accepted at a
+//!    majority, which meets the one read in an acceptor other than
+//!    itself, holding that slot's word or a later lap's: the highest slot
+//!    touched there, `t`, is at least every slot decided then, so every
+//!    slot it may have touched (two past a decided one, see above) is at
+//!    most `bound = t + 2`.
+//! 2. **Wait** until slots up to `bound` are decided (its own proposals
+//!    and learning move its frontier; the others decide without it).
+//! 3. **Fence**: one lap of words, ending at the frontier, is written:
+//!    [`SlotWord::fenced`] where the slot is at most `bound` (every
+//!    proposal refused, nothing accepted: no answer for that slot, only
+//!    ever a decided one), empty beyond (slots nobody touched here). A
+//!    slot of an earlier lap meets a later lap's word there, whose slot is
+//!    at most the frontier, so two before it is decided; a slot of a
+//!    later lap recycles the word like any other. Then it counts again
+//!    ([`ConsensusEvent::AcceptorRejoined`]).
+//!
+//! The failures a group tolerates count restarts until then, and a slot
+//! decided with a restarted acceptor's accept may need every other member
+//! of that majority to be learnt. The mutation `rejoin-without-fence`
+//! (back at once with empty words) is caught by the harness.
+//!
 //! ## Limits (left to the wiring of issue 14)
 //!
 //! * Laps are 16 bits: a coordinator whose words no CAS touched for 2^15
@@ -108,9 +139,6 @@
 //!   requests; the verbs fabric has no loopback connection yet and
 //!   refuses them, which the engine counts as no answer: safe, but there
 //!   that acceptor does not help a majority.
-//! * An acceptor reported down is never counted again by this engine,
-//!   even when it comes back: a restarted acceptor has lost its promises.
-//!   Re-admitting one takes a reconfiguration.
 //! * The engine reconnects a broken channel to an acceptor itself. It
 //!   shares the control channel with the log engine, which does the same;
 //!   the driver must make a reconnect of a healthy channel harmless.

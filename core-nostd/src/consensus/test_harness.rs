@@ -76,6 +76,19 @@ impl HarnessMemory {
         r[layout.local_region.index()].fill(0);
     }
 
+    /// A new process's acceptor memory: every slot word holds the invalid
+    /// word nobody counts or CASes (as the fabric writes it before the
+    /// memory is published), the records are zero.
+    pub fn wipe_shared(&self, layout: &ConsensusLayout) {
+        {
+            let mut r = self.regions.borrow_mut();
+            r[layout.shared_region.index()].fill(0);
+        }
+        for index in 0..layout.slot_count {
+            self.store_u64(layout.slot_word(index), crate::views::UNTRUSTED_SLOT_WORD);
+        }
+    }
+
     fn span(at: Addr, len: usize) -> (usize, core::ops::Range<usize>) {
         let o = at.offset as usize;
         (at.region.index(), o..o + len)
@@ -112,6 +125,8 @@ pub enum Broken {
     AcceptWithoutPrepare,
     /// `Mutation::RecycleIgnoresLap`.
     RecycleIgnoresLap,
+    /// `Mutation::RejoinWithoutFence`.
+    RejoinWithoutFence,
 }
 
 /// The shape of a run and its fault rates, drawn from a seed.
@@ -244,6 +259,10 @@ pub struct Summary {
     pub exhausted: u64,
     /// Slots given up because their word moved on to a later lap.
     pub recycled: u64,
+    /// Acceptors restarted with their memory lost (overlap groups).
+    pub acceptor_restarts: u64,
+    /// Restarted acceptors that counted again.
+    pub acceptor_rejoins: u64,
 }
 
 /// The simulated group.
@@ -367,6 +386,7 @@ impl World {
             c.mutation = match m {
                 Broken::AcceptWithoutPrepare => crate::config::Mutation::AcceptWithoutPrepare,
                 Broken::RecycleIgnoresLap => crate::config::Mutation::RecycleIgnoresLap,
+                Broken::RejoinWithoutFence => crate::config::Mutation::RejoinWithoutFence,
             };
         }
         #[cfg(not(feature = "mutation-testing"))]
@@ -488,6 +508,7 @@ impl World {
             }
             ConsensusEvent::ProposalSpaceExhausted { .. } => self.summary.exhausted += 1,
             ConsensusEvent::Undecided { .. } => {}
+            ConsensusEvent::AcceptorRejoined { .. } => self.summary.acceptor_rejoins += 1,
             ConsensusEvent::Recycled { later, .. } => {
                 // Two slots before a touched one is decided (slots are
                 // decided in order, one pre-prepared ahead).
@@ -715,8 +736,16 @@ impl World {
             .max(self.checker.highest_slot())
     }
 
+    /// Acceptors that count against the failures a group tolerates:
+    /// dead, or restarted once (a restarted acceptor lost what it
+    /// accepted: a slot decided with its accept may need every other
+    /// acceptor of that majority, and it stays fenced there after it
+    /// rejoined).
     fn dead_acceptors(&self) -> usize {
-        self.members.iter().filter(|m| m.acceptor && m.dead).count()
+        self.members
+            .iter()
+            .filter(|m| m.acceptor && (m.dead || m.incarnation > 0))
+            .count()
     }
 
     /// Crashes member `m`'s process: its engine and volatile state are
@@ -755,16 +784,25 @@ impl World {
         }
     }
 
-    /// Restarts a crashed proposer that is not an acceptor: a new
-    /// process, fresh local memory, a new engine.
+    /// Restarts a crashed proposer: a new process, fresh local memory, a
+    /// new engine. One that is an acceptor too (overlap groups) comes
+    /// back with its acceptor memory lost, and rejoins.
     pub fn restart(&mut self, m: usize) {
-        assert!(self.members[m].dead && !self.members[m].acceptor);
+        assert!(self.members[m].dead && self.members[m].proposer);
         self.members[m].incarnation += 1;
         self.members[m].dead = false;
         self.members[m].client_slot = 0;
         self.members[m].skip_to = 0;
         self.members[m].mem.clear_local(&self.layout);
+        let acceptor = self.members[m].acceptor;
+        if acceptor {
+            self.members[m].mem.wipe_shared(&self.layout);
+            self.summary.acceptor_restarts += 1;
+        }
         self.start_engine(m);
+        if acceptor {
+            self.call(m, |e, now| e.rejoin_own_acceptor(now));
+        }
         for i in self.running() {
             if i != m {
                 self.notes.push((i, MemberId(m as u8), true));
@@ -798,7 +836,7 @@ impl World {
             }
             1 => {
                 let c: Vec<usize> = (0..self.members.len())
-                    .filter(|&i| self.members[i].dead && !self.members[i].acceptor)
+                    .filter(|&i| self.members[i].dead && self.members[i].proposer)
                     .collect();
                 if let Some(i) = self.pick(&c) {
                     self.summary.restarts += 1;

@@ -313,9 +313,17 @@ fn proposal_space_exhaustion_is_reported() {
     let mut w = World::new(6, Params::quiet(3, 1));
     w.event_log = Some(Vec::new());
     let p = 3;
+    // Something accepted, every proposal promised (with nothing accepted
+    // it would read as a fenced word: no answer rather than a nack).
     let full = SlotWord {
         min_proposal: u16::MAX,
-        ..SlotWord::EMPTY
+        accepted_proposal: 3,
+        value: Some(super::word::ValueRef {
+            owner: 0,
+            proposal: 3,
+            digest: 0,
+        }),
+        lap: 0,
     };
     for a in 0..3 {
         w.set_word(a, 0, full.encode());
@@ -467,6 +475,8 @@ fn randomized_runs_keep_one_value_per_slot_and_converge() {
                 total.reconnects += s.reconnects;
                 total.exhausted += s.exhausted;
                 total.recycled += s.recycled;
+                total.acceptor_restarts += s.acceptor_restarts;
+                total.acceptor_rejoins += s.acceptor_rejoins;
                 total.liveness_steps = total.liveness_steps.max(s.liveness_steps);
             }
             Err(f) => failures.push(f),
@@ -491,6 +501,10 @@ fn randomized_runs_keep_one_value_per_slot_and_converge() {
     assert!(
         total.recycled > 50,
         "slow proposers met recycled words: {total:?}"
+    );
+    assert!(
+        total.acceptor_rejoins > 50 && total.acceptor_rejoins <= total.acceptor_restarts,
+        "restarted acceptors rejoined: {total:?}"
     );
     assert_eq!(total.exhausted, 0);
 }
@@ -546,6 +560,20 @@ fn the_checker_catches_a_recycle_that_ignores_the_lap() {
     assert!(!caught.is_empty(), "the mutation survived every seed");
 }
 
+/// The mutation "rejoin without fence" (a restarted acceptor counts
+/// again at once with empty words, forgetting what it accepted before)
+/// must be caught: a proposer behind gets promises from it and from an
+/// acceptor that missed the decided value, and decides another.
+#[cfg(feature = "mutation-testing")]
+#[test]
+fn the_checker_catches_a_rejoin_without_fence() {
+    let caught = caught_seeds(
+        Broken::RejoinWithoutFence,
+        &["TwoValues", "BadWord", "NeverProposed", "ProposalReused"],
+    );
+    assert!(!caught.is_empty(), "the mutation survived every seed");
+}
+
 /// Reproduces one seed with its diagnostics:
 /// `SEED=113 cargo test -p verbatim-core --lib consensus::tests::one_seed -- --ignored --nocapture`.
 #[test]
@@ -555,11 +583,100 @@ fn one_seed() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    // MUTATED=1: accept without prepare; MUTATED=2: recycle ignores lap.
+    // MUTATED=1: accept without prepare; 2: recycle ignores lap; 3:
+    // rejoin without fence.
     let mutation = match std::env::var("MUTATED").as_deref() {
         Ok("2") => Some(Broken::RecycleIgnoresLap),
+        Ok("3") => Some(Broken::RejoinWithoutFence),
         Ok(_) => Some(Broken::AcceptWithoutPrepare),
         Err(_) => None,
     };
     std::println!("{:?}", run_seed(seed, mutation));
+}
+
+/// A restarted acceptor (uKharon's coordinators, all of them proposers
+/// here) lost what it accepted. Slot 0 is chosen at acceptors 0 and 1;
+/// member 1 restarts and, behind, proposes slot 0 itself while its link
+/// to acceptor 0 fails: it must not count its own empty memory as a
+/// promise. With `fenced`, it rejoins as built (invalid words, a scan, a
+/// fence) and decides the chosen value; without, it counts again at once
+/// with empty words and decides its own: two values (the mutation).
+fn rejoin_scenario(mutation: Option<Broken>) -> World {
+    let params = Params {
+        overlap: true,
+        mutation,
+        ..Params::quiet(3, 2)
+    };
+    let mut w = World::new(11, params);
+    let (p0, p1) = (0, 1);
+    rounds_until(&mut w, 5, |w| w.quiet());
+    w.propose(p0, 0, b"first").unwrap();
+    // Its record WRITE and accept CAS land at acceptors 0 and 1 only.
+    for a in [0, 1] {
+        w.deliver_conn(p0, a);
+        w.deliver_conn(p0, a);
+    }
+    w.force_error(p0, 2, WcStatus::Unreachable);
+    w.deliver_conn(p0, 2);
+    assert_eq!(w.checker.chosen.len(), 1, "chosen in memory");
+    w.crash_dropping(p1);
+    w.restart(p1);
+    w.notify(p0, p1, true);
+    w.force_error(p1, 0, WcStatus::Unreachable);
+    w.propose(p1, 0, b"second").unwrap();
+    for _ in 0..60 {
+        w.round();
+        if w.failure().is_some() || w.engine(p1).decided(0).is_some() {
+            break;
+        }
+    }
+    w
+}
+
+#[test]
+fn a_restarted_acceptor_rejoins_behind_a_fence() {
+    let mut w = rejoin_scenario(None);
+    assert_eq!(w.failure(), None);
+    assert_eq!(
+        w.engine(1).decided(0).as_deref(),
+        Some(&b"first"[..]),
+        "the chosen value, adopted from acceptor 0"
+    );
+    assert!(
+        w.engine(1).rejoining(),
+        "not before slots past its bound are decided"
+    );
+    // The group goes on; once the slots it may have touched are decided,
+    // it fences them and counts again.
+    for slot in 1..6 {
+        w.propose(0, slot, &[b'v', slot as u8]).unwrap();
+        rounds_until(&mut w, 40, |w| w.engine(0).decided(slot).is_some());
+    }
+    for slot in 1..6 {
+        let _ = w.call(1, |e, now| e.learn(now, slot));
+        rounds_until(&mut w, 40, |w| w.engine(1).decided(slot).is_some());
+    }
+    rounds_until(&mut w, 40, |w| !w.engine(1).rejoining());
+    assert_eq!(w.engine(1).status().rejoined, 1);
+    let fenced = SlotWord::decode(w.word(1, 0), 2).unwrap();
+    assert!(
+        fenced.is_fenced(),
+        "slot 0's word at the restarted acceptor"
+    );
+    // It takes part in new slots again.
+    w.propose(0, 6, b"after").unwrap();
+    rounds_until(&mut w, 40, |w| {
+        w.engine(0).decided(6).is_some() && w.quiet()
+    });
+    let w6 = SlotWord::decode(w.word(1, 6), 2).unwrap();
+    assert!(w6.value.is_some(), "acceptor 1 accepted slot 6: {w6:?}");
+    assert_eq!(w.failure(), None);
+}
+
+#[cfg(feature = "mutation-testing")]
+#[test]
+fn a_rejoin_without_a_fence_decides_a_second_value() {
+    let w = rejoin_scenario(Some(Broken::RejoinWithoutFence));
+    let f = w.failure().expect("caught");
+    assert!(f.contains("TwoValues"), "{f}");
 }

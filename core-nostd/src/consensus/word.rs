@@ -194,6 +194,31 @@ impl SlotWord {
         })
     }
 
+    /// The word a restarted acceptor puts where it may have promised or
+    /// accepted before it lost its memory: nothing accepted, every
+    /// proposal refused, in `lap`. Proposers, learners and lease checks
+    /// take it as no answer for that lap's slot (a nack would make
+    /// proposers give the slot up, since no proposal is above it); a
+    /// proposer of a later lap recycles it like any older word. See the
+    /// module docs, "Coordinators back".
+    #[inline]
+    pub const fn fenced(lap: u16) -> SlotWord {
+        SlotWord {
+            min_proposal: u16::MAX,
+            accepted_proposal: 0,
+            value: None,
+            lap,
+        }
+    }
+
+    /// True for a [`SlotWord::fenced`] word (a proposal number that
+    /// reached `u16::MAX` with nothing accepted reads the same: that slot's
+    /// proposals are exhausted there anyway).
+    #[inline]
+    pub const fn is_fenced(self) -> bool {
+        self.min_proposal == u16::MAX && self.accepted_proposal == 0
+    }
+
     /// True when nothing is promised or accepted (in the word's lap).
     #[inline]
     pub const fn is_empty(self) -> bool {

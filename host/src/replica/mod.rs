@@ -1363,6 +1363,7 @@ fn views_state(
         fallback: vs.fallback,
         slot_count: u64::from(vs.slot_count),
         slots_skipped: vs.slots_skipped,
+        own_acceptor_rejoins: vs.own_acceptor_rejoins,
         proposed: vs.proposed,
         won: vs.won,
         renewals: vs.renewals,

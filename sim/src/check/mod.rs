@@ -13,6 +13,7 @@ pub mod log_matching;
 pub mod state_machine;
 pub mod streams;
 pub mod suspicions;
+pub mod view_agreement;
 pub mod view_leaders;
 pub mod votes;
 
