@@ -286,8 +286,9 @@ pub struct Config {
     /// view change takes the next slot). Bounds the views a member may
     /// fall behind and still learn each one; one further behind goes on
     /// from two slots before the later slot it met (only the newest view
-    /// matters). A coordinator cut off for 2^15 laps of the ring must not
-    /// come back with its old words (see [`crate::consensus::word`]).
+    /// matters). Laps wrap: a group lives 2^15 laps of the ring (134
+    /// million views at 4096 slots) before a member restarted from slot 0
+    /// would misread them (see the limits in [`crate::consensus`]).
     pub view_slot_count: u32,
     /// A member that does not need a lease learns the newest view this
     /// often (status, the view it follows).

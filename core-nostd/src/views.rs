@@ -52,16 +52,19 @@
 //! before it publishes the memory: [`crate::Layout::initial_words`]),
 //! which nobody counts and nobody CASes, until its log engine has read
 //! back its row: a new process (no previous incarnation found) clears
-//! them to empty; a restarted one rejoins
+//! them to empty. A restarted one, in primary-backup mode, rejoins
 //! ([`ViewEngine::trust_own_acceptor`], the consensus engine's
 //! "Coordinators back"): it READs the other coordinators' words to bound
 //! the slots it may have touched before, waits until views up to that
-//! bound are decided without it, fences those words and counts again.
-//! Peers ask it again once it is reported back, and count it (for the
-//! fallback) once it answers with valid words. While a majority of
-//! coordinators is dead or not yet back, views stop and DARE alone goes on
-//! (the fallback above); a majority lost at once never comes back, since
-//! rejoining needs views decided without the rejoining ones.
+//! bound are decided without it, fences its words up to the slot it
+//! knows next and counts again; peers ask it again once it is reported
+//! back, and count it once it answers with valid words. In log mode it
+//! stays out for good, and so do restarted peers: the fallback above
+//! lets DARE commit alone once a majority of coordinators is gone, which
+//! is safe only if none of them ever helps renew a lease again (a
+//! coordinator back could, for a view whose leader DARE has deposed in
+//! the meantime). Once a majority of coordinators has died or restarted
+//! there, views stop and DARE alone goes on.
 
 use crate::config::Config;
 use crate::consensus::word::{lap_order, LapOrder};
@@ -312,6 +315,11 @@ pub struct ViewEngine<M: Memory> {
     acceptor_count: usize,
     quorum: usize,
     lease_ns: u64,
+    /// Restarted coordinators rejoin (primary-backup mode). Not in log
+    /// mode: its fallback to DARE alone counts on a majority of
+    /// coordinators gone for good (no lease can be renewed again), which
+    /// a coordinator back would break.
+    readmit: bool,
     learn_period_ns: u64,
     /// Learn period of a member without a lease in the hurry after a
     /// death: a quarter lease, at least [`HURRY_LEARN_PERIOD_MIN_NS`] unless
@@ -389,6 +397,7 @@ impl<M: Memory + Clone> ViewEngine<M> {
             acceptors,
             acceptor_count,
             lease_ns: config.lease_ns,
+            readmit: config.mode == crate::config::Mode::PrimaryBackup,
             learn_period_ns: config.view_learn_period_ns,
             hurry_learn_ns: (config.lease_ns / 4)
                 .max(HURRY_LEARN_PERIOD_MIN_NS.min(config.election_timeout_min_ns / 8))
@@ -468,9 +477,13 @@ impl<M: Memory + Clone> ViewEngine<M> {
             if let Some(a) = self.consensus.own_acceptor() {
                 self.gone[a] = true;
                 self.status.own_acceptor_excluded = true;
-                // Not counted until it has fenced what it may have
-                // promised before the restart (see the module docs).
-                self.consensus.rejoin_own_acceptor(now_ns);
+                if self.readmit {
+                    // Not counted until it has fenced what it may have
+                    // promised before the restart (see the module docs).
+                    self.consensus.rejoin_own_acceptor(now_ns);
+                } else {
+                    self.consensus.exclude_acceptor(now_ns, self.me);
+                }
                 self.drain_consensus();
                 self.note_lost();
             }
@@ -881,6 +894,9 @@ impl<M: Memory + Clone> ViewEngine<M> {
     fn count_word(round: &mut RenewalRound, raw: u64, proposer_count: u8) {
         match SlotWord::decode(raw, proposer_count) {
             Ok(w) => match lap_order(w.lap, round.lap) {
+                // A restarted coordinator's fence: no answer (it may have
+                // accepted the slot before it lost its memory).
+                LapOrder::Same if w.is_fenced() => round.failed += 1,
                 LapOrder::Older => round.empty += 1,
                 LapOrder::Same if w.accepted_proposal == 0 => round.empty += 1,
                 LapOrder::Same | LapOrder::Newer => round.filled = true,
@@ -1020,9 +1036,9 @@ impl<M: Memory + Clone> Engine for ViewEngine<M> {
 
     fn handle_peer_up(&mut self, now_ns: u64, peer: MemberId) {
         self.now = self.now.max(now_ns);
-        // A new process in its place; an acceptor is counted out for good
-        // (its memory lost its promises; see the module docs), also when
-        // its death was never reported.
+        // A new process in its place (also when its death was never
+        // reported): an acceptor's memory lost its promises, and it answers
+        // nothing until it has rejoined (see the module docs).
         if let Some(d) = self.dead.get_mut(peer.index()) {
             *d = false;
         }
@@ -1032,6 +1048,10 @@ impl<M: Memory + Clone> Engine for ViewEngine<M> {
         self.consensus.handle_peer_up(now_ns, peer);
         if let Some(a) = self.acceptor_index(peer).filter(|_| peer != self.me) {
             self.gone[a] = true;
+            if !self.readmit {
+                // Log mode: out for good (see `readmit`).
+                self.consensus.exclude_acceptor(now_ns, peer);
+            }
             self.drain_consensus();
             self.note_lost();
         }

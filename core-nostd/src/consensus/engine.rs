@@ -385,8 +385,9 @@ pub struct ConsensusEngine<M: Memory> {
     record_read_busy: [bool; LANES],
     staging_inflight: [u8; STAGING_COUNT],
     chans: [Chan; MAX_MEMBERS],
-    /// Acceptors written off: reported down. A restarted acceptor has
-    /// lost its promises (empty memory), so it is not trusted again.
+    /// Acceptors not asked: reported down (until reported back: a
+    /// restarted one answers with invalid words until it has rejoined),
+    /// or our own while it rejoins.
     acceptor_out: [bool; MAX_MEMBERS],
     /// A valid word was heard from the acceptor since it was last
     /// reported back (a restarted one answers only once it rejoined).
@@ -1137,6 +1138,7 @@ impl<M: Memory> ConsensusEngine<M> {
                     // pre-prepared ahead), and every decided slot was
                     // accepted at a majority, which meets the majority of
                     // the others read here: it is seen, or a later lap is.
+                    // (`touched` holds the highest slot seen decided.)
                     let bound = touched.map_or(1, |t| t.saturating_add(2));
                     self.rejoin = Rejoin::Waiting { bound };
                     self.progress_rejoin();
@@ -1200,19 +1202,35 @@ impl<M: Memory> ConsensusEngine<M> {
             return;
         };
         if ok {
+            // The highest slot decided before the restart is at most the
+            // highest slot accepted (or fenced) here, or two below one
+            // only promised (a touched slot has the one two before it
+            // decided). An acceptor with an invalid word (restarted, not
+            // back yet) tells nothing: it does not count.
             let base = self.layout.scan_landing();
+            let mut valid = true;
+            let mut seen = touched;
             for index in 0..self.layout.slot_count {
                 let raw = self.mem.load_u64(base.add(u64::from(index) * 8));
                 let Ok(w) = SlotWord::decode(raw, self.proposer_count) else {
-                    continue;
+                    valid = false;
+                    break;
                 };
                 if w.min_proposal == 0 && w.accepted_proposal == 0 {
                     continue;
                 }
                 let slot = self.layout.slot_of(index, w.lap, self.frontier);
-                touched = Some(touched.map_or(slot, |t: u32| t.max(slot)));
+                let decided_floor = if w.accepted_proposal != 0 || w.is_fenced() {
+                    slot
+                } else {
+                    slot.saturating_sub(2)
+                };
+                seen = Some(seen.map_or(decided_floor, |t: u32| t.max(decided_floor)));
             }
-            answered |= 1 << a;
+            if valid {
+                touched = seen;
+                answered |= 1 << a;
+            }
         }
         self.rejoin = Rejoin::Scanning {
             tried,
@@ -1224,19 +1242,24 @@ impl<M: Memory> ConsensusEngine<M> {
     }
 
     /// Slots below the frontier are decided (`bound` among them), and none
-    /// above `bound` was touched here before the restart: one lap of
-    /// words, the frontier's last, is fenced where its slot is at most
-    /// `bound` and empty beyond. A slot of an earlier lap meets a word of a later one (a
-    /// slot at or below the frontier: the one two before it is decided);
-    /// one of a later lap recycles it (above the frontier, so above
-    /// `bound`).
+    /// above `bound` was touched here before the restart: the lap of words
+    /// ending at the frontier is fenced, so this acceptor answers for no
+    /// slot up to the frontier (all decided but the frontier itself, the
+    /// next view's slot: a lease on the newest view is never renewed with
+    /// our help, since we may come back while the others count a majority
+    /// of coordinators lost and let DARE commit alone). A slot of an
+    /// earlier lap meets a word of a later one (at most the frontier: the
+    /// slot two before it is decided); one of a later lap recycles it
+    /// (above the frontier, so above `bound`). Words of the first lap past
+    /// the frontier (a young ring) stay empty.
     fn fence(&mut self, me: usize, bound: u32) {
         let frontier = self.frontier;
+        debug_assert!(bound < frontier || bound == 0);
         let n = self.layout.slot_count;
         let first = frontier.saturating_sub(n - 1);
         for t in first..first.saturating_add(n) {
             #[allow(unused_mut)]
-            let mut word = if t <= bound {
+            let mut word = if t <= frontier {
                 SlotWord::fenced(self.layout.lap(t))
             } else {
                 SlotWord::empty(self.layout.lap(t))

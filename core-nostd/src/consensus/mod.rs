@@ -125,10 +125,15 @@
 //!
 //! ## Limits (left to the wiring of issue 14)
 //!
-//! * Laps are 16 bits: a coordinator whose words no CAS touched for 2^15
-//!   laps of the ring (cut off, alive, for 134 million views with 4096
-//!   slots) has words that read as a later lap, and must not be asked
-//!   again with them (see [`word::lap_order`]).
+//! * Laps are 16 bits and compare by wrapping difference, so two laps
+//!   2^15 or more apart are misread: a coordinator whose words no CAS
+//!   touched for 2^15 laps of the ring, and a member that starts over
+//!   from slot 0 (a restart, whose learner and rejoin scan count from
+//!   there) once the group has gone round the ring 2^15 times. That is
+//!   134 million views with the default 4096 slots, 131,072 with the
+//!   smallest ring of 4 (see [`word::lap_order`]). A restarted member
+//!   that learnt the current lap first would lift the second case; not
+//!   built.
 //! * Proposal numbers are 16 bits (as in the paper). When the next one
 //!   would overflow, the engine reports
 //!   [`ConsensusEvent::ProposalSpaceExhausted`]; A.6's fallback to

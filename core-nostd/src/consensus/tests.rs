@@ -663,13 +663,23 @@ fn a_restarted_acceptor_rejoins_behind_a_fence() {
         fenced.is_fenced(),
         "slot 0's word at the restarted acceptor"
     );
-    // It takes part in new slots again.
+    // Fenced up to the frontier it had then (the next view's slot among
+    // them, so past the slot 0 it may have accepted), it takes part in a
+    // slot proposed after.
+    let fenced_to = (0..16u32)
+        .take_while(|&s| SlotWord::decode(w.word(1, s), 2).unwrap().is_fenced())
+        .last()
+        .expect("slot 0 fenced");
+    assert!((1..6).contains(&fenced_to), "fenced to {fenced_to}");
     w.propose(0, 6, b"after").unwrap();
     rounds_until(&mut w, 40, |w| {
         w.engine(0).decided(6).is_some() && w.quiet()
     });
-    let w6 = SlotWord::decode(w.word(1, 6), 2).unwrap();
-    assert!(w6.value.is_some(), "acceptor 1 accepted slot 6: {w6:?}");
+    let after = SlotWord::decode(w.word(1, 6), 2).unwrap();
+    assert!(
+        after.value.is_some(),
+        "acceptor 1 accepted slot 6: {after:?}"
+    );
     assert_eq!(w.failure(), None);
 }
 

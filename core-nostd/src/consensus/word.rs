@@ -40,8 +40,9 @@ pub const EMPTY_WORD: u64 = 0;
 /// a coordinator's word that no CAS touched for 2^15 laps of the ring
 /// (134 million views with the default 4096 slots, 131,072 with the
 /// smallest ring of 4) would send a proposer to a slot not yet decided.
-/// Only a coordinator cut off (alive, unreachable) for that many views
-/// keeps such words; see the limits in the module docs.
+/// The same holds for a member that starts over from slot 0 (a restart)
+/// in a group that has gone round the ring that often; see the limits
+/// in the module docs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LapOrder {
     /// The word is about this slot.

@@ -87,3 +87,57 @@ fn coordinators_accept_and_every_member_proposes() {
     c.coordinator_count = 6;
     assert!(c.validate().is_err(), "more coordinators than members");
 }
+
+/// What a lease check makes of one coordinator's word of the next slot
+/// (Algorithm 2 over a ring of slots): nothing accepted in its lap (or an
+/// older lap's word) is empty; something accepted, or a later lap, is
+/// filled; a restarted coordinator's fence is no answer, since it may
+/// have accepted the slot before it lost its memory.
+#[test]
+fn a_lease_check_reads_laps_and_fences() {
+    use crate::consensus::{SlotWord, ValueRef};
+    let count = |raw: u64| {
+        let mut round = RenewalRound {
+            renewal: crate::lease::Renewal {
+                epoch: 9,
+                issued_ns: 0,
+            },
+            generation: 1,
+            lap: 2,
+            asked: [false; MAX_MEMBERS],
+            empty: 0,
+            failed: 0,
+            filled: false,
+        };
+        ViewEngine::<crate::test_memory::TestMemory>::count_word(&mut round, raw, 3);
+        (round.empty, round.failed, round.filled)
+    };
+    let accepted = |lap| {
+        SlotWord {
+            min_proposal: 4,
+            accepted_proposal: 4,
+            value: Some(ValueRef {
+                owner: 1,
+                proposal: 4,
+                digest: 7,
+            }),
+            lap,
+        }
+        .encode()
+    };
+    assert_eq!(count(SlotWord::empty(2).encode()), (1, 0, false));
+    assert_eq!(count(accepted(1)), (1, 0, false), "an older lap's slot");
+    assert_eq!(count(accepted(2)), (0, 0, true));
+    assert_eq!(
+        count(SlotWord::empty(3).encode()),
+        (0, 0, true),
+        "a later lap"
+    );
+    assert_eq!(count(SlotWord::fenced(2).encode()), (0, 1, false));
+    assert_eq!(
+        count(SlotWord::fenced(1).encode()),
+        (1, 0, false),
+        "an older lap's fence"
+    );
+    assert_eq!(count(UNTRUSTED_SLOT_WORD), (0, 1, false));
+}
