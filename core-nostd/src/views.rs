@@ -715,6 +715,9 @@ impl<M: Memory + Clone> ViewEngine<M> {
     /// A coordinator back after a restart counts again once it answers
     /// (it has rejoined: its words were invalid until then).
     fn readmit_answering(&mut self) {
+        if !self.readmit {
+            return;
+        }
         let own = self.consensus.own_acceptor();
         let mut changed = false;
         for a in 0..self.acceptor_count {

@@ -2742,6 +2742,16 @@ impl Cluster {
                 ),
             });
         }
+        // A view engine counter summed over the members' last processes.
+        let views_sum = |f: fn(&verbatim_core::views::ViewStatus) -> u64| -> u64 {
+            self.nodes
+                .iter()
+                .filter_map(|n| n.driver.engines().views.as_ref())
+                .map(|v| f(&v.status(self.now)))
+                .sum()
+        };
+        let view_slots_skipped = views_sum(|s| s.slots_skipped);
+        let coordinator_rejoins = views_sum(|s| s.own_acceptor_rejoins);
         RunReport {
             ops_ok: self.history.iter().filter(|o| o.output.is_some()).count() as u64,
             ops_total: self.history.len() as u64,
@@ -2829,18 +2839,8 @@ impl Cluster {
                 .filter_map(|v| v.latest().map(|(e, _)| e))
                 .max()
                 .unwrap_or(0),
-            view_slots_skipped: self
-                .nodes
-                .iter()
-                .filter_map(|n| n.driver.engines().views.as_ref())
-                .map(|v| v.status(self.now).slots_skipped)
-                .sum(),
-            coordinator_rejoins: self
-                .nodes
-                .iter()
-                .filter_map(|n| n.driver.engines().views.as_ref())
-                .map(|v| v.status(self.now).own_acceptor_rejoins)
-                .sum(),
+            view_slots_skipped,
+            coordinator_rejoins,
             counter_suspicions: self
                 .nodes
                 .iter()

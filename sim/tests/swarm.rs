@@ -365,16 +365,29 @@ fn stale_read_scenario(seed: u64, mutation: Mutation) -> ClusterOptions {
     o.del_permille = 0;
     o.client_timeout_ns = 300_000;
     o.safety_ns = 12_000_000;
-    for (k, node) in [0u8, 1, 2].into_iter().enumerate() {
-        let from_ns = 2_000_000 + 3_000_000 * k as u64;
+    cut_off_in_turn(&mut o, &[0, 1, 2], 2_000_000, 3_000_000, 2_500_000);
+    o
+}
+
+/// Cuts `nodes` off one after the other (symmetric partitions of one
+/// member): the first at `first_ns`, each `every_ns` after the one
+/// before, each for `for_ns`.
+fn cut_off_in_turn(
+    o: &mut ClusterOptions,
+    nodes: &[u8],
+    first_ns: u64,
+    every_ns: u64,
+    for_ns: u64,
+) {
+    for (k, &node) in nodes.iter().enumerate() {
+        let from_ns = first_ns + every_ns * k as u64;
         o.faults.push(Fault::Partition {
             side: vec![node],
             from_ns,
-            to_ns: from_ns + 2_500_000,
+            to_ns: from_ns + for_ns,
             symmetric: true,
         });
     }
-    o
 }
 
 /// Serving reads without confirming the term with a majority (DARE §3.3)
@@ -547,15 +560,7 @@ fn lap_behind_scenario(seed: u64) -> ClusterOptions {
         from_ns: 2_000_000,
         to_ns: 24_000_000,
     });
-    for (k, node) in [1u8, 2, 3].into_iter().enumerate() {
-        let from_ns = 4_000_000 + 6_000_000 * k as u64;
-        o.faults.push(Fault::Partition {
-            side: vec![node],
-            from_ns,
-            to_ns: from_ns + 3_000_000,
-            symmetric: true,
-        });
-    }
+    cut_off_in_turn(&mut o, &[1, 2, 3], 4_000_000, 6_000_000, 3_000_000);
     o
 }
 

@@ -514,10 +514,6 @@ impl<M: Memory> ConsensusEngine<M> {
         ))
     }
 
-    fn decided_slot_at(&self, slot: u32) -> Option<u32> {
-        self.decided_record_at(slot).map(|(s, ..)| s)
-    }
-
     /// The value decided in `slot`, if this engine decided or learned it.
     pub fn decided(&self, slot: u32) -> Option<Value> {
         match self.decided_record_at(slot) {
@@ -1254,7 +1250,10 @@ impl<M: Memory> ConsensusEngine<M> {
     /// the frontier (a young ring) stay empty.
     fn fence(&mut self, me: usize, bound: u32) {
         let frontier = self.frontier;
-        debug_assert!(bound < frontier || bound == 0);
+        assert!(
+            bound < frontier || bound == 0,
+            "fenced before the bound was decided"
+        );
         let n = self.layout.slot_count;
         let first = frontier.saturating_sub(n - 1);
         for t in first..first.saturating_add(n) {
@@ -1484,8 +1483,10 @@ impl<M: Memory> ConsensusEngine<M> {
         if let Some(e) = working {
             self.free_entry(e);
         }
-        if let Some(previous) = self.decided(slot) {
-            if previous == value {
+        // One read of the record stored where this slot's goes.
+        let stored = self.decided_record_at(slot);
+        if let Some((_, _, _, previous)) = stored.as_ref().filter(|r| r.0 == slot) {
+            if *previous == value {
                 return;
             }
             #[cfg(feature = "mutation-testing")]
@@ -1499,8 +1500,7 @@ impl<M: Memory> ConsensusEngine<M> {
         // A late decision of a slot a lap behind one already stored at the
         // same place (completions that arrive after the later slot was
         // learnt) is reported, not stored over the later one.
-        let later_stored = self.decided_slot_at(slot).is_some_and(|s| s > slot);
-        if !later_stored {
+        if stored.is_none_or(|r| r.0 <= slot) {
             let mut buf = [0u8; RECORD_BYTES_CAP];
             let used = encode_record(slot, proposal, owner, &value, &mut buf);
             self.mem.write(self.layout.decided(slot), &buf[..used]);
