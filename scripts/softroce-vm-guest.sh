@@ -53,8 +53,8 @@ part() { # name command...
 
 want conformance && part "verbs conformance and device tests" \
   timeout 300 "$VERBATIM_CONFORMANCE_BIN" --include-ignored --nocapture --test-threads=1
-want cluster && part "3-replica cluster over rxe" \
-  env VERBATIM_BIN="$VERBATIM_BIN" timeout 300 "$VERBATIM_CLUSTER_BIN" --ignored --nocapture --test-threads=1
+want cluster && part "3-replica clusters over rxe (election; primary-backup by views)" \
+  env VERBATIM_BIN="$VERBATIM_BIN" timeout 600 "$VERBATIM_CLUSTER_BIN" --ignored --nocapture --test-threads=1
 
 left=$(ps -eo pid=,pcpu=,args= | grep -E '[v]erbatim replica' || true)
 [ -n "$left" ] && { echo "softroce-vm: replicas still running after the cluster test:"; echo "$left"; }

@@ -812,9 +812,14 @@ fn render_views(
         Line::from(view),
         lease,
         Line::from(format!(
-            "coordinators {} · out {} · slot ring {} (lap {}, skipped {}) · proposed {} (won {})",
+            "coordinators {} · out {}{} · slot ring {} (lap {}, skipped {}) · proposed {} (won {})",
             list(&v.coordinators),
             list(&v.coordinators_out),
+            if v.own_acceptor_no_loopback {
+                " · own memory not asked (no loopback)"
+            } else {
+                ""
+            },
             v.slot_count,
             v.epoch.saturating_sub(1) / v.slot_count.max(1),
             v.slots_skipped,
@@ -1505,6 +1510,7 @@ mod tests {
             slot_count: 4096,
             slots_skipped: 0,
             own_acceptor_rejoins: 0,
+            own_acceptor_no_loopback: false,
             proposed: 2,
             won: 2,
             renewals: 1234,

@@ -277,6 +277,10 @@ pub struct ViewStatus {
     pub own_acceptor_excluded: bool,
     /// Times this member's own acceptor counted again after a restart.
     pub own_acceptor_rejoins: u64,
+    /// The fabric refused this member's requests to its own memory (no
+    /// loopback connection): it does not ask its own acceptor, which the
+    /// others still count.
+    pub own_acceptor_no_loopback: bool,
     /// The coordinators, as member ids (bit `m` for member `m`).
     pub coordinator_members: u8,
     /// Coordinator slot words (a ring views reuse).
@@ -979,9 +983,11 @@ impl<M: Memory + Clone> Engine for ViewEngine<M> {
     fn handle_completion(&mut self, now_ns: u64, mut c: Completion) {
         self.now = self.now.max(now_ns);
         if c.peer == self.me && c.status == WcStatus::InvalidRequest {
-            // A fabric without loopback requests (verbs today): we cannot
-            // CAS our own acceptor word the way the others do, so we stop
-            // asking it. It is not gone: the others still count it.
+            // A fabric without loopback requests (a verbs device that
+            // could not connect a QP to itself): we cannot CAS our own
+            // acceptor word the way the others do, so we stop asking it.
+            // It is not gone: the others still count it.
+            self.status.own_acceptor_no_loopback = true;
             if !self.status.own_acceptor_excluded {
                 self.status.own_acceptor_excluded = true;
                 self.consensus.exclude_acceptor(now_ns, self.me);

@@ -13,7 +13,7 @@ use verbatim_core::mem::Memory;
 use verbatim_core::Config;
 use verbatim_host::fabric::liveness::{spawn_watcher, PeerLiveness};
 use verbatim_host::fabric::shm::{segment_path, Segment, ShmFabric, ShmMemory};
-use verbatim_sim::conformance::{run_all, FabricHarness};
+use verbatim_sim::conformance::{run_all, suite_config, FabricHarness};
 
 struct ShmHarness {
     _dir: tempfile::TempDir,
@@ -39,7 +39,7 @@ fn shm_dir() -> tempfile::TempDir {
 impl ShmHarness {
     fn new() -> ShmHarness {
         let dir = shm_dir();
-        let layout = Layout::new(&Config::new(3, MemberId(0))).unwrap();
+        let layout = Layout::new(&suite_config(MemberId(0))).unwrap();
         let paths: Vec<PathBuf> = (0..3)
             .map(|i| segment_path(dir.path(), "conf", i))
             .collect();

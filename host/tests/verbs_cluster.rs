@@ -1,7 +1,10 @@
 //! Three `verbatim replica` processes on the ibverbs fabric: they elect a
 //! leader, replicate client writes through RDMA WRITEs into each other's
 //! logs, and fail over when the leader is SIGKILLed. Prints the client's
-//! write and read latency and the failover timeline.
+//! write and read latency and the failover timeline. Run twice: with
+//! DARE's own election, and in primary-backup mode, where the coordinators
+//! decide views by CAS over the same device (their own slot words through
+//! the loopback connection).
 //!
 //! Needs an RDMA device and the release binary built with `--features
 //! rdma` (`VERBATIM_BIN`, or next to this test binary): `scripts/softroce-vm`
@@ -24,6 +27,58 @@ fn pct(h: &hdrhistogram::Histogram<u64>, q: f64) -> f64 {
 #[test]
 #[ignore = "needs an RDMA device and the rdma release binary: run scripts/softroce-vm"]
 fn three_replicas_over_verbs_elect_replicate_and_fail_over() {
+    let end = run("cluster", 0, &[]);
+    assert_eq!(end.decided_by, "election", "views are off");
+}
+
+/// Primary-backup mode over verbs: the coordinators (all three members)
+/// decide every view with one-sided CAS, each also CASing its own slot
+/// words through the fabric's loopback connection. After the primary is
+/// killed only two coordinators are left, so the view that names the new
+/// primary needs the claimant's own acceptor: without loopback requests
+/// no view would be decided and the group would stop.
+#[test]
+#[ignore = "needs an RDMA device and the rdma release binary: run scripts/softroce-vm"]
+fn primary_backup_over_verbs_fails_over_through_the_coordinators() {
+    let end = run(
+        "pb",
+        3,
+        &[
+            "cluster.mode=\"primary-backup\"",
+            // Patient for software RDMA in an emulated VM.
+            "views.lease_us=20000",
+        ],
+    );
+    assert_eq!(end.decided_by, "view", "the new primary's failover record");
+    for s in &end.statuses {
+        let v = s.views.as_ref().expect("views on");
+        assert!(
+            !v.own_acceptor_no_loopback,
+            "member {}: its own requests were refused (no loopback connection)",
+            s.id
+        );
+        assert!(
+            v.epoch >= 2,
+            "member {} knows view {} only: no view decided after the kill",
+            s.id,
+            v.epoch
+        );
+    }
+}
+
+/// What a run ended with.
+struct End {
+    /// How the new leader after the kill was decided ("election" or
+    /// "view").
+    decided_by: String,
+    /// The survivors' status after the workload.
+    statuses: Vec<verbatim_status::Snapshot>,
+}
+
+/// Starts three replicas over the RDMA device with `extra` settings, runs
+/// the workload, kills the leader, checks that no acknowledged write was
+/// lost, and says how the failover was decided.
+fn run(label: &str, port_offset: u16, extra: &[&str]) -> End {
     let device = std::env::var("VERBATIM_RDMA_DEVICE").unwrap_or_else(|_| {
         device_names()
             .ok()
@@ -40,7 +95,8 @@ fn three_replicas_over_verbs_elect_replicate_and_fail_over() {
         .map(PathBuf::from)
         .or_else(find_binary)
         .expect("the verbatim binary (set VERBATIM_BIN)");
-    let base_port = 17_900 + (std::process::id() % 500) as u16 * 4;
+    // Exchange ports: each run of this process its own three.
+    let base_port = 17_900 + (std::process::id() % 300) as u16 * 6 + port_offset;
     // Authenticated exchange, as on a network (loopback would allow none).
     let mut overrides = vec![
         "cluster.fabric=\"verbs\"".to_string(),
@@ -76,6 +132,7 @@ fn three_replicas_over_verbs_elect_replicate_and_fail_over() {
         ]
         .map(String::from),
     );
+    overrides.extend(extra.iter().map(|s| s.to_string()));
     if let Ok(extra) = std::env::var("VERBATIM_CLUSTER_SET") {
         overrides.extend(extra.split_whitespace().map(String::from));
     }
@@ -103,11 +160,11 @@ fn three_replicas_over_verbs_elect_replicate_and_fail_over() {
         Ok("adaptive") => PollMode::Adaptive,
         _ => PollMode::LeaderBusy,
     };
-    println!("cluster: poll mode {poll}");
+    println!("{label}: poll mode {poll}");
     let t0 = Instant::now();
     let mut cluster = LocalCluster::start(
         &LocalOptions {
-            name: format!("vc{}", std::process::id()),
+            name: format!("vc{label}{}", std::process::id()),
             replicas: 3,
             base_port: 0,
             poll,
@@ -119,14 +176,14 @@ fn three_replicas_over_verbs_elect_replicate_and_fail_over() {
     )
     .unwrap_or_else(|e| panic!("starting the cluster: {e}"));
     println!(
-        "cluster: 3 replicas over {device} (gid index {gid_index}) connected in {:.1} s",
+        "{label}: 3 replicas over {device} (gid index {gid_index}) connected in {:.1} s",
         t0.elapsed().as_secs_f64()
     );
     let (leader, term) = cluster
         .wait_leader(0, Duration::from_secs(30))
         .unwrap_or_else(|e| panic!("no leader: {e}; logs in {}", cluster.log_dir().display()));
     println!(
-        "cluster: member {leader} leads term {term} ({:.1} s after start)",
+        "{label}: member {leader} leads term {term} ({:.1} s after start)",
         t0.elapsed().as_secs_f64()
     );
     for s in cluster.status().into_iter().flatten() {
@@ -177,14 +234,14 @@ fn three_replicas_over_verbs_elect_replicate_and_fail_over() {
         );
     }
     println!(
-        "cluster: writes (replicated to a majority over rxe): p50 {:.1} us  p99 {:.1} us  max {:.1} us  ({} ops)",
+        "{label}: writes (replicated over rxe):   p50 {:.1} us  p99 {:.1} us  max {:.1} us  ({} ops)",
         pct(&writes, 0.5),
         pct(&writes, 0.99),
         writes.max() as f64 / 1000.0,
         writes.len()
     );
     println!(
-        "cluster: reads  (leader, quorum-confirmed):         p50 {:.1} us  p99 {:.1} us  max {:.1} us  ({} ops)",
+        "{label}: reads  (at the leader):         p50 {:.1} us  p99 {:.1} us  max {:.1} us  ({} ops)",
         pct(&reads, 0.5),
         pct(&reads, 0.99),
         reads.max() as f64 / 1000.0,
@@ -198,7 +255,7 @@ fn three_replicas_over_verbs_elect_replicate_and_fail_over() {
         .expect("a leader");
     for p in &leader_status.peers {
         println!(
-            "cluster: leader's view of member {}: {} acked_pos {} reachable {}",
+            "{label}: leader's view of member {}: {} acked_pos {} reachable {}",
             p.id, p.replication, p.acked_pos, p.reachable
         );
     }
@@ -214,7 +271,7 @@ fn three_replicas_over_verbs_elect_replicate_and_fail_over() {
         .map_or(term, |s| s.term);
     let kill_at = Instant::now();
     cluster.kill(victim).expect("kill");
-    println!("cluster: SIGKILLed the leader, member {victim} (term {victim_term})");
+    println!("{label}: SIGKILLed the leader, member {victim} (term {victim_term})");
     let key = b"after-failover".to_vec();
     client
         .set(&key, b"1")
@@ -230,18 +287,19 @@ fn three_replicas_over_verbs_elect_replicate_and_fail_over() {
             )
         });
     println!(
-        "cluster: member {new_leader} leads term {new_term}; first client write completed {:.1} ms after the kill",
+        "{label}: member {new_leader} leads term {new_term}; first client write completed {:.1} ms after the kill",
         gap.as_secs_f64() * 1e3
     );
-    if let Some(f) = cluster
+    let failover = cluster
         .status()
         .into_iter()
         .flatten()
         .find(|s| s.id == new_leader)
-        .and_then(|s| s.failovers.into_iter().find(|f| f.term > victim_term))
-    {
+        .and_then(|s| s.failovers.into_iter().find(|f| f.term > victim_term));
+    if let Some(f) = &failover {
         println!(
-            "cluster: failover timeline (new leader's clock): detection {:.1} ms, election {:.1} ms, first commit {}",
+            "{label}: failover timeline (new leader's clock, decided by {}): detection {:.1} ms, election {:.1} ms, first commit {}",
+            f.decided_by,
             f.detection_us as f64 / 1000.0,
             f.election_us as f64 / 1000.0,
             f.first_commit_us
@@ -259,7 +317,7 @@ fn three_replicas_over_verbs_elect_replicate_and_fail_over() {
         acked.insert(key, b"y".to_vec());
     }
     println!(
-        "cluster: writes with 2 of 3 replicas: p50 {:.1} us  p99 {:.1} us",
+        "{label}: writes with 2 of 3 replicas: p50 {:.1} us  p99 {:.1} us",
         pct(&after, 0.5),
         pct(&after, 0.99)
     );
@@ -270,14 +328,26 @@ fn three_replicas_over_verbs_elect_replicate_and_fail_over() {
         }
     }
     println!(
-        "cluster: {} acknowledged keys checked after the failover, {lost} lost",
+        "{label}: {} acknowledged keys checked after the failover, {lost} lost",
         acked.len()
     );
     assert_eq!(lost, 0, "acknowledged writes lost");
     let stats = client.stats();
     println!(
-        "cluster: client retries {}, redirects {}",
+        "{label}: client retries {}, redirects {}",
         stats.retries, stats.redirects
     );
+    let statuses: Vec<_> = cluster.status().into_iter().flatten().collect();
+    assert_eq!(statuses.len(), 2, "the two survivors report their status");
+    if let Some(v) = statuses.iter().find_map(|s| s.views.as_ref()) {
+        println!(
+            "{label}: views: epoch {}, leader {:?}, lease {} us, coordinators {:?} (out {:?})",
+            v.epoch, v.leader, v.lease_us, v.coordinators, v.coordinators_out
+        );
+    }
     cluster.stop();
+    End {
+        decided_by: failover.map_or_else(|| "none".into(), |f| f.decided_by),
+        statuses,
+    }
 }

@@ -35,7 +35,7 @@ use verbatim_host::fabric::verbs::{
     HANDSHAKE_TIMEOUT,
 };
 use verbatim_host::fabric::HostFabric;
-use verbatim_sim::conformance::{checks, FabricHarness};
+use verbatim_sim::conformance::{checks, suite_config, FabricHarness};
 
 const NEEDS_DEVICE: &str =
     "needs an RDMA device: run scripts/softroce-vm, or set VERBATIM_RDMA_DEVICE and pass --ignored";
@@ -157,7 +157,7 @@ impl VerbsHarness {
         let (device, gid_index) = device();
         let dir = shm_dir();
         let m = manifest(3, &device, gid_index);
-        let layout = Layout::new(&Config::new(3, MemberId(0))).unwrap();
+        let layout = Layout::new(&suite_config(MemberId(0))).unwrap();
         let segs: Vec<Arc<Segment>> = (0..3u8)
             .map(|i| {
                 Arc::new(

@@ -68,7 +68,20 @@ pub fn checks<H: FabricHarness>() -> Vec<(&'static str, Check<H>)> {
             "a peer dying mid-operation completes everything",
             peer_dies_mid_operation::<H>,
         ),
+        (
+            "slot words take CAS from every member, their owner's own included",
+            slot_words_and_loopback::<H>,
+        ),
     ]
+}
+
+/// The configuration every harness builds its members' layout from: three
+/// members with views on, so that the layout has the coordinators' slot
+/// words (which a member CASes in its own memory through the fabric).
+pub fn suite_config(me: MemberId) -> Config {
+    let mut c = Config::new(3, me);
+    c.lease_ns = 50_000;
+    c
 }
 
 /// Runs every check on fresh harnesses made by `make`; returns the failures.
@@ -276,6 +289,69 @@ fn atomics<H: FabricHarness>(h: &mut H) -> Result<(), String> {
     expect(h, C, 3, WcStatus::Ok)?;
     if h.memory(C).load_u64(scratch(&l, 16)) != 9 || h.memory(B).load_u64(word) != 14 {
         return Err("fetch-and-add wrong".into());
+    }
+    Ok(())
+}
+
+/// The coordinators' slot words are remote memory for every member, and a
+/// member posts requests to its own memory too (a loopback request: a
+/// coordinator CASes its own word through the fabric, because a CPU atomic
+/// is not atomic with a NIC's). Its CAS, READ and a failed CAS behave as a
+/// peer's do, interleaved with a peer's on the same word.
+fn slot_words_and_loopback<H: FabricHarness>(h: &mut H) -> Result<(), String> {
+    let l = h.layout();
+    let c = l
+        .consensus
+        .ok_or("the suite's layout has no slot words (views off)")?;
+    let word = c.slot_word(1);
+    let before = h.memory(A).load_u64(word);
+    let (x, y) = (before ^ 0x5A5A, before ^ 0xA5A5_0000);
+    // A peer swaps it.
+    let cas = |expect, swap, at| Op::CompareSwap {
+        remote: word,
+        local: scratch(&l, at),
+        expect,
+        swap,
+    };
+    post(h, B, 1, A, cas(before, x, 0));
+    expect(h, B, 1, WcStatus::Ok)?;
+    if h.memory(B).load_u64(scratch(&l, 0)) != before || h.memory(A).load_u64(word) != x {
+        return Err("a peer's CAS on a slot word: old value or swap wrong".into());
+    }
+    // Its owner swaps it through the fabric.
+    post(h, A, 2, A, cas(x, y, 8));
+    expect(h, A, 2, WcStatus::Ok)?;
+    if h.memory(A).load_u64(scratch(&l, 8)) != x || h.memory(A).load_u64(word) != y {
+        return Err(format!(
+            "the owner's own CAS: returned {:#x} (want {x:#x}), word {:#x} (want {y:#x})",
+            h.memory(A).load_u64(scratch(&l, 8)),
+            h.memory(A).load_u64(word)
+        ));
+    }
+    // A failed own CAS returns the current value and swaps nothing.
+    post(h, A, 3, A, cas(x, before, 16));
+    expect(h, A, 3, WcStatus::Ok)?;
+    if h.memory(A).load_u64(scratch(&l, 16)) != y || h.memory(A).load_u64(word) != y {
+        return Err("a failed own CAS must not swap and must return the current value".into());
+    }
+    // The owner READs its own word, another peer READs it: both see y.
+    let read = |at| Op::Read {
+        remote: word,
+        local: scratch(&l, at),
+        len: 8,
+    };
+    post(h, A, 4, A, read(24));
+    post(h, C, 5, A, read(32));
+    expect(h, A, 4, WcStatus::Ok)?;
+    expect(h, C, 5, WcStatus::Ok)?;
+    if h.memory(A).load_u64(scratch(&l, 24)) != y || h.memory(C).load_u64(scratch(&l, 32)) != y {
+        return Err("READs of a slot word after an own CAS do not see it".into());
+    }
+    // And the peer's next CAS sees the owner's swap.
+    post(h, C, 6, A, cas(y, before, 40));
+    expect(h, C, 6, WcStatus::Ok)?;
+    if h.memory(A).load_u64(word) != before {
+        return Err("a peer's CAS after the owner's own did not swap".into());
     }
     Ok(())
 }
@@ -605,7 +681,7 @@ impl Fabric for SimEndpoint {
 impl SimHarness {
     /// Three members on DARE's network.
     pub fn new() -> SimHarness {
-        let cfg = Config::new(3, MemberId(0));
+        let cfg = suite_config(MemberId(0));
         let layout = Layout::new(&cfg).expect("valid");
         let mems = (0..3).map(|_| SimMemory::new(&layout)).collect();
         SimHarness {

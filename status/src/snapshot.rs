@@ -125,6 +125,11 @@ pub struct ViewsState {
     /// restart (it rejoined behind a fence).
     #[serde(default)]
     pub own_acceptor_rejoins: u64,
+    /// The fabric refused this replica's requests to its own memory (no
+    /// loopback connection), so its own coordinator memory is not asked
+    /// (the others still count it).
+    #[serde(default)]
+    pub own_acceptor_no_loopback: bool,
     /// Views this replica proposed, and of those decided with its value.
     pub proposed: u64,
     /// See `proposed`.

@@ -140,10 +140,10 @@
 //!   two-sided RPCs is not implemented, so the caller must act.
 //! * A member that is its own acceptor CASes its own word through the
 //!   fabric (a loopback request), because a CPU atomic is not atomic with
-//!   the NIC's. The shared-memory fabric and the simulator serve such
-//!   requests; the verbs fabric has no loopback connection yet and
-//!   refuses them, which the engine counts as no answer: safe, but there
-//!   that acceptor does not help a majority.
+//!   the NIC's. Every fabric serves such requests (the verbs fabric
+//!   through a QP connected to itself); one that refuses them (a device
+//!   that cannot connect that QP) makes the engine count that acceptor as
+//!   no answer: safe, but then it does not help a majority.
 //! * The engine reconnects a broken channel to an acceptor itself. It
 //!   shares the control channel with the log engine, which does the same;
 //!   the driver must make a reconnect of a healthy channel harmless.

@@ -1364,6 +1364,7 @@ fn views_state(
         slot_count: u64::from(vs.slot_count),
         slots_skipped: vs.slots_skipped,
         own_acceptor_rejoins: vs.own_acceptor_rejoins,
+        own_acceptor_no_loopback: vs.own_acceptor_no_loopback,
         proposed: vs.proposed,
         won: vs.won,
         renewals: vs.renewals,

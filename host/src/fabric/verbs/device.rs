@@ -187,6 +187,10 @@ pub enum VerbsError {
     /// `ibv_poll_cq` returned an error.
     #[error("ibv_poll_cq: error {0}")]
     PollCq(i32),
+    /// A QP could not be replaced: requests posted on it did not complete
+    /// within the bound.
+    #[error("{0}")]
+    Busy(&'static str),
 }
 
 /// errno of a verb that returns 0 or an errno (some providers return -1

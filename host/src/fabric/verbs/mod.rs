@@ -20,6 +20,15 @@
 //! shared bidirectional QP that would also flush our own requests to that
 //! peer. Per-channel ordering is the RC ordering of the outbound QP.
 //!
+//! One more QP is connected to itself (the *loopback connection*, our own
+//! entry's control channel): requests a member posts to its own memory go
+//! through it. A coordinator CASes its own slot words so, because a CPU
+//! atomic on a word is not atomic with the NIC's atomics on it. Without
+//! it (a device that cannot connect it) our own requests are refused and
+//! the view engine stops asking its own coordinator memory.
+//!
+//! Every connect hands over the peer's control, heartbeat, snapshot and
+//! view slot regions (the last two empty when it has none).
 //! # Revocation (DARE §3.2.1)
 //! `set_access(peer, Log, Revoked)` first clears the inbound log QP's
 //! access flags (RTS → RTS; later requests are answered with a NAK, which
@@ -264,6 +273,10 @@ struct Shared {
     /// Our snapshot region (a recovering member READs it), or an empty one
     /// when the layout has none.
     snapshot: WireRegion,
+    /// The view engine's slot words (coordinators CAS and READ them), and
+    /// their region id; empty and `None` when the layout has no views.
+    consensus: WireRegion,
+    consensus_region: Option<RegionId>,
     log_base: u64,
     log_len: u64,
     inbound: Vec<Mutex<Inbound>>,
@@ -392,6 +405,7 @@ impl Shared {
             log: self.log_for(&inbound),
             heartbeat: self.heartbeat,
             snapshot: self.snapshot,
+            consensus: self.consensus,
         };
         inbound.qp[channel.index()] = Some(qp);
         Ok(reply)
@@ -1086,6 +1100,9 @@ struct PeerOut {
     /// The peer's snapshot region (from the last connect; empty when it has
     /// none).
     snapshot: Option<WireRegion>,
+    /// The peer's view slot words (from the last connect; empty when it
+    /// runs without views).
+    consensus: Option<WireRegion>,
     /// What went wrong last connecting to it (cleared by a connect).
     problem: Option<PeerProblem>,
     /// The highest grant epoch it acknowledged.
@@ -1094,7 +1111,8 @@ struct PeerOut {
     /// reach it, since the last connect: its reconnects and grants are not
     /// waited for.
     unreachable: bool,
-    /// Its dialler (none for ourselves).
+    /// Its dialler (none for ourselves: our own entry's control channel is
+    /// the loopback connection, see [`VerbsFabric::connect_loopback`]).
     dialer: Option<Arc<Dialer>>,
 }
 
@@ -1266,6 +1284,11 @@ impl VerbsFabric {
         let heartbeat = wire_region(RegionId::Heartbeat)?;
         // Registered only when recovery by state transfer is on.
         let snapshot = wire_region(RegionId::Snapshot).unwrap_or_default();
+        // Registered only when views are on.
+        let consensus_region = layout.consensus.map(|c| c.shared_region);
+        let consensus = consensus_region
+            .and_then(|r| wire_region(r).ok())
+            .unwrap_or_default();
         let log_region = wire_region(RegionId::Log)?;
         let rc = RcParams {
             port: me.port,
@@ -1298,6 +1321,8 @@ impl VerbsFabric {
             control,
             heartbeat,
             snapshot,
+            consensus,
+            consensus_region,
             log_base: log_region.addr,
             log_len: log_region.len,
             inbound: (0..n).map(|_| Mutex::new(Inbound::default())).collect(),
@@ -1367,13 +1392,14 @@ impl VerbsFabric {
                 control: None,
                 heartbeat: None,
                 snapshot: None,
+                consensus: None,
                 problem: None,
                 granted_epoch: 0,
                 unreachable: false,
                 dialer,
             });
         }
-        Ok(VerbsFabric {
+        let mut fabric = VerbsFabric {
             peers,
             local,
             out_cq,
@@ -1391,7 +1417,71 @@ impl VerbsFabric {
                 status: 0,
                 vendor_err: 0,
             }; 32],
-        })
+        };
+        // Without it the member's own requests are refused: the view
+        // engine then stops asking its own coordinator memory (safe; that
+        // acceptor just does not help a majority), so a device that cannot
+        // connect a QP to itself is not a reason not to start.
+        if let Err(e) = fabric.connect_loopback() {
+            tracing::warn!(
+                error = %e,
+                "no loopback connection: this member's own coordinator memory will not count"
+            );
+        }
+        Ok(fabric)
+    }
+
+    /// Connects (or connects again) our own control channel: one RC QP
+    /// connected to itself, through which we post requests to our own
+    /// memory. A coordinator CASes its own slot words this way because a
+    /// CPU atomic is not atomic with the NIC's atomics on the same word
+    /// (IB spec, atomicity guarantees: `IBV_ATOMIC_HCA` covers operations
+    /// through the HCA only); a WRITE or READ of our own memory through
+    /// it is ordered like any other request of the channel.
+    fn connect_loopback(&mut self) -> Result<(), VerbsError> {
+        let me = self.shared.me.index();
+        if !self.drain_channel(me, Channel::Control) {
+            return Err(VerbsError::Busy(
+                "requests still in flight on the loopback connection",
+            ));
+        }
+        self.peers[me].channels[Channel::Control.index()] = None;
+        let qp = Qp::new(
+            &self.shared.pd,
+            &self.out_cq,
+            &self.out_cq,
+            SEND_QUEUE_DEPTH,
+            INLINE_BYTES_MAX as u32,
+        )?;
+        let psn = fresh_psn(qp.qpn());
+        let rc = self.shared.rc;
+        // Requester and responder are the same QP: it accepts what we
+        // send ourselves, within the regions registered for members.
+        qp.to_init(rc.port, AccessFlags::QP_REMOTE_ALL)?;
+        qp.to_rtr(
+            &rc,
+            &QpEndpoint {
+                qpn: qp.qpn(),
+                psn,
+                lid: self.shared.local_qp.lid,
+                gid: self.shared.local_qp.gid,
+            },
+        )?;
+        qp.to_rts(&rc, psn)?;
+        let own = &mut self.peers[me];
+        own.control = Some(self.shared.control);
+        own.heartbeat = Some(self.shared.heartbeat);
+        own.snapshot = Some(self.shared.snapshot);
+        own.consensus = Some(self.shared.consensus);
+        own.channels[Channel::Control.index()] = Some(OutChannel {
+            qp,
+            inflight: 0,
+            broken: false,
+            refused: false,
+            deferred: VecDeque::new(),
+        });
+        tracing::debug!("loopback connection up");
+        Ok(())
     }
 
     /// The device name.
@@ -1516,6 +1606,7 @@ impl VerbsFabric {
                 log,
                 heartbeat,
                 snapshot,
+                consensus,
             }) => {
                 let rc = self.shared.rc_towards(&remote);
                 let ready = qp
@@ -1543,6 +1634,7 @@ impl VerbsFabric {
                         self.peers[p].control = Some(control);
                         self.peers[p].heartbeat = Some(heartbeat);
                         self.peers[p].snapshot = Some(snapshot);
+                        self.peers[p].consensus = Some(consensus);
                         self.shared
                             .note_remote_log(MemberId(p as u8), incarnation, log);
                         self.peers[p].channels[channel.index()] = Some(OutChannel {
@@ -1625,7 +1717,6 @@ impl VerbsFabric {
         let ch = self
             .peers
             .get_mut(wr.peer.index())
-            .filter(|_| wr.peer != self.shared.me)
             .and_then(|p| p.channels[wr.op.channel().index()].as_mut());
         match ch {
             Some(ch) => {
@@ -1657,7 +1748,16 @@ impl VerbsFabric {
                 Some(r) if r.len == 0 => return Err(WcStatus::AccessDenied),
                 Some(r) => r,
             },
+            // Our own log is registered for local access only.
+            RegionId::Log if p == self.shared.me.index() => return Err(WcStatus::AccessDenied),
             RegionId::Log => lock(&self.shared.remote_log[p]).region,
+            r if Some(r) == self.shared.consensus_region => match self.peers[p].consensus {
+                None => return Err(WcStatus::Unreachable),
+                // A peer without views (another layout is refused at the
+                // hello, so only a bug gets here): refused like a NAK.
+                Some(c) if c.len == 0 => return Err(WcStatus::AccessDenied),
+                Some(c) => c,
+            },
             // Never registered for remote access at any member.
             _ => return Err(WcStatus::AccessDenied),
         };
@@ -1866,11 +1966,17 @@ impl Drop for VerbsFabric {
 impl Fabric for VerbsFabric {
     fn post(&mut self, wr: &WorkRequest) {
         let p = wr.peer.index();
-        if p >= self.peers.len() || wr.peer == self.shared.me {
+        let ch_idx = wr.op.channel().index();
+        // Our own requests go through the loopback connection (control
+        // channel only); without one they are refused, which the view
+        // engine takes as "no loopback here".
+        if p >= self.peers.len()
+            || (wr.peer == self.shared.me
+                && (ch_idx != Channel::Control.index() || self.peers[p].channels[ch_idx].is_none()))
+        {
             self.synthesize(wr, WcStatus::InvalidRequest);
             return;
         }
-        let ch_idx = wr.op.channel().index();
         let broken = match &self.peers[p].channels[ch_idx] {
             None => {
                 self.ready.push_back(Completion {
@@ -2039,8 +2145,20 @@ impl Fabric for VerbsFabric {
 
     fn reconnect(&mut self, peer: MemberId, channel: Channel) -> Result<(), FabricError> {
         let p = peer.index();
-        if p >= self.peers.len() || peer == self.shared.me {
+        if p >= self.peers.len() {
             return Err(FabricError::UnknownPeer);
+        }
+        if peer == self.shared.me {
+            // Only the loopback connection; rebuilt here at once (nothing
+            // crosses the network).
+            return match &self.peers[p].channels[channel.index()] {
+                None => Err(FabricError::UnknownPeer),
+                Some(c) if !c.broken => Ok(()),
+                Some(_) => self.connect_loopback().map_err(|e| {
+                    tracing::warn!(error = %e, "loopback connection not rebuilt");
+                    FabricError::Device
+                }),
+            };
         }
         // Never waits for the network: the connect runs in the peer's
         // dialler, and a later reconnect (after the core's backoff) finds

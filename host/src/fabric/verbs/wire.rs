@@ -57,10 +57,11 @@ type HmacSha256 = Hmac<Sha256>;
 /// "VRBTMXCH".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VRBTMXCH");
 /// Bumped when a message changes (2: authenticated framing, `Open` and
-/// `Challenge`, refusal codes; 3: `Connected` carries the snapshot region).
-pub const VERSION: u16 = 3;
+/// `Challenge`, refusal codes; 3: `Connected` carries the snapshot region;
+/// 4: and the coordinators' slot words).
+pub const VERSION: u16 = 4;
 /// Largest frame body, tag included: the largest message (`Connected`)
-/// is 144 bytes and its tag 32, so 256 leaves room and bounds what a peer
+/// is 173 bytes and its tag 32, so 256 leaves room and bounds what a peer
 /// can make us buffer.
 pub const FRAME_BYTES_MAX: usize = 256;
 /// Bytes of each side's per-connection nonce.
@@ -313,6 +314,9 @@ pub enum Msg {
         /// The snapshot a recovering member READs (readable by every
         /// member; empty when the listener has none).
         snapshot: WireRegion,
+        /// The view engine's slot words, which coordinators CAS and READ
+        /// (empty when the listener runs without views).
+        consensus: WireRegion,
     },
     /// The listener's log access for the dialling side changed.
     Grant {
@@ -524,6 +528,7 @@ impl Msg {
                 log,
                 heartbeat,
                 snapshot,
+                consensus,
             } => {
                 e.u8(T_CONNECTED);
                 e.qp(qp);
@@ -531,6 +536,7 @@ impl Msg {
                 e.region(log);
                 e.region(heartbeat);
                 e.region(snapshot);
+                e.region(consensus);
             }
             Msg::Grant { log } => {
                 e.u8(T_GRANT);
@@ -599,6 +605,7 @@ impl Msg {
                     log: d.region()?,
                     heartbeat: d.region()?,
                     snapshot: d.region()?,
+                    consensus: d.region()?,
                 }
             }
             T_GRANT => {
@@ -1075,6 +1082,13 @@ mod tests {
                 log: WireRegion::default(),
                 heartbeat: region,
                 snapshot: region,
+                consensus: WireRegion {
+                    addr: u64::MAX - 4096,
+                    len: 4096,
+                    rkey: u32::MAX,
+                    granted: true,
+                    epoch: u64::MAX,
+                },
             },
             Msg::Grant { log: region },
             Msg::Ack,
