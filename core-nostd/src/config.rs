@@ -155,6 +155,15 @@ pub enum Mutation {
     /// whatever `recovery_log_hold_percent` says: clients wait for the
     /// transfer.
     HoldLogForRecoveryUntilFull,
+    /// Primary-backup mode: the primary replies to a write as soon as it
+    /// has executed it speculatively, before the write is replicated to
+    /// the view's members (uKharon-KV replies only once the WRITE
+    /// completed).
+    ReplyOnSpeculation,
+    /// Primary-backup mode: a primary that stops leading with operations
+    /// executed ahead of their commit keeps its state machine (as if the
+    /// new primary would commit them all) instead of replacing it.
+    KeepSpeculationWhenDeposed,
 }
 
 /// Configuration of one member. Construct with [`Config::new`], adjust

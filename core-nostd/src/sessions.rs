@@ -148,6 +148,11 @@ impl Sessions {
         SessionCheck::New
     }
 
+    /// The log index of the request session `slot` remembers.
+    pub fn last_index<M: Memory + ?Sized>(&self, mem: &M, layout: &Layout, slot: u64) -> u64 {
+        self.load(mem, layout, slot).last_index
+    }
+
     /// Records an applied request and its reply (at log `index`).
     pub fn record<M: Memory + ?Sized>(
         &self,

@@ -3,6 +3,7 @@
 //! schedule, and the invariant checkers watching. Everything runs in
 //! virtual time from one seed, so a seed reproduces a run exactly.
 
+use crate::check::acknowledged::check_reply;
 use crate::check::committed::CommittedLog;
 use crate::check::completeness::{
     check_electable_completeness, check_leader_completeness, check_view_completeness, MemberLog,
@@ -460,6 +461,12 @@ pub struct RunReport {
     pub view_takeovers: u64,
     /// See `view_takeovers`.
     pub elections_started: u64,
+    /// Primary-backup mode: operations a primary executed ahead of their
+    /// commit, and times a primary that stopped leading rolled such
+    /// operations back, summed like `view_takeovers`.
+    pub operations_speculated: u64,
+    /// See `operations_speculated`.
+    pub speculation_rollbacks: u64,
     /// Suspicions of a leader whose heartbeat counter stood still (the
     /// second detector level acting), summed like `view_takeovers`.
     pub counter_suspicions: u64,
@@ -668,6 +675,12 @@ struct SimNode {
     false_suspicions: u64,
     /// The log engine's `lease_reads` after the last step observed.
     lease_reads_seen: u64,
+    /// Operations its state machine executed ahead of their commit (a
+    /// primary-backup primary's speculation), observed as applied once
+    /// its apply index passes them, dropped if it rolls them back.
+    executed_ahead: Vec<EntryId>,
+    /// The log engine's `speculation_rollbacks` after the last step.
+    rollbacks_seen: u64,
     /// The log engine's `log_full` after the last step observed (its
     /// counters start again at a restart).
     log_full_seen: u64,
@@ -811,6 +824,8 @@ impl Cluster {
                 peer_up: Vec::new(),
                 false_suspicions: 0,
                 lease_reads_seen: 0,
+                executed_ahead: Vec::new(),
+                rollbacks_seen: 0,
                 log_full_seen: 0,
                 crash_after_vote: None,
                 stop_mid_copy_until: None,
@@ -1455,6 +1470,8 @@ impl Cluster {
         n.peer_up.clear();
         n.false_suspicions = 0;
         n.lease_reads_seen = 0;
+        n.executed_ahead.clear();
+        n.rollbacks_seen = 0;
         n.log_full_seen = 0;
         n.crash_after_vote = None;
         n.stop_mid_copy_until = None;
@@ -1893,7 +1910,13 @@ impl Cluster {
             Event::Reconfigured { op, configuration } => {
                 self.log(|| format!("node {i}: {op:?} done: {configuration:?}"))
             }
-            Event::Reply { .. } | Event::ReadReady { .. } | Event::ReadAborted { .. } => {}
+            Event::Reply { index, .. } => {
+                let commit_index = self.nodes[i].driver.log().commit_index();
+                if let Some(v) = check_reply(self.now, i, index, commit_index) {
+                    self.violation(v);
+                }
+            }
+            Event::ReadReady { .. } | Event::ReadAborted { .. } => {}
         }
     }
 
@@ -2075,7 +2098,32 @@ impl Cluster {
                 }
             }
         }
-        let applied = self.nodes[i].driver.log().state_machine().drain_applied();
+        // What a primary executed ahead of the commit is applied only once
+        // its apply index passes it, and never if it rolled it back.
+        let applied_to = self.nodes[i].driver.log().apply_index();
+        let mut ahead = std::mem::take(&mut self.nodes[i].executed_ahead);
+        ahead.extend(self.nodes[i].driver.log().state_machine().drain_applied());
+        let rollbacks = self.nodes[i].driver.log().counters().speculation_rollbacks;
+        if rollbacks > self.nodes[i].rollbacks_seen {
+            self.nodes[i].rollbacks_seen = rollbacks;
+            // Forgotten only with the state that holds them: a member
+            // that keeps its state machine after a roll back still has
+            // them applied (and applying those indices again breaks state
+            // machine safety).
+            if !self.nodes[i].driver.log().state_machine_current() {
+                let before = ahead.len();
+                ahead.retain(|e| e.index < applied_to);
+                let dropped = before - ahead.len();
+                self.log(|| {
+                    format!(
+                        "node {i}: rolled back {dropped} operations executed ahead of their commit"
+                    )
+                });
+            }
+        }
+        let split = ahead.partition_point(|e| e.index < applied_to);
+        let applied: Vec<EntryId> = ahead.drain(..split).collect();
+        self.nodes[i].executed_ahead = ahead;
         for e in applied {
             if let Some(v) = self.sm_safety.observe_apply(self.now, i, e) {
                 self.violation(v);
@@ -2750,6 +2798,13 @@ impl Cluster {
                 .map(|v| f(&v.status(self.now)))
                 .sum()
         };
+        // A log-engine counter summed over the members' last processes.
+        let log_sum = |f: fn(&verbatim_core::node::Counters) -> u64| -> u64 {
+            self.nodes
+                .iter()
+                .map(|n| f(n.driver.log().counters()))
+                .sum()
+        };
         let view_slots_skipped = views_sum(|s| s.slots_skipped);
         let coordinator_rejoins = views_sum(|s| s.own_acceptor_rejoins);
         RunReport {
@@ -2761,25 +2816,13 @@ impl Cluster {
             snapshots_served: self.snapshots_served,
             recoveries: self.recoveries,
             reconfigurations: self.reconfigurations,
-            zombies_removed: self
-                .nodes
-                .iter()
-                .map(|n| n.driver.log().counters().zombies_removed)
-                .sum(),
-            zombies_readded: self
-                .nodes
-                .iter()
-                .map(|n| n.driver.log().counters().zombies_readded)
-                .sum(),
+            zombies_removed: log_sum(|c| c.zombies_removed),
+            zombies_readded: log_sum(|c| c.zombies_readded),
             log_full: self.log_full_total,
             log_full_since_recovery_marked: self
                 .log_full_at_first_mark
                 .map_or(0, |at| self.log_full_total.saturating_sub(at)),
-            recovery_holds_released: self
-                .nodes
-                .iter()
-                .map(|n| n.driver.log().counters().recovery_holds_released)
-                .sum(),
+            recovery_holds_released: log_sum(|c| c.recovery_holds_released),
             final_apply_index: self
                 .nodes
                 .iter()
@@ -2788,50 +2831,20 @@ impl Cluster {
             configuration: Some(committed),
             linearizability_unknown: unknown,
             linearizability_steps,
-            rows_refused: self
-                .nodes
-                .iter()
-                .map(|n| n.driver.log().counters().rows_rejected)
-                .sum(),
-            entries_refused: self
-                .nodes
-                .iter()
-                .map(|n| n.driver.log().counters().entries_rejected)
-                .sum(),
+            rows_refused: log_sum(|c| c.rows_rejected),
+            entries_refused: log_sum(|c| c.entries_rejected),
             landed_mid_read: (0..self.nodes.len())
                 .map(|i| self.net.nic(i).mem.landed_mid_read())
                 .sum(),
-            false_suspicions: self
-                .nodes
-                .iter()
-                .map(|n| n.driver.log().counters().false_suspicions)
-                .sum(),
-            late_timeouts_forgiven: self
-                .nodes
-                .iter()
-                .map(|n| n.driver.log().counters().late_timeouts_forgiven)
-                .sum(),
-            lease_reads: self
-                .nodes
-                .iter()
-                .map(|n| n.driver.log().counters().lease_reads)
-                .sum(),
+            false_suspicions: log_sum(|c| c.false_suspicions),
+            late_timeouts_forgiven: log_sum(|c| c.late_timeouts_forgiven),
+            lease_reads: log_sum(|c| c.lease_reads),
             lease_samples: self.leases.active_samples,
-            view_takeovers: self
-                .nodes
-                .iter()
-                .map(|n| n.driver.log().counters().view_takeovers)
-                .sum(),
-            elections_started: self
-                .nodes
-                .iter()
-                .map(|n| n.driver.log().counters().elections_started)
-                .sum(),
-            view_campaigns: self
-                .nodes
-                .iter()
-                .map(|n| n.driver.log().counters().view_campaigns)
-                .sum(),
+            view_takeovers: log_sum(|c| c.view_takeovers),
+            elections_started: log_sum(|c| c.elections_started),
+            operations_speculated: log_sum(|c| c.operations_speculated),
+            speculation_rollbacks: log_sum(|c| c.speculation_rollbacks),
+            view_campaigns: log_sum(|c| c.view_campaigns),
             views_decided: self
                 .nodes
                 .iter()
@@ -2841,11 +2854,7 @@ impl Cluster {
                 .unwrap_or(0),
             view_slots_skipped,
             coordinator_rejoins,
-            counter_suspicions: self
-                .nodes
-                .iter()
-                .map(|n| n.driver.log().counters().counter_suspicions)
-                .sum(),
+            counter_suspicions: log_sum(|c| c.counter_suspicions),
             end_ns: self.now,
             first_ack_after_heal_ns: self.first_ack_after_heal,
             digest: self.digest.finish(),

@@ -33,7 +33,7 @@ fn usage() -> ExitCode {
 }
 
 /// Every mutation's name (the soak script runs each).
-const MUTATIONS: [&str; 25] = [
+const MUTATIONS: [&str; 27] = [
     "commit-on-minority",
     "vote-without-log-check",
     "read-without-term-check",
@@ -59,6 +59,8 @@ const MUTATIONS: [&str; 25] = [
     "pb-commit-on-majority",
     "view-leader-without-votes",
     "campaign-without-view",
+    "reply-on-speculation",
+    "keep-speculation-when-deposed",
 ];
 
 fn parse_mutation(s: &str) -> Option<Mutation> {
@@ -89,6 +91,8 @@ fn parse_mutation(s: &str) -> Option<Mutation> {
         "pb-commit-on-majority" => Mutation::PbCommitOnMajority,
         "view-leader-without-votes" => Mutation::ViewLeaderWithoutVotes,
         "campaign-without-view" => Mutation::CampaignWithoutView,
+        "reply-on-speculation" => Mutation::ReplyOnSpeculation,
+        "keep-speculation-when-deposed" => Mutation::KeepSpeculationWhenDeposed,
         _ => return None,
     })
 }
@@ -207,8 +211,14 @@ fn main() -> ExitCode {
     let undecided = Arc::new(Mutex::new(Vec::new()));
     let most_steps = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicU64::new(0));
-    // Seeds in which a view started a campaign, took a primary over.
-    let by_view = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+    // Seeds in which a view started a campaign, took a primary over, a
+    // primary executed ahead of its commit, one rolled that back.
+    let by_view = Arc::new([
+        AtomicU64::new(0),
+        AtomicU64::new(0),
+        AtomicU64::new(0),
+        AtomicU64::new(0),
+    ]);
     let workers: Vec<_> = (0..threads)
         .map(|_| {
             let (next, failed, undecided, most_steps, done, by_view) = (
@@ -228,6 +238,14 @@ fn main() -> ExitCode {
                 most_steps.fetch_max(r.report.linearizability_steps, Ordering::Relaxed);
                 by_view[0].fetch_add(u64::from(r.report.view_campaigns > 0), Ordering::Relaxed);
                 by_view[1].fetch_add(u64::from(r.report.view_takeovers > 0), Ordering::Relaxed);
+                by_view[2].fetch_add(
+                    u64::from(r.report.operations_speculated > 0),
+                    Ordering::Relaxed,
+                );
+                by_view[3].fetch_add(
+                    u64::from(r.report.speculation_rollbacks > 0),
+                    Ordering::Relaxed,
+                );
                 if r.report.linearizability_unknown {
                     eprintln!(
                         "seed {s} UNDECIDED: the linearizability search ran out of budget ({})",
@@ -267,9 +285,12 @@ fn main() -> ExitCode {
         verbatim_sim::check::linearizability::DEFAULT_STEPS_PER_KEY
     );
     println!(
-        "seeds with a campaign started by a view: {}, with a primary taking over by a view: {}",
+        "seeds with a campaign started by a view: {}, with a primary taking over by a view: {}, \
+         executing ahead of the commit: {} (rolled back: {})",
         by_view[0].load(Ordering::Relaxed),
-        by_view[1].load(Ordering::Relaxed)
+        by_view[1].load(Ordering::Relaxed),
+        by_view[2].load(Ordering::Relaxed),
+        by_view[3].load(Ordering::Relaxed)
     );
     if !failed.is_empty() {
         let list: Vec<String> = failed.iter().map(|(s, _)| s.to_string()).collect();

@@ -1253,7 +1253,111 @@ fn primary_backup_fails_over_by_a_view_without_an_election() {
         assert_eq!(r.elections_started, 0, "seed {seed}: an election ran");
         assert!(r.terms_with_leader >= 2, "seed {seed}: no failover");
         assert!(r.lease_reads > 0, "seed {seed}: no read under a lease");
+        assert!(
+            r.operations_speculated > 0,
+            "seed {seed}: the primary executed nothing ahead of its commit"
+        );
     }
+}
+
+/// A primary that replies to a write once it executed it, before the
+/// write is replicated to the view's members, is caught: a client hears
+/// of a write that a member taking over may lack.
+#[test]
+fn replying_on_speculation_is_caught() {
+    for seed in 0..3 {
+        let r = run(primary_backup_scenario(seed, Mutation::ReplyOnSpeculation));
+        assert!(
+            r.violations
+                .iter()
+                .any(|v| v.invariant == "a write is acknowledged only once committed"),
+            "seed {seed}: an early reply went unnoticed: {:?}",
+            r.violations
+        );
+    }
+}
+
+/// Primary-backup mode with the primary stopped (SIGSTOP) for 5 ms while
+/// clients write (`isolated`: cut off from the others instead, running
+/// on, its WRITEs failing): it stops leading with operations executed
+/// ahead of their commit, and a member of its view takes over by a view.
+/// Once it learns the newer view it rolls back what it executed ahead
+/// (its state machine is replaced by a snapshot) and follows. Cut off,
+/// what it executed ahead never reached anyone: the new primary puts
+/// other operations at those indices.
+fn deposed_primary_scenario(seed: u64, mutation: Mutation, isolated: bool) -> ClusterOptions {
+    let mut o = ClusterOptions::new(seed, 3).with_mutation(mutation);
+    o.clients = 4;
+    o.keys = 2;
+    o.read_permille = 200;
+    o.crash_notify = true;
+    o.config.mode = verbatim_core::Mode::PrimaryBackup;
+    o.config.lease_ns = 100_000;
+    o.config.coordinator_count = 3;
+    o.config.counter_read_gap_ns = 200_000;
+    o.config.counter_increment_period_ns = 50_000;
+    o.safety_ns = 20_000_000;
+    let (from_ns, to_ns) = (4_000_000, 9_000_000);
+    o.faults.push(if isolated {
+        Fault::IsolateLeader {
+            from_ns,
+            to_ns,
+            companions: 0,
+        }
+    } else {
+        Fault::PauseLeader { from_ns, to_ns }
+    });
+    o
+}
+
+/// Every invariant holds around the roll back, and the member that rolled
+/// back is whole again (recovered from a snapshot) by the end.
+#[test]
+fn a_deposed_primary_rolls_back_what_it_executed_ahead() {
+    for isolated in [false, true] {
+        let (mut rollbacks, mut recoveries) = (0, 0);
+        for seed in 0..12 {
+            let r = run(deposed_primary_scenario(seed, Mutation::None, isolated));
+            assert!(
+                r.violations.is_empty(),
+                "seed {seed} (isolated: {isolated}): {:?}",
+                r.violations
+            );
+            assert!(r.terms_with_leader >= 2, "seed {seed}: no failover");
+            rollbacks += r.speculation_rollbacks;
+            recoveries += r.recoveries;
+        }
+        assert!(
+            rollbacks > 0,
+            "isolated: {isolated}: no primary stopped leading with operations executed ahead"
+        );
+        assert!(
+            recoveries >= rollbacks,
+            "isolated: {isolated}: a rolled back member never recovered"
+        );
+    }
+}
+
+/// A deposed primary that keeps the state machine holding what it
+/// executed ahead is caught: it applies those indices again from the log.
+#[test]
+fn keeping_speculation_when_deposed_is_caught() {
+    let hits = (0..12)
+        .filter(|&seed| {
+            run(deposed_primary_scenario(
+                seed,
+                Mutation::KeepSpeculationWhenDeposed,
+                true,
+            ))
+            .violations
+            .iter()
+            .any(|v| v.invariant == "state machine safety")
+        })
+        .count();
+    assert!(
+        hits > 0,
+        "a primary that kept its speculation went unnoticed"
+    );
 }
 
 /// Log mode with views (issue 14, item 4(b)): three members, every one a

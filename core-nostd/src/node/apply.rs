@@ -37,13 +37,19 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     pub(super) fn apply_committed(&mut self) {
         let mut applied = 0u32;
         let max_payload = self.cfg.entry_payload_bytes_max;
-        let reply_max = self.layout.reply_bytes_max as usize;
         let cycling_stage_slots = self.layout.reply_stage_slots - 1;
-        while self.apply_pos < self.commit_pos
-            && applied < self.cfg.apply_batch_max
-            && EVENT_QUEUE_CAP - self.events.len() >= 2
-            && self.replies_queued < cycling_stage_slots
-        {
+        loop {
+            // An operation executed ahead holds its reply's stage slot
+            // already; any other needs a free one.
+            let stage_free = self.spec.is_some_and(|s| self.apply_pos < s.pos)
+                || self.replies_queued + (self.held.len() as u64) < cycling_stage_slots;
+            if !(self.apply_pos < self.commit_pos
+                && applied < self.cfg.apply_batch_max
+                && EVENT_QUEUE_CAP - self.events.len() >= 2
+                && stage_free)
+            {
+                break;
+            }
             let result =
                 self.ring
                     .read_entry(&self.mem, self.apply_pos, max_payload, &mut self.payload);
@@ -59,65 +65,27 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 self.corrupt = false;
             }
             let is_leader = self.role == Role::Leader;
+            let executed_ahead = self.spec.is_some_and(|s| self.apply_pos < s.pos);
             match h.kind {
+                EntryKind::Operation if executed_ahead => {
+                    // Executed ahead of its commit (`speculate`): now it
+                    // counts, and its reply goes out.
+                    let r = self
+                        .held
+                        .pop_front()
+                        .expect("a held reply per operation executed ahead");
+                    assert_eq!(r.index, h.index, "held replies in log order");
+                    if !r.given {
+                        self.give_reply(r);
+                    }
+                }
                 EntryKind::Operation => {
-                    #[allow(unused_mut)]
-                    let mut check =
-                        self.sessions
-                            .check(&self.mem, &self.layout, h.client_id, h.request_id);
-                    #[cfg(feature = "mutation-testing")]
-                    if self.cfg.mutation == crate::config::Mutation::SkipSessionCheck {
-                        if let SessionCheck::Duplicate { .. } = check {
-                            check = SessionCheck::New;
-                        }
+                    if let Some(r) = self.execute_operation(&h, is_leader) {
+                        self.give_reply(r);
                     }
-                    let stage = self.reply_stage_next;
-                    let stale = match check {
-                        SessionCheck::New => {
-                            let payload = &self.payload[..h.payload_len as usize];
-                            let n = self.sm.apply(&h, payload, &mut self.reply_buf[..reply_max]);
-                            // A service that reports more than it was given
-                            // is a bug in our own code, not outside input.
-                            assert!(n <= reply_max, "reply longer than reply_bytes_max");
-                            let reply = &self.reply_buf[..n];
-                            self.sessions.record(
-                                &self.mem,
-                                &self.layout,
-                                h.client_id,
-                                h.request_id,
-                                h.index,
-                                reply,
-                            );
-                            if is_leader {
-                                self.stage_reply(stage, reply);
-                            }
-                            self.counters.operations_applied += 1;
-                            false
-                        }
-                        SessionCheck::Duplicate { slot } => {
-                            self.counters.duplicates += 1;
-                            if is_leader {
-                                self.stage_session_reply(stage, slot);
-                            }
-                            false
-                        }
-                        SessionCheck::Stale => {
-                            if is_leader {
-                                self.stage_reply(stage, &[]);
-                            }
-                            true
-                        }
-                    };
-                    if is_leader {
-                        self.reply_stage_next = (stage + 1) % cycling_stage_slots;
-                        self.push_event(Event::Reply {
-                            client_id: h.client_id,
-                            request_id: h.request_id,
-                            index: h.index,
-                            stage: stage as u32,
-                            stale,
-                        });
-                    }
+                }
+                _ if executed_ahead => {
+                    unreachable!("only operations are executed ahead of their commit")
                 }
                 EntryKind::Head => {
                     // Followers move their head only on a committed HEAD
@@ -151,6 +119,9 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             self.last_applied_term = h.term;
             self.counters.entries_applied += 1;
             applied += 1;
+            if self.spec.is_some_and(|s| s.pos == self.apply_pos) {
+                self.spec = None;
+            }
         }
         let (pos, index) = self.published_apply_point();
         self.row.apply_pos = pos;
@@ -159,6 +130,89 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             self.commit_index = self.apply_index;
             self.row.commit_index = self.apply_index;
         }
+    }
+
+    /// Executes one client operation against the state machine and the
+    /// session table (a duplicate is answered from its session, a stale
+    /// one with nothing); `stage` puts its reply in the next stage slot
+    /// and returns it, to give now or once committed.
+    pub(super) fn execute_operation(
+        &mut self,
+        h: &crate::log::EntryHeader,
+        stage: bool,
+    ) -> Option<pb::HeldReply> {
+        let reply_max = self.layout.reply_bytes_max as usize;
+        let cycling_stage_slots = self.layout.reply_stage_slots - 1;
+        #[allow(unused_mut)]
+        let mut check = self
+            .sessions
+            .check(&self.mem, &self.layout, h.client_id, h.request_id);
+        #[cfg(feature = "mutation-testing")]
+        if self.cfg.mutation == crate::config::Mutation::SkipSessionCheck {
+            if let SessionCheck::Duplicate { .. } = check {
+                check = SessionCheck::New;
+            }
+        }
+        let at = self.reply_stage_next;
+        let stale = match check {
+            SessionCheck::New => {
+                let payload = &self.payload[..h.payload_len as usize];
+                let n = self.sm.apply(h, payload, &mut self.reply_buf[..reply_max]);
+                // A service that reports more than it was given is a bug
+                // in our own code, not outside input.
+                assert!(n <= reply_max, "reply longer than reply_bytes_max");
+                let reply = &self.reply_buf[..n];
+                self.sessions.record(
+                    &self.mem,
+                    &self.layout,
+                    h.client_id,
+                    h.request_id,
+                    h.index,
+                    reply,
+                );
+                if stage {
+                    self.stage_reply(at, reply);
+                }
+                self.counters.operations_applied += 1;
+                false
+            }
+            SessionCheck::Duplicate { slot } => {
+                self.counters.duplicates += 1;
+                if stage {
+                    self.stage_session_reply(at, slot);
+                }
+                false
+            }
+            SessionCheck::Stale => {
+                if stage {
+                    self.stage_reply(at, &[]);
+                }
+                true
+            }
+        };
+        if !stage {
+            return None;
+        }
+        self.reply_stage_next = (at + 1) % cycling_stage_slots;
+        Some(pb::HeldReply {
+            index: h.index,
+            client_id: h.client_id,
+            request_id: h.request_id,
+            stage: at as u32,
+            stale,
+            given: false,
+        })
+    }
+
+    /// Gives a staged reply to the host.
+    pub(super) fn give_reply(&mut self, r: pb::HeldReply) {
+        self.push_event(Event::Reply {
+            client_id: r.client_id,
+            request_id: r.request_id,
+            index: r.index,
+            stage: r.stage,
+            stale: r.stale,
+        });
     }
 
     /// The entry at the apply pointer, below the commit pointer, fails

@@ -497,6 +497,15 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 if term != self.term || self.leader != Some(leader) {
                     return;
                 }
+                if self.pb_mode() && self.recovery.state_lost {
+                    // A primary that rolled back (pb.rs, "Speculation"):
+                    // granted, it would be replicated to and added back to
+                    // the view on its log alone, and the snapshot that
+                    // replaces its state would then cut its log below the
+                    // commit point of a view that counts it. It grants
+                    // once restored (recovery.rs, `Regrant`).
+                    return;
+                }
                 if !self.term_reliable() {
                     // Not before our term is stored at a majority (a
                     // restart must find every term we acknowledged entries

@@ -208,7 +208,15 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             }
         }
         match check {
-            SessionCheck::Duplicate { slot } => {
+            // A primary's session may hold the reply of an operation it
+            // executed ahead of its commit: that one is not given from
+            // the table, the retry goes into the log and is answered once
+            // committed, as a duplicate.
+            SessionCheck::Duplicate { slot }
+                if self.spec.is_none()
+                    || self.sessions.last_index(&self.mem, &self.layout, slot)
+                        < self.apply_index =>
+            {
                 self.counters.duplicates += 1;
                 // The last stage slot is never used by apply: the reply
                 // stays there until the host's next call.
@@ -219,7 +227,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 });
             }
             SessionCheck::Stale => return Err(SubmitError::Stale),
-            SessionCheck::New => {}
+            SessionCheck::New | SessionCheck::Duplicate { .. } => {}
         }
         let mut index = self.tail_index;
         let mut appended =
@@ -1027,7 +1035,9 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     /// Emits the reads whose round is confirmed and whose index is applied.
     pub(super) fn serve_reads(&mut self) {
         while let Some(front) = self.reads.front() {
-            let ready = front.read_index.is_some_and(|ri| self.apply_index >= ri);
+            // Never from operations executed ahead of their commit.
+            let ready =
+                self.spec.is_none() && front.read_index.is_some_and(|ri| self.apply_index >= ri);
             if !ready || self.events.len() >= EVENT_QUEUE_CAP {
                 break;
             }

@@ -47,6 +47,9 @@ pub const READ_QUEUE_CAP: usize = 1024;
 pub const LOG_BATCHES_INFLIGHT_MAX: u32 = 8;
 /// Adjustment items fetched by the first READ (most lists are short).
 pub const ADJUST_ITEMS_FIRST_READ: u64 = 64;
+/// Primary-backup mode: operations a primary executes ahead of their
+/// commit at most (each holds its reply until then).
+pub const SPECULATION_DEPTH_MAX: usize = 128;
 
 /// The role of a member (DARE Figure 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -246,6 +249,13 @@ pub struct Counters {
     /// primary (primary-backup mode), or to campaign (log mode with
     /// views). It suspected its leader, or knew none.
     pub view_claims: u64,
+    /// Primary-backup mode: operations executed ahead of their commit
+    /// (uKharon-KV's speculative execution).
+    pub operations_speculated: u64,
+    /// Primary-backup mode: times this member stopped being primary with
+    /// operations executed that had not committed; its state machine was
+    /// then replaced by a snapshot.
+    pub speculation_rollbacks: u64,
     /// Log mode with views: campaigns started because a decided view
     /// named this member (the others were DARE's own elections).
     pub view_campaigns: u64,
@@ -793,6 +803,11 @@ pub struct Node<M: Memory, S: StateMachine> {
     /// Primary-backup mode ([`pb`]); in both modes, the newest view
     /// followed.
     pb: pb::PrimaryBackup,
+    /// Primary-backup primary: the operations after the commit point it
+    /// has executed already (up to this position and index), and their
+    /// replies, held until they commit ([`pb`], "Speculation").
+    spec: Option<pb::Speculated>,
+    held: Deque<pb::HeldReply, SPECULATION_DEPTH_MAX>,
     /// Log mode with views: leaders decided by views ([`view_led`]).
     vl: view_led::ViewLed,
 }
@@ -943,6 +958,8 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             reply_stage_next: 0,
             replies_queued: 0,
             pb: pb::PrimaryBackup::default(),
+            spec: None,
+            held: Deque::new(),
             vl: view_led::ViewLed::default(),
             cfg: config,
         };
@@ -1394,6 +1411,10 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         }
         if self.state_intact() {
             self.apply_committed();
+            // While the WRITEs posted above are in flight (before the
+            // snapshot below: a snapshot is never of executed operations
+            // that have not committed).
+            self.speculate();
         }
         self.track_catch_up();
         if self.role == Role::Leader {
@@ -1582,6 +1603,9 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     }
 
     fn set_role(&mut self, role: Role, leader: Option<MemberId>) {
+        if self.role == Role::Leader && role != Role::Leader && self.spec.is_some() {
+            self.roll_back_speculation();
+        }
         let changed = self.role != role || self.leader != leader;
         self.role = role;
         self.leader = leader;
@@ -1646,6 +1670,27 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             "a member catching up after a restart neither leads nor stands"
         );
         assert!(self.free_slots.len() <= INFLIGHT_CAP);
+        match self.spec {
+            Some(s) => {
+                assert!(
+                    self.role == Role::Leader && self.pb_mode(),
+                    "only a primary executes ahead of the commit point"
+                );
+                assert!(
+                    self.apply_pos < s.pos && s.pos <= self.tail_pos,
+                    "executed ahead beyond the log, or not ahead"
+                );
+                assert_eq!(
+                    s.index - self.apply_index,
+                    self.held.len() as u64,
+                    "one held reply per operation executed ahead"
+                );
+            }
+            None => assert!(
+                self.held.is_empty(),
+                "a held reply with nothing executed ahead"
+            ),
+        }
     }
 }
 

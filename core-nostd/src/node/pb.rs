@@ -33,13 +33,54 @@
 //!   proves nothing here, because a new primary needs no majority of
 //!   members to learn its term.
 //!
-//! Not built: speculative execution (the primary applies after the
-//! WRITEs completed, as for any commit), and a DARE fallback when a
-//! majority of the coordinators is gone (the group then stops, as
-//! uKharon does: its coordinators are the replicated part).
+//! * **Speculation** (uKharon-KV: "in parallel, P speculatively executes
+//!   the requests"). In the step that posts an operation's WRITEs, the
+//!   primary executes it (state machine and session table) and stages its
+//!   reply, but *holds* the reply until the operation commits: the client
+//!   hears of nothing that a member of the view may lack. Until then no
+//!   read is served (it could see the operation; none is executed ahead
+//!   while reads wait, so they wait one commit at most) and no snapshot is
+//!   given (none is executed ahead while one is asked of us). A retry of
+//!   an operation executed ahead is not answered from the session table:
+//!   it goes into the log and is answered as a duplicate once committed.
+//!   A primary that stops leading with operations executed ahead (a newer
+//!   view, a higher term) *rolls back*: its state machine no longer
+//!   matches its log, so it counts as lost and is replaced by a snapshot
+//!   (recovery.rs), as after a failed restore. uKharon-KV skips the roll
+//!   back because a removed node never comes back; here it comes back
+//!   with a snapshot. So speculation is on only where snapshots are
+//!   (`snapshot_bytes_max > 0`); without them the primary executes an
+//!   operation once it commits, as any member does.
+//!
+//! Not built: a DARE fallback when a majority of the coordinators is gone
+//! (the group then stops, as uKharon does: its coordinators are the
+//! replicated part).
 
 use super::*;
+use crate::log::EntryKind;
 use crate::views::View;
+
+/// The operations a primary executed ahead of their commit: up to this
+/// log position and index (exclusive).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Speculated {
+    pub pos: u64,
+    pub index: u64,
+}
+
+/// A reply staged for an operation, given once the operation commits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct HeldReply {
+    pub index: u64,
+    pub client_id: u64,
+    pub request_id: u64,
+    /// Its reply stage slot.
+    pub stage: u32,
+    /// The request was older than the client's latest.
+    pub stale: bool,
+    /// Given already (only under the mutation that replies early).
+    pub given: bool,
+}
 
 /// What a member knows and wants in primary-backup mode.
 #[derive(Clone, Copy, Debug, Default)]
@@ -315,6 +356,98 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             })
             .count();
         (following + 1) * 2 > members.count()
+    }
+
+    /// Whether the primary may execute operations ahead of their commit
+    /// now (see the module docs).
+    fn may_speculate(&self) -> bool {
+        self.pb_mode()
+            && self.role == Role::Leader
+            && self.snapshot_enabled()
+            && self.state_intact()
+            && self.recovery.phase == super::recovery::RecoveryPhase::Idle
+            && !self.corrupt
+            && self.reads.is_empty()
+            && !self.snapshot_wanted_of_us()
+            // Past our own no-op: what a new primary's log holds beyond
+            // its commit point came from an older one, and is executed
+            // when it commits.
+            && self.commit_pos >= self.noop_end_pos
+    }
+
+    /// Primary: executes the operations appended after what it executed
+    /// so far, while their WRITEs are in flight, holding their replies
+    /// until they commit (`apply_committed` gives them). Stops at any
+    /// other kind of entry (applied once committed) and when the held
+    /// replies would take every reply stage slot.
+    pub(super) fn speculate(&mut self) {
+        if !self.may_speculate() {
+            return;
+        }
+        let max_payload = self.cfg.entry_payload_bytes_max;
+        let cycling_stage_slots = self.layout.reply_stage_slots - 1;
+        let (mut pos, mut index) = self
+            .spec
+            .map_or((self.apply_pos, self.apply_index), |s| (s.pos, s.index));
+        if self.spec.is_none() && self.apply_pos < self.commit_pos {
+            // Committed entries not applied yet (a batch limit): those
+            // first, the ordinary way.
+            return;
+        }
+        while pos < self.tail_pos
+            && !self.held.is_full()
+            && self.replies_queued + (self.held.len() as u64) < cycling_stage_slots
+            && EVENT_QUEUE_CAP - self.events.len() >= 1
+        {
+            let end = match self
+                .ring
+                .read_entry(&self.mem, pos, max_payload, &mut self.payload)
+            {
+                Ok((h, _, end))
+                    if h.index == index
+                        && end <= self.tail_pos
+                        && h.kind == EntryKind::Operation =>
+                {
+                    #[allow(unused_mut)]
+                    let mut r = self
+                        .execute_operation(&h, true)
+                        .expect("a staged reply for every operation executed");
+                    #[cfg(feature = "mutation-testing")]
+                    if self.cfg.mutation == crate::config::Mutation::ReplyOnSpeculation {
+                        self.give_reply(r);
+                        r.given = true;
+                    }
+                    self.held
+                        .push_back(r)
+                        .expect("checked: the held replies have room");
+                    end
+                }
+                _ => break,
+            };
+            self.counters.operations_speculated += 1;
+            pos = end;
+            index += 1;
+        }
+        if pos > self.apply_pos {
+            self.spec = Some(Speculated { pos, index });
+        }
+    }
+
+    /// This member stops leading with operations executed ahead of their
+    /// commit: a newer primary may never commit them, so its state machine
+    /// and session table no longer follow its log. It counts as lost (no
+    /// apply, no take-over, no snapshot given) until a snapshot replaces
+    /// it (recovery.rs); the held replies are never given (clients retry
+    /// at the new primary).
+    pub(super) fn roll_back_speculation(&mut self) {
+        self.spec = None;
+        self.held.clear();
+        self.counters.speculation_rollbacks += 1;
+        #[cfg(feature = "mutation-testing")]
+        if self.cfg.mutation == crate::config::Mutation::KeepSpeculationWhenDeposed {
+            return;
+        }
+        self.recovery.state_lost = true;
     }
 
     /// The commit candidate in primary-backup mode: the smallest position

@@ -275,7 +275,9 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     /// apply index: not while a restore replaces it a piece at a time, nor
     /// after a failed one cleared it (checkers compare only such states).
     pub fn state_machine_current(&self) -> bool {
-        self.state_intact() && self.recovery.phase != RecoveryPhase::Restoring
+        self.state_intact()
+            && self.recovery.phase != RecoveryPhase::Restoring
+            && self.spec.is_none()
     }
 
     /// The apply point our row publishes: while we copy a snapshot, the
@@ -302,7 +304,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         true
     }
 
-    fn snapshot_enabled(&self) -> bool {
+    pub(super) fn snapshot_enabled(&self) -> bool {
         self.layout.snapshot_bytes > 0
     }
 
@@ -906,6 +908,12 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         if self.recovery.phase != RecoveryPhase::Idle || self.recovery.state_lost {
             return; // nothing whole to give
         }
+        if self.spec.is_some() {
+            // Operations executed ahead of their commit: not a state to
+            // give (the primary executes no more while a request for a
+            // snapshot of ours waits, so this ends within a commit).
+            return;
+        }
         if let Some(job) = self.recovery.job {
             // One snapshot at a time: a new request waits until the host
             // finished this one (its header is no longer "writing").
@@ -931,6 +939,16 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             self.start_snapshot(req.generation);
             return;
         }
+    }
+
+    /// A member asks us for a snapshot we have not started yet, or one is
+    /// being written.
+    pub(super) fn snapshot_wanted_of_us(&self) -> bool {
+        self.recovery.job.is_some()
+            || self.others().any(|p| {
+                let req = self.peers[p.index()].row.snapshot_request;
+                req.from == Some(self.me) && req.generation != self.recovery.served[p.index()]
+            })
     }
 
     /// Writes the header ("writing") and the session table image, and asks

@@ -2515,6 +2515,123 @@ fn primary_backup_commits_with_every_member_of_the_view() {
     assert!(h.nodes.iter().all(|n| n.counters().elections_started == 0));
 }
 
+/// Primary-backup speculation (uKharon-KV §7.3): the primary executes a
+/// write while it waits for its members, holds the reply (and every read)
+/// until the write commits, and, deposed with a write executed ahead,
+/// counts its state machine as lost.
+#[test]
+fn a_primary_executes_ahead_and_holds_replies_until_they_commit() {
+    use crate::kv::KvBackend;
+    use crate::views::View;
+    let mut h = Harness::with(3, |c| {
+        c.mode = crate::config::Mode::PrimaryBackup;
+        c.lease_ns = 50_000;
+        c.snapshot_bytes_max = 1 << 16;
+    });
+    h.start_all();
+    h.settle(4);
+    let view = View {
+        leader: MemberId(0),
+        log_term: 1,
+        lease_ns: 50_000,
+        members: 0b111,
+    };
+    for i in 0..3 {
+        h.nodes[i].follow_view(h.now, 1, view);
+    }
+    h.settle(2);
+    h.nodes[0].set_read_lease(1, h.now + 40_000);
+    h.nodes[0].clear_commit(1);
+    h.settle(8);
+    assert_eq!(h.nodes[0].role(), Role::Leader);
+    h.events(0);
+    // Member 2 is gone: the write cannot commit, but it is executed.
+    h.down[2] = true;
+    h.nodes[0]
+        .submit_write(h.now, 9, 1, &set(b"a", b"1"))
+        .unwrap();
+    h.settle(3);
+    assert_eq!(h.nodes[0].counters().operations_speculated, 1);
+    assert_eq!(
+        h.nodes[0].state_machine().backend().get(b"a"),
+        Some(&b"1"[..]),
+        "executed ahead of its commit"
+    );
+    assert!(!h.nodes[0].state_machine_current());
+    h.nodes[0].submit_read(h.now, 77).unwrap();
+    // A retry is not answered from the session table: it goes into the
+    // log (and is answered once committed, as a duplicate).
+    assert!(matches!(
+        h.nodes[0].submit_write(h.now, 9, 1, &set(b"a", b"1")),
+        Ok(Submitted::Appended { .. })
+    ));
+    h.settle(3);
+    let early = h.events(0);
+    assert!(
+        !early
+            .iter()
+            .any(|e| matches!(e, Event::Reply { .. } | Event::ReadReady { .. })),
+        "no reply, no read before the commit: {early:?}"
+    );
+    // A view without member 2: the write commits, the reply and the read
+    // go out, the state machine is the committed one.
+    let without_2 = View {
+        members: 0b011,
+        ..view
+    };
+    h.nodes[0].follow_view(h.now, 2, without_2);
+    h.nodes[1].follow_view(h.now, 2, without_2);
+    h.nodes[0].set_read_lease(1, h.now + 40_000);
+    h.settle(4);
+    let late = h.events(0);
+    assert!(late
+        .iter()
+        .any(|e| matches!(e, Event::Reply { request_id: 1, .. })));
+    assert!(late
+        .iter()
+        .any(|e| matches!(e, Event::ReadReady { token: 77 })));
+    assert!(h.nodes[0].state_machine_current());
+    assert_eq!(h.nodes[0].counters().speculation_rollbacks, 0);
+    // Member 1 is gone too: the next write is executed ahead and never
+    // commits; a view naming member 1 primary in a higher term deposes
+    // member 0, which rolls back.
+    h.down[1] = true;
+    h.nodes[0]
+        .submit_write(h.now, 9, 2, &set(b"b", b"2"))
+        .unwrap();
+    h.settle(3);
+    // (The retry above waited behind the read: it was applied once
+    // committed, not executed ahead.)
+    assert_eq!(h.nodes[0].counters().operations_speculated, 2);
+    let deposed = View {
+        leader: MemberId(1),
+        log_term: 2,
+        lease_ns: 50_000,
+        members: 0b011,
+    };
+    h.nodes[0].follow_view(h.now, 3, deposed);
+    h.tick(0);
+    assert_ne!(h.nodes[0].role(), Role::Leader);
+    assert_eq!(h.nodes[0].counters().speculation_rollbacks, 1);
+    assert!(
+        !h.nodes[0].state_machine_current(),
+        "its state machine holds a write that never committed"
+    );
+    assert!(!h.nodes[0].pb_may_take_over());
+    assert!(!h
+        .events(0)
+        .iter()
+        .any(|e| matches!(e, Event::Reply { request_id: 2, .. })));
+    // It follows member 1, and grants it its log only once a snapshot
+    // replaced its state (here member 1 can give one at once: it applied
+    // as far, so the copy starts; see `run_duty` for a deposed primary
+    // ahead of every donor).
+    h.down[1] = false;
+    h.settle(4);
+    assert_eq!(h.nodes[0].leader(), Some(MemberId(1)));
+    assert_ne!(h.nodes[0].log_granted_to(), Some(MemberId(1)));
+}
+
 /// Issue 14 item 1 (uKharon §4.2): a stalled heartbeat counter of the
 /// leader is a suspicion like Δ of silence: the follower drops its leader
 /// and a member stands for the next term; a stalled follower, or a stall

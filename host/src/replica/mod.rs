@@ -695,6 +695,8 @@ impl<F: HostFabric> Replica<F> {
             ("elections_won", c.elections_won),
             ("view_takeovers", c.view_takeovers),
             ("view_claims", c.view_claims),
+            ("operations_speculated", c.operations_speculated),
+            ("speculation_rollbacks", c.speculation_rollbacks),
             ("view_campaigns", c.view_campaigns),
             ("counter_suspicions", c.counter_suspicions),
             ("votes_granted", c.votes_granted),

@@ -2,6 +2,7 @@
 //! DARE shows it satisfies). Each is fed observations by the simulator and
 //! reports [`Violation`]s; each has tests that feed it a violating history.
 
+pub mod acknowledged;
 pub mod committed;
 pub mod completeness;
 pub mod configurations;
