@@ -544,14 +544,8 @@ fn a_ring_of_four_view_slots_is_reused_and_leases_stay_safe() {
 /// a lap. When member 4 runs again, the slot it was learning holds a
 /// later lap: it skips ahead and follows the newest view.
 fn lap_behind_scenario(seed: u64) -> ClusterOptions {
-    let mut o = ClusterOptions::new(seed, 5);
-    o.clients = 4;
-    o.keys = 2;
+    let mut o = primary_backup_base(seed, 5, Mutation::None);
     o.read_permille = 300;
-    o.crash_notify = true;
-    o.config.mode = verbatim_core::Mode::PrimaryBackup;
-    o.config.lease_ns = 100_000;
-    o.config.coordinator_count = 5;
     o.config.view_slot_count = 4;
     o.config.zombie_remove_ns = 0;
     o.safety_ns = 30_000_000;
@@ -561,6 +555,19 @@ fn lap_behind_scenario(seed: u64) -> ClusterOptions {
         to_ns: 24_000_000,
     });
     cut_off_in_turn(&mut o, &[1, 2, 3], 4_000_000, 6_000_000, 3_000_000);
+    o
+}
+
+/// Primary-backup mode with `members` members, every one a coordinator,
+/// 100 µs leases, death notices, four clients on two keys.
+fn primary_backup_base(seed: u64, members: u8, mutation: Mutation) -> ClusterOptions {
+    let mut o = ClusterOptions::new(seed, members).with_mutation(mutation);
+    o.clients = 4;
+    o.keys = 2;
+    o.crash_notify = true;
+    o.config.mode = verbatim_core::Mode::PrimaryBackup;
+    o.config.lease_ns = 100_000;
+    o.config.coordinator_count = members;
     o
 }
 
@@ -1286,14 +1293,8 @@ fn replying_on_speculation_is_caught() {
 /// what it executed ahead never reached anyone: the new primary puts
 /// other operations at those indices.
 fn deposed_primary_scenario(seed: u64, mutation: Mutation, isolated: bool) -> ClusterOptions {
-    let mut o = ClusterOptions::new(seed, 3).with_mutation(mutation);
-    o.clients = 4;
-    o.keys = 2;
+    let mut o = primary_backup_base(seed, 3, mutation);
     o.read_permille = 200;
-    o.crash_notify = true;
-    o.config.mode = verbatim_core::Mode::PrimaryBackup;
-    o.config.lease_ns = 100_000;
-    o.config.coordinator_count = 3;
     o.config.counter_read_gap_ns = 200_000;
     o.config.counter_increment_period_ns = 50_000;
     o.safety_ns = 20_000_000;

@@ -2413,21 +2413,18 @@ fn a_far_behind_follower_is_caught_up_in_bounded_batches() {
     );
 }
 
-/// Primary-backup mode (uKharon-KV §7.3, issue 14): the primary leads by a
-/// view (no election), an entry commits only once every member of the view
-/// holds it, the primary asks for a view without a member reported dead,
-/// and commits go on once that view is followed.
-#[test]
-fn primary_backup_commits_with_every_member_of_the_view() {
-    use crate::views::View;
+/// Three members in primary-backup mode (50 µs leases, snapshots of
+/// `snapshot_bytes_max`), started, every one following view 1, which
+/// names member 0 primary of all three.
+fn primary_backup_group(snapshot_bytes_max: u64) -> (Harness, crate::views::View) {
     let mut h = Harness::with(3, |c| {
         c.mode = crate::config::Mode::PrimaryBackup;
         c.lease_ns = 50_000;
+        c.snapshot_bytes_max = snapshot_bytes_max;
     });
     h.start_all();
     h.settle(4);
-    assert_eq!(h.nodes[0].known_new_process(), Some(true));
-    let view = View {
+    let view = crate::views::View {
         leader: MemberId(0),
         log_term: 1,
         lease_ns: 50_000,
@@ -2436,6 +2433,17 @@ fn primary_backup_commits_with_every_member_of_the_view() {
     for i in 0..3 {
         h.nodes[i].follow_view(h.now, 1, view);
     }
+    (h, view)
+}
+
+/// Primary-backup mode (uKharon-KV §7.3, issue 14): the primary leads by a
+/// view (no election), an entry commits only once every member of the view
+/// holds it, the primary asks for a view without a member reported dead,
+/// and commits go on once that view is followed.
+#[test]
+fn primary_backup_commits_with_every_member_of_the_view() {
+    let (mut h, view) = primary_backup_group(0);
+    assert_eq!(h.nodes[0].known_new_process(), Some(true));
     // Named primary, it leads once its lease on the view is active.
     assert_eq!(h.nodes[0].pb_want(), (Some(view), 1));
     h.settle(2);
@@ -2523,22 +2531,7 @@ fn primary_backup_commits_with_every_member_of_the_view() {
 fn a_primary_executes_ahead_and_holds_replies_until_they_commit() {
     use crate::kv::KvBackend;
     use crate::views::View;
-    let mut h = Harness::with(3, |c| {
-        c.mode = crate::config::Mode::PrimaryBackup;
-        c.lease_ns = 50_000;
-        c.snapshot_bytes_max = 1 << 16;
-    });
-    h.start_all();
-    h.settle(4);
-    let view = View {
-        leader: MemberId(0),
-        log_term: 1,
-        lease_ns: 50_000,
-        members: 0b111,
-    };
-    for i in 0..3 {
-        h.nodes[i].follow_view(h.now, 1, view);
-    }
+    let (mut h, view) = primary_backup_group(1 << 16);
     h.settle(2);
     h.nodes[0].set_read_lease(1, h.now + 40_000);
     h.nodes[0].clear_commit(1);

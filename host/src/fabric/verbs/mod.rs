@@ -1431,6 +1431,20 @@ impl VerbsFabric {
         Ok(fabric)
     }
 
+    /// A fresh QP we post on (completions on the outbound queue), with the
+    /// first PSN of its send queue.
+    fn new_requester_qp(&self) -> Result<(Qp, u32), VerbsError> {
+        let qp = Qp::new(
+            &self.shared.pd,
+            &self.out_cq,
+            &self.out_cq,
+            SEND_QUEUE_DEPTH,
+            INLINE_BYTES_MAX as u32,
+        )?;
+        let psn = fresh_psn(qp.qpn());
+        Ok((qp, psn))
+    }
+
     /// Connects (or connects again) our own control channel: one RC QP
     /// connected to itself, through which we post requests to our own
     /// memory. A coordinator CASes its own slot words this way because a
@@ -1446,14 +1460,7 @@ impl VerbsFabric {
             ));
         }
         self.peers[me].channels[Channel::Control.index()] = None;
-        let qp = Qp::new(
-            &self.shared.pd,
-            &self.out_cq,
-            &self.out_cq,
-            SEND_QUEUE_DEPTH,
-            INLINE_BYTES_MAX as u32,
-        )?;
-        let psn = fresh_psn(qp.qpn());
+        let (qp, psn) = self.new_requester_qp()?;
         let rc = self.shared.rc;
         // Requester and responder are the same QP: it accepts what we
         // send ourselves, within the regions registered for members.
@@ -1567,15 +1574,7 @@ impl VerbsFabric {
                 message: "no dialler for this member".into(),
             });
         };
-        let qp = Qp::new(
-            &self.shared.pd,
-            &self.out_cq,
-            &self.out_cq,
-            SEND_QUEUE_DEPTH,
-            INLINE_BYTES_MAX as u32,
-        )
-        .map_err(device)?;
-        let psn = fresh_psn(qp.qpn());
+        let (qp, psn) = self.new_requester_qp().map_err(device)?;
         // Outbound QPs accept no incoming operation at all.
         qp.to_init(self.shared.rc.port, AccessFlags::QP_NONE)
             .map_err(device)?;
