@@ -794,7 +794,7 @@ fn render_views(
         ),
         _ => "no view decided yet".to_string(),
     };
-    let lease = if v.fallback {
+    let mut lease = if v.fallback {
         Line::styled(
             "DARE fallback: no lease (a majority of coordinators lost)",
             BAD,
@@ -808,6 +808,17 @@ fn render_views(
         Line::styled("lease not held (only the view's leader holds one)", DIM)
     };
     let counter = |name: &str| s.and_then(|s| s.counters.get(name)).copied().unwrap_or(0);
+    if v.mode == "primary-backup" {
+        // A roll back costs a state transfer: worth seeing at a glance.
+        let rollbacks = counter("speculation_rollbacks");
+        lease.push_span(Span::styled(
+            format!(
+                " · executed ahead {} (rolled back {rollbacks})",
+                format::count(counter("operations_speculated"))
+            ),
+            if rollbacks > 0 { BAD } else { Style::default() },
+        ));
+    }
     let lines = vec![
         Line::from(view),
         lease,
@@ -1551,10 +1562,16 @@ mod tests {
         let v = pb.views.as_mut().unwrap();
         v.mode = "primary-backup".into();
         v.members = vec![1, 2];
+        pb.counters.insert("operations_speculated".into(), 42);
+        pb.counters.insert("speculation_rollbacks".into(), 1);
         app.handle_message(report(0, pb), t0);
         let all = frame(&app, 100, 30);
         assert!(
             all.contains("view 3 · primary r1 · members r1 r2 · term 4"),
+            "{all}"
+        );
+        assert!(
+            all.contains("lease held · 31 µs left · executed ahead 42 (rolled back 1)"),
             "{all}"
         );
     }
