@@ -41,7 +41,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         loop {
             // An operation executed ahead holds its reply's stage slot
             // already; any other needs a free one.
-            let stage_free = self.spec.is_some_and(|s| self.apply_pos < s.pos)
+            let stage_free = self.spec_end.is_some_and(|e| self.apply_pos < e)
                 || self.replies_queued + (self.held.len() as u64) < cycling_stage_slots;
             if !(self.apply_pos < self.commit_pos
                 && applied < self.cfg.apply_batch_max
@@ -65,7 +65,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 self.corrupt = false;
             }
             let is_leader = self.role == Role::Leader;
-            let executed_ahead = self.spec.is_some_and(|s| self.apply_pos < s.pos);
+            let executed_ahead = self.spec_end.is_some_and(|e| self.apply_pos < e);
             match h.kind {
                 EntryKind::Operation if executed_ahead => {
                     // Executed ahead of its commit (`speculate`): now it
@@ -119,8 +119,8 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             self.last_applied_term = h.term;
             self.counters.entries_applied += 1;
             applied += 1;
-            if self.spec.is_some_and(|s| s.pos == self.apply_pos) {
-                self.spec = None;
+            if self.spec_end == Some(self.apply_pos) {
+                self.spec_end = None;
             }
         }
         let (pos, index) = self.published_apply_point();

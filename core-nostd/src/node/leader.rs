@@ -213,7 +213,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             // the table, the retry goes into the log and is answered once
             // committed, as a duplicate.
             SessionCheck::Duplicate { slot }
-                if self.spec.is_none()
+                if self.spec_end.is_none()
                     || self.sessions.last_index(&self.mem, &self.layout, slot)
                         < self.apply_index =>
             {
@@ -1036,8 +1036,8 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     pub(super) fn serve_reads(&mut self) {
         while let Some(front) = self.reads.front() {
             // Never from operations executed ahead of their commit.
-            let ready =
-                self.spec.is_none() && front.read_index.is_some_and(|ri| self.apply_index >= ri);
+            let ready = self.spec_end.is_none()
+                && front.read_index.is_some_and(|ri| self.apply_index >= ri);
             if !ready || self.events.len() >= EVENT_QUEUE_CAP {
                 break;
             }

@@ -803,10 +803,11 @@ pub struct Node<M: Memory, S: StateMachine> {
     /// Primary-backup mode ([`pb`]); in both modes, the newest view
     /// followed.
     pb: pb::PrimaryBackup,
-    /// Primary-backup primary: the operations after the commit point it
-    /// has executed already (up to this position and index), and their
-    /// replies, held until they commit ([`pb`], "Speculation").
-    spec: Option<pb::Speculated>,
+    /// Primary-backup primary: where the operations after the commit
+    /// point it has executed already end, and their replies (one per
+    /// operation, in log order), held until they commit ([`pb`],
+    /// "Speculation").
+    spec_end: Option<u64>,
     held: Deque<pb::HeldReply, SPECULATION_DEPTH_MAX>,
     /// Log mode with views: leaders decided by views ([`view_led`]).
     vl: view_led::ViewLed,
@@ -958,7 +959,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             reply_stage_next: 0,
             replies_queued: 0,
             pb: pb::PrimaryBackup::default(),
-            spec: None,
+            spec_end: None,
             held: Deque::new(),
             vl: view_led::ViewLed::default(),
             cfg: config,
@@ -1603,7 +1604,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     }
 
     fn set_role(&mut self, role: Role, leader: Option<MemberId>) {
-        if self.role == Role::Leader && role != Role::Leader && self.spec.is_some() {
+        if self.role == Role::Leader && role != Role::Leader && self.spec_end.is_some() {
             self.roll_back_speculation();
         }
         let changed = self.role != role || self.leader != leader;
@@ -1670,20 +1671,20 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             "a member catching up after a restart neither leads nor stands"
         );
         assert!(self.free_slots.len() <= INFLIGHT_CAP);
-        match self.spec {
-            Some(s) => {
+        match self.spec_end {
+            Some(end) => {
                 assert!(
                     self.role == Role::Leader && self.pb_mode(),
                     "only a primary executes ahead of the commit point"
                 );
                 assert!(
-                    self.apply_pos < s.pos && s.pos <= self.tail_pos,
+                    self.apply_pos < end && end <= self.tail_pos,
                     "executed ahead beyond the log, or not ahead"
                 );
                 assert_eq!(
-                    s.index - self.apply_index,
-                    self.held.len() as u64,
-                    "one held reply per operation executed ahead"
+                    self.held.front().map(|r| r.index),
+                    Some(self.apply_index),
+                    "one held reply per operation executed ahead, from the apply point"
                 );
             }
             None => assert!(

@@ -60,14 +60,6 @@ use super::*;
 use crate::log::EntryKind;
 use crate::views::View;
 
-/// The operations a primary executed ahead of their commit: up to this
-/// log position and index (exclusive).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Speculated {
-    pub pos: u64,
-    pub index: u64,
-}
-
 /// A reply staged for an operation, given once the operation commits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct HeldReply {
@@ -386,14 +378,14 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         }
         let max_payload = self.cfg.entry_payload_bytes_max;
         let cycling_stage_slots = self.layout.reply_stage_slots - 1;
-        let (mut pos, mut index) = self
-            .spec
-            .map_or((self.apply_pos, self.apply_index), |s| (s.pos, s.index));
-        if self.spec.is_none() && self.apply_pos < self.commit_pos {
+        if self.spec_end.is_none() && self.apply_pos < self.commit_pos {
             // Committed entries not applied yet (a batch limit): those
             // first, the ordinary way.
             return;
         }
+        // One held reply per operation executed ahead, from the apply point.
+        let mut pos = self.spec_end.unwrap_or(self.apply_pos);
+        let mut index = self.apply_index + self.held.len() as u64;
         while pos < self.tail_pos
             && !self.held.is_full()
             && self.replies_queued + (self.held.len() as u64) < cycling_stage_slots
@@ -429,7 +421,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             index += 1;
         }
         if pos > self.apply_pos {
-            self.spec = Some(Speculated { pos, index });
+            self.spec_end = Some(pos);
         }
     }
 
@@ -440,7 +432,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     /// it (recovery.rs); the held replies are never given (clients retry
     /// at the new primary).
     pub(super) fn roll_back_speculation(&mut self) {
-        self.spec = None;
+        self.spec_end = None;
         self.held.clear();
         self.counters.speculation_rollbacks += 1;
         #[cfg(feature = "mutation-testing")]

@@ -277,7 +277,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     pub fn state_machine_current(&self) -> bool {
         self.state_intact()
             && self.recovery.phase != RecoveryPhase::Restoring
-            && self.spec.is_none()
+            && self.spec_end.is_none()
     }
 
     /// The apply point our row publishes: while we copy a snapshot, the
@@ -908,7 +908,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         if self.recovery.phase != RecoveryPhase::Idle || self.recovery.state_lost {
             return; // nothing whole to give
         }
-        if self.spec.is_some() {
+        if self.spec_end.is_some() {
             // Operations executed ahead of their commit: not a state to
             // give (the primary executes no more while a request for a
             // snapshot of ours waits, so this ends within a commit).
