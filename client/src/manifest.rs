@@ -393,6 +393,31 @@ impl Default for ViewsSection {
     }
 }
 
+/// `[multicast]`: Derecho's atomic multicast among the first
+/// `initial_members` replicas (RESP `PUBLISH`/`SUBSCRIBE`,
+/// `verbatim mcast`): every replica delivers every message, in one total
+/// order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MulticastSection {
+    /// Slots per sender ring; 0 turns multicast off. A sender waits for a
+    /// free slot once this many of its messages are not yet delivered
+    /// everywhere.
+    pub window: u32,
+    /// Largest message (channel name and payload together), at most 1024
+    /// bytes: the small-message protocol.
+    pub payload_bytes_max: u32,
+}
+
+impl Default for MulticastSection {
+    fn default() -> Self {
+        MulticastSection {
+            window: 0,
+            payload_bytes_max: 512,
+        }
+    }
+}
+
 /// `[members.verbs]`: how to reach a member over RDMA.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -464,6 +489,9 @@ pub struct Manifest {
     /// `[views]`.
     #[serde(default)]
     pub views: ViewsSection,
+    /// `[multicast]`.
+    #[serde(default)]
+    pub multicast: MulticastSection,
     /// `[[members]]`.
     pub members: Vec<MemberSection>,
 }
@@ -598,6 +626,7 @@ impl Manifest {
             },
             timing: TimingSection::default(),
             views: ViewsSection::default(),
+            multicast: MulticastSection::default(),
             members: (0..n)
                 .map(|i| MemberSection {
                     id: i,
@@ -718,6 +747,8 @@ impl Manifest {
         cfg.view_learn_period_ns = us_to_ns(v.learn_period_us);
         cfg.seed = c.seed;
         cfg.initial_members = c.initial_members.unwrap_or(self.member_count());
+        cfg.mcast_window = self.multicast.window;
+        cfg.mcast_payload_bytes_max = self.multicast.payload_bytes_max;
         cfg
     }
 
@@ -891,6 +922,12 @@ impl Manifest {
                 "spin at most 1000000 µs before sleeping",
             ));
         }
+        if self.multicast.window > 0 && c.fabric == FabricKind::Verbs {
+            return Err(ConfigError::new(
+                "multicast.window",
+                "multicast runs on fabric = \"shm\" only for now (its region is not exchanged over verbs yet); set it to 0",
+            ));
+        }
         for id in 0..n as u8 {
             self.core_config(id)
                 .validate()
@@ -938,6 +975,8 @@ impl Manifest {
             "coordinator_count" => ("views.coordinators", false),
             "view_slot_count" => ("views.slot_count", false),
             "view_learn_period_ns" => ("views.learn_period_us", true),
+            "mcast_window" => ("multicast.window", false),
+            "mcast_payload_bytes_max" => ("multicast.payload_bytes_max", false),
             other => (other, false),
         };
         let reason = if unit_ns {

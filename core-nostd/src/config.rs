@@ -164,6 +164,10 @@ pub enum Mutation {
     /// executed ahead of their commit keeps its state machine (as if the
     /// new primary would commit them all) instead of replacing it.
     KeepSpeculationWhenDeposed,
+    /// Multicast engine (Derecho §3.4): deliver a message once it is
+    /// received here, without waiting until every member's row shows it
+    /// received (stable), so a member may deliver what another never gets.
+    DeliverBeforeStable,
 }
 
 /// Configuration of one member. Construct with [`Config::new`], adjust
@@ -305,6 +309,19 @@ pub struct Config {
     /// How the group replicates: DARE's majority log, or primary-backup
     /// under views.
     pub mode: Mode,
+    /// Multicast engine ([`crate::multicast`], Derecho's SMC and atomic
+    /// multicast): slots per sender ring. 0 (the default) turns
+    /// multicast off (no engine, no region).
+    pub mcast_window: u32,
+    /// Multicast engine: largest message payload, in bytes, at most
+    /// [`crate::multicast::MCAST_PAYLOAD_BYTES_CAP`].
+    pub mcast_payload_bytes_max: u32,
+    /// This process's incarnation: a number that differs from one process
+    /// start to the next (the host draws it at random, the simulator
+    /// counts restarts). The multicast engine ties a member's messages
+    /// and row to it, so a restarted process never passes for the one it
+    /// replaces.
+    pub incarnation: u64,
     /// A deliberately broken rule, for mutation tests.
     #[cfg(feature = "mutation-testing")]
     pub mutation: Mutation,
@@ -353,6 +370,9 @@ impl Config {
             view_slot_count: 1024,
             view_learn_period_ns: 10_000_000,
             mode: Mode::Log,
+            mcast_window: 0,
+            mcast_payload_bytes_max: 256,
+            incarnation: 1,
             #[cfg(feature = "mutation-testing")]
             mutation: Mutation::None,
         }
@@ -489,6 +509,35 @@ impl Config {
                 min: 1,
                 max: 100,
             });
+        }
+        if self.mcast_window != 0 {
+            if !(2..=crate::multicast::MCAST_WINDOW_CAP).contains(&self.mcast_window) {
+                return Err(OutOfRange {
+                    field: "mcast_window",
+                    value: u64::from(self.mcast_window),
+                    min: 2,
+                    max: u64::from(crate::multicast::MCAST_WINDOW_CAP),
+                });
+            }
+            if !(1..=crate::multicast::MCAST_PAYLOAD_BYTES_CAP)
+                .contains(&self.mcast_payload_bytes_max)
+            {
+                return Err(OutOfRange {
+                    field: "mcast_payload_bytes_max",
+                    value: u64::from(self.mcast_payload_bytes_max),
+                    min: 1,
+                    max: u64::from(crate::multicast::MCAST_PAYLOAD_BYTES_CAP),
+                });
+            }
+            let ring_bytes = u64::from(self.mcast_window)
+                * u64::from(self.initial_members)
+                * (u64::from(self.mcast_payload_bytes_max) + 128);
+            if ring_bytes > 1 << 30 {
+                return Err(Inconsistent {
+                    field: "mcast_window",
+                    reason: "the rings (window × members × slot) would exceed 1 GiB: lower mcast_window or mcast_payload_bytes_max",
+                });
+            }
         }
         if self.snapshot_restore_pause_ns > 1_000_000_000 {
             return Err(OutOfRange {

@@ -33,6 +33,8 @@ impl EngineTag {
     pub const HEARTBEAT: EngineTag = EngineTag(1);
     /// The view engine (uKharon's views and leases).
     pub const VIEWS: EngineTag = EngineTag(2);
+    /// The multicast engine (Derecho's SMC and atomic multicast).
+    pub const MULTICAST: EngineTag = EngineTag(3);
 
     /// The fabric-wide id of an engine-local id. Panics when the engine
     /// used bits that belong to the tag: that is a bug of the engine.

@@ -14,6 +14,7 @@
 //! Sessions | slot × session_slot_count (32 + reply_bytes_max, to 64) | reply stage × (apply_batch_max + 1) |
 //! Heartbeat| own counter (64) | landing word per member (P×64) |
 //! Snapshot | header (128) | session table image | state machine bytes |   (snapshot_bytes_max > 0)
+//! Multicast| row × P (128) | staging row × P | ring × P (mcast_window slots) |   (mcast_window > 0)
 //! ```
 //!
 //! The set of regions is open: each engine declares what it needs as a
@@ -155,6 +156,9 @@ pub struct Layout {
     /// The view engine's consensus regions ([`crate::views`]), when views
     /// are on (`lease_ns > 0`).
     pub consensus: Option<crate::consensus::ConsensusLayout>,
+    /// The multicast engine's region ([`crate::multicast`]), when
+    /// multicast is on (`mcast_window > 0`).
+    pub multicast: Option<crate::multicast::McastLayout>,
     /// Lease timing every member must share (a lease held by one is timed
     /// against another's wait): `lease_ns`, `lease_drift_ppm`,
     /// `coordinator_count` of the configuration (0s with views off).
@@ -242,6 +246,7 @@ impl Layout {
                 })?),
                 None => None,
             },
+            multicast: crate::multicast::McastLayout::new(config),
             lease_terms: if config.lease_ns == 0 {
                 [0; 3]
             } else {
@@ -297,6 +302,11 @@ impl Layout {
         ] {
             c.word(w);
         }
+        if let Some(m) = self.multicast {
+            for w in m.hash_words() {
+                c.word(w);
+            }
+        }
         c.finish()
     }
 
@@ -315,6 +325,9 @@ impl Layout {
             {
                 self.consensus.map_or(0, |c| c.region_bytes(r))
             }
+            r if r == crate::multicast::MCAST_REGION => {
+                self.multicast.map_or(0, |m| m.region_bytes)
+            }
             // Not a region of this layout: nothing is inside it.
             _ => 0,
         }
@@ -322,7 +335,8 @@ impl Layout {
 
     /// Every registered region of every engine, in id order: the log
     /// engine's (control, log, scratch, sessions, snapshot), the
-    /// heartbeat engine's and the view engine's consensus regions.
+    /// heartbeat engine's, the view engine's consensus regions and the
+    /// multicast engine's region.
     pub fn regions(&self) -> impl Iterator<Item = RegionSpec> {
         let specs = [
             RegionSpec {
@@ -370,9 +384,11 @@ impl Layout {
         };
         // A region of no bytes (recovery or views disabled) is not
         // registered.
+        let multicast = self.multicast.map(|m| m.region());
         specs
             .into_iter()
             .chain([shared, local])
+            .chain(multicast)
             .filter(|r| r.bytes > 0)
     }
 

@@ -98,6 +98,7 @@ pub mod lease;
 pub mod log;
 pub mod mem;
 pub mod membership;
+pub mod multicast;
 pub mod node;
 pub mod rng;
 pub mod service;

@@ -59,6 +59,7 @@ use std::collections::{HashMap, VecDeque};
 use verbatim_core::engine::{Engine, EngineTag};
 use verbatim_core::fabric::{Action, Fabric, FabricError, MemberId};
 use verbatim_core::heartbeat::{CounterEvent, HeartbeatEngine};
+pub use verbatim_core::multicast::{McastDelivery, McastEngine};
 use verbatim_core::node::{Event, Role, SubmitError, Submitted};
 use verbatim_core::sm::{ReadError, RequestError};
 use verbatim_core::views::{View, ViewEngine, ViewEvent};
@@ -98,6 +99,9 @@ pub struct Engines<M: Memory, S: StateMachine> {
     pub heartbeat: HeartbeatEngine<M>,
     /// uKharon's views and leases (`None` with views off).
     pub views: Option<ViewEngine<M>>,
+    /// Derecho's atomic multicast (`None` with multicast off, or for a
+    /// member outside the multicast group).
+    pub multicast: Option<McastEngine<M>>,
 }
 
 /// A client request as a gateway hands it over.
@@ -208,10 +212,33 @@ pub trait Host<M: Memory, S: StateMachine> {
         let _ = (now_ns, engines, event);
     }
 
+    /// A multicast message delivered (in the group's total order; nulls
+    /// are never delivered). Dropped by default.
+    fn multicast_delivered(&mut self, now_ns: u64, delivery: &McastDelivery, payload: &[u8]) {
+        let _ = (now_ns, delivery, payload);
+    }
+
     /// An action was executed on the fabric, with its result.
     fn action_executed(&mut self, action: &Action, result: Result<(), FabricError>) {
         let _ = (action, result);
     }
+}
+
+/// Why a multicast was not sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum McastSendError {
+    /// Multicast is off (`mcast_window = 0`) or this member is outside
+    /// the multicast group.
+    #[error("multicast is off here: set a window, and be one of the first initial_members")]
+    Off,
+    /// The engine refused it.
+    #[error("{}", match .0 {
+        verbatim_core::multicast::SendError::TooLarge => "message larger than the multicast payload limit",
+        verbatim_core::multicast::SendError::NotStarted => "multicast not started: a member's row was never seen",
+        verbatim_core::multicast::SendError::WindowFull => "every slot of this sender's ring is in use: try again",
+        verbatim_core::multicast::SendError::Wedged => "the multicast group is wedged (a member is gone)",
+    })]
+    Engine(verbatim_core::multicast::SendError),
 }
 
 /// The driver's own counters.
@@ -270,6 +297,8 @@ pub struct Driver<M: Memory + Clone, S: StateMachine, R> {
     views_due_ns: u64,
     /// The log engine's restart read-back was reported to the view engine.
     own_acceptor_reported: bool,
+    /// Landing buffer of one multicast delivery.
+    mcast_buf: Vec<u8>,
     /// Requests that came while no leader was known (an election runs),
     /// with the time after which they are answered "no leader" anyway. A
     /// client told "no leader" at once backs off and turns to another
@@ -299,12 +328,15 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
         let reply_bytes_max = config.reply_bytes_max as usize;
         let heartbeat = HeartbeatEngine::new(&config, layout, memory.clone(), now_ns);
         let views = ViewEngine::new(&config, &layout, memory.clone(), now_ns);
+        let multicast = McastEngine::new(&config, memory.clone(), now_ns);
+        let mcast_buf = vec![0u8; layout.multicast.map_or(0, |m| m.payload_bytes_max as usize)];
         let log = Box::new(Node::new(config, memory, service, now_ns)?);
         Ok(Driver {
             engines: Engines {
                 log,
                 heartbeat,
                 views,
+                multicast,
             },
             pending_writes: HashMap::default(),
             pending_reads: HashMap::default(),
@@ -316,6 +348,7 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             heartbeat_due_ns: 0,
             views_due_ns: 0,
             own_acceptor_reported: false,
+            mcast_buf,
             held: VecDeque::new(),
         })
     }
@@ -334,6 +367,17 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
     /// work (a reconfiguration, DARE §3.4).
     pub fn log_mut(&mut self) -> &mut Node<M, S> {
         &mut self.engines.log
+    }
+
+    /// Multicasts `payload` to the group (Derecho's atomic multicast):
+    /// every member delivers it, in the same order, through
+    /// [`Host::multicast_delivered`]. Returns its index in this member's
+    /// stream.
+    pub fn multicast_send(&mut self, payload: &[u8]) -> Result<u64, McastSendError> {
+        match &mut self.engines.multicast {
+            Some(m) => m.send(payload).map_err(McastSendError::Engine),
+            None => Err(McastSendError::Off),
+        }
     }
 
     /// The driver's counters.
@@ -365,6 +409,12 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             .min(self.engines.heartbeat.next_deadline())
             .min(views)
             .min(held)
+            .min(
+                self.engines
+                    .multicast
+                    .as_ref()
+                    .map_or(u64::MAX, |m| m.next_deadline()),
+            )
     }
 
     /// One iteration of the loop (see the crate documentation). Returns
@@ -381,6 +431,9 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             self.engines.heartbeat.handle_peer_down(now_ns, peer);
             if let Some(v) = &mut self.engines.views {
                 v.handle_peer_down(now_ns, peer);
+            }
+            if let Some(m) = &mut self.engines.multicast {
+                m.handle_peer_down(now_ns, peer);
             }
             self.heartbeat_due_ns = 0;
             self.views_due_ns = 0;
@@ -446,6 +499,7 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                 self.on_log_event(now_ns, e, host);
                 log_work = true;
             }
+            work |= self.step_multicast(now_ns, fabric, host);
             while let Some(e) = self.engines.heartbeat.poll_event() {
                 if let CounterEvent::Stalled { peer, .. } = e {
                     // The second detector level acts: a stalled leader is
@@ -504,6 +558,34 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             any = true;
         }
         any
+    }
+
+    /// Runs the multicast engine: observes rings and rows, hands every
+    /// deliverable message to the host, posts WRITEs. Returns whether it
+    /// did any work.
+    fn step_multicast<F: Fabric, H: Host<M, S, Route = R>>(
+        &mut self,
+        now_ns: u64,
+        fabric: &mut F,
+        host: &mut H,
+    ) -> bool {
+        let Some(m) = self.engines.multicast.as_mut() else {
+            return false;
+        };
+        let before = (m.delivered(), m.status().sent, m.status().received);
+        m.handle_timeout(now_ns);
+        while let Some(d) = m.poll_delivery(&mut self.mcast_buf) {
+            host.multicast_delivered(now_ns, &d, &self.mcast_buf[..d.len]);
+        }
+        let posted = execute(
+            now_ns,
+            m,
+            EngineTag::MULTICAST,
+            fabric,
+            host,
+            &mut self.counters,
+        );
+        posted || before != (m.delivered(), m.status().sent, m.status().received)
     }
 
     /// Whether the log engine now wants another view than the view engine
@@ -650,6 +732,10 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                         v.handle_completion(now_ns, c);
                         self.views_due_ns = 0;
                     }
+                    None => self.counters.completions_unrouted += 1,
+                },
+                EngineTag::MULTICAST => match &mut self.engines.multicast {
+                    Some(m) => m.handle_completion(now_ns, c),
                     None => self.counters.completions_unrouted += 1,
                 },
                 _ => self.counters.completions_unrouted += 1,

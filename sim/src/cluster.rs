@@ -40,7 +40,9 @@ use verbatim_core::stream::{
     encode_pairs, pairs_iter, range_entries, IdSpec, StreamId, StreamOp, StreamReply,
 };
 use verbatim_core::{Config, Layout, MemberId};
-use verbatim_driver::{Answer, Driver, DriverEvent, Engines, Host, Incoming, Refusal};
+use verbatim_driver::{
+    Answer, Driver, DriverEvent, Engines, Host, Incoming, McastDelivery, Refusal,
+};
 
 /// With interleaving, one read by a member's CPU in this many lets a piece
 /// of a WRITE in flight into its memory land first (while there is one).
@@ -333,6 +335,9 @@ pub struct ClusterOptions {
     /// Stop the client workload at the end of the safety phase (model runs
     /// use a fixed number of operations instead).
     pub ops_limit: Option<u64>,
+    /// Multicast workload (with `config.mcast_window > 0`): about this
+    /// often, a random member multicasts a message. 0: none.
+    pub mcast_send_period_ns: u64,
 }
 
 impl ClusterOptions {
@@ -384,6 +389,7 @@ impl ClusterOptions {
             snapshot_every_ns: 1_000_000,
             trace: false,
             ops_limit: None,
+            mcast_send_period_ns: 0,
         }
     }
 
@@ -467,6 +473,12 @@ pub struct RunReport {
     pub operations_speculated: u64,
     /// See `operations_speculated`.
     pub speculation_rollbacks: u64,
+    /// Multicast: data messages sent, and deliveries (over all members).
+    pub mcast_sent: u64,
+    /// See `mcast_sent`.
+    pub mcast_delivered: u64,
+    /// Multicast: members whose engine wedged (at the end).
+    pub mcast_wedged: u64,
     /// Suspicions of a leader whose heartbeat counter stood still (the
     /// second detector level acting), summed like `view_takeovers`.
     pub counter_suspicions: u64,
@@ -546,6 +558,8 @@ enum Ev {
         node: usize,
         peer: MemberId,
     },
+    /// A random member multicasts a message (the multicast workload).
+    McastSend,
     /// A crashed member comes back with empty memory.
     Restart {
         node: usize,
@@ -578,6 +592,7 @@ impl Ev {
             Ev::FaultEnd(i) => 600 + *i as u64,
             Ev::Snapshot => 700,
             Ev::Heal => 701,
+            Ev::McastSend => 702,
             Ev::PeerDown { node, .. } => 800 + *node as u64,
             Ev::Restart { node } => 900 + *node as u64,
             Ev::CrashThenRestart { node, .. } => 1100 + *node as u64,
@@ -785,6 +800,9 @@ pub struct Cluster {
     trace: Vec<String>,
     digest: Checksum,
     payload_buf: Vec<u8>,
+    /// The multicast history (deliveries checked as they happen).
+    mcast: crate::check::multicast::McastOrder,
+    mcast_rng: SplitMix64,
 }
 
 impl Cluster {
@@ -809,6 +827,7 @@ impl Cluster {
             };
             let mut cfg = opts.config.clone();
             cfg.self_id = MemberId(i as u8);
+            cfg.incarnation = 1;
             // A GET's value or a whole stream (XRANGE - +).
             let read_bytes_max = (limits.value_bytes_max as usize + 1).max(1 << 20);
             let driver = Driver::new(cfg, mem, RecordingKv::new(limits), 0, read_bytes_max)
@@ -960,6 +979,8 @@ impl Cluster {
             depose_rng: SplitMix64::new(seed ^ 0x4445_504F),
             trace: Vec::new(),
             digest: Checksum::new(0x0053_494D),
+            mcast: crate::check::multicast::McastOrder::new(usize::from(initial_members)),
+            mcast_rng: SplitMix64::new(seed ^ 0x4D43_4153),
         }
     }
 
@@ -1045,6 +1066,10 @@ impl Cluster {
         }
         self.queue.push(self.opts.snapshot_every_ns, Ev::Snapshot);
         self.queue.push(self.opts.safety_ns, Ev::Heal);
+        if self.opts.mcast_send_period_ns > 0 && self.opts.config.mcast_window > 0 {
+            self.queue
+                .push(self.opts.mcast_send_period_ns, Ev::McastSend);
+        }
 
         // A run that stops advancing in time (events scheduled at the same
         // instant over and over: a member that asks to be called again at
@@ -1158,6 +1183,7 @@ impl Cluster {
                 }
             }
             Ev::ClientSend { client } => self.client_new_op(client),
+            Ev::McastSend => self.mcast_send(),
             Ev::ClientArrive { node, req } => {
                 if self.nodes[node].state != NodeState::Crashed {
                     self.nodes[node].inbox.push_back(req);
@@ -1440,6 +1466,7 @@ impl Cluster {
         cfg.self_id = MemberId(i as u8);
         // A new process draws new timeouts.
         cfg.seed ^= incarnation << 40;
+        cfg.incarnation = incarnation + 1;
         let read_bytes_max = (self.limits.value_bytes_max as usize + 1).max(1 << 20);
         let local = self.local(i, self.now);
         let view = if self.opts.interleaving {
@@ -1556,6 +1583,69 @@ impl Cluster {
         }
     }
 
+    /// The multicast workload: a random running member multicasts a
+    /// message naming itself and a counter; the next one is scheduled
+    /// until the safety phase ends.
+    fn mcast_send(&mut self) {
+        let n = self.nodes.len() as u64;
+        let i = self.mcast_rng.range_inclusive(0, n - 1) as usize;
+        if self.nodes[i].state == NodeState::Running {
+            let tag = self.mcast.sent_total;
+            let len = self.mcast_rng.range_inclusive(0, 24) as usize;
+            let mut payload = tag.to_le_bytes().to_vec();
+            payload.extend((0..len).map(|k| (tag as u8).wrapping_add(k as u8)));
+            payload.truncate(self.opts.config.mcast_payload_bytes_max as usize);
+            let driver = &mut self.nodes[i].driver;
+            let incarnation = driver.engines().multicast.as_ref().map(|m| m.incarnation());
+            if let (Ok(index), Some(inc)) = (driver.multicast_send(&payload), incarnation) {
+                self.log(|| format!("node {i}: multicast {index} ({} bytes)", payload.len()));
+                self.mcast.sent(i, inc, index, &payload);
+                self.wake(i, self.now);
+            }
+        }
+        let next = self.now
+            + self
+                .mcast_rng
+                .range_inclusive(1, 2 * self.opts.mcast_send_period_ns);
+        if next < self.opts.safety_ns {
+            self.queue.push(next, Ev::McastSend);
+        }
+    }
+
+    /// Records a member's multicast receipts after its step, then checks
+    /// the deliveries of that step.
+    fn observe_multicast(&mut self, i: usize, delivered: Vec<(McastDelivery, Vec<u8>)>) {
+        let Some(m) = self.nodes[i].driver.engines().multicast.as_ref() else {
+            return;
+        };
+        let (Some(digest), inc) = (m.view_digest(), m.incarnation()) else {
+            return;
+        };
+        for s in 0..m.members() {
+            let sender = MemberId(s as u8);
+            if let Some(s_inc) = m.pinned_incarnation(sender) {
+                self.mcast.received(i, inc, s, s_inc, m.received(sender));
+            }
+        }
+        for (d, payload) in delivered {
+            let found = self.mcast.delivered(
+                self.now,
+                crate::check::multicast::Delivered {
+                    member: i,
+                    incarnation: inc,
+                    digest,
+                    sender: d.sender.index(),
+                    sender_incarnation: d.sender_incarnation,
+                    index: d.index,
+                    payload: &payload,
+                },
+            );
+            for v in found {
+                self.violation(v);
+            }
+        }
+    }
+
     /// One iteration of a member's host loop (see the core's driving
     /// contract), charged with DARE's LogGP overheads.
     fn step(&mut self, i: usize) {
@@ -1576,6 +1666,7 @@ impl Cluster {
         let mut posted = Vec::new();
         let mut answers = Vec::new();
         let mut events = Vec::new();
+        let mut mcast_delivered = Vec::new();
         {
             let SimNode {
                 driver,
@@ -1595,9 +1686,11 @@ impl Cluster {
                 peer_up,
                 answers: &mut answers,
                 events: &mut events,
+                mcast: &mut mcast_delivered,
             };
             driver.step(local, &mut fabric, &mut host);
         }
+        self.observe_multicast(i, mcast_delivered);
         let mut depart = t + self.opts.net.poll_ns as u64;
         // The CPU time of the piece of a restore this step did.
         let recovery_after = self.nodes[i].driver.log().recovery_status();
@@ -2844,6 +2937,14 @@ impl Cluster {
             elections_started: log_sum(|c| c.elections_started),
             operations_speculated: log_sum(|c| c.operations_speculated),
             speculation_rollbacks: log_sum(|c| c.speculation_rollbacks),
+            mcast_sent: self.mcast.sent_total,
+            mcast_delivered: self.mcast.delivered_total,
+            mcast_wedged: self
+                .nodes
+                .iter()
+                .filter_map(|n| n.driver.engines().multicast.as_ref())
+                .filter(|m| m.wedged().is_some())
+                .count() as u64,
             view_campaigns: log_sum(|c| c.view_campaigns),
             views_decided: self
                 .nodes
@@ -2944,6 +3045,7 @@ struct SimHost<'a> {
     peer_up: &'a mut Vec<MemberId>,
     answers: &'a mut Vec<(SimRoute, SentAnswer)>,
     events: &'a mut Vec<DriverEvent>,
+    mcast: &'a mut Vec<(McastDelivery, Vec<u8>)>,
 }
 
 impl Host<SimMemory, RecordingKv> for SimHost<'_> {
@@ -2999,5 +3101,9 @@ impl Host<SimMemory, RecordingKv> for SimHost<'_> {
         event: DriverEvent,
     ) {
         self.events.push(event);
+    }
+
+    fn multicast_delivered(&mut self, _now_ns: u64, delivery: &McastDelivery, payload: &[u8]) {
+        self.mcast.push((*delivery, payload.to_vec()));
     }
 }

@@ -93,6 +93,7 @@ fn parse_mutation(s: &str) -> Option<Mutation> {
         "campaign-without-view" => Mutation::CampaignWithoutView,
         "reply-on-speculation" => Mutation::ReplyOnSpeculation,
         "keep-speculation-when-deposed" => Mutation::KeepSpeculationWhenDeposed,
+        "deliver-before-stable" => Mutation::DeliverBeforeStable,
         _ => return None,
     })
 }
@@ -212,13 +213,9 @@ fn main() -> ExitCode {
     let most_steps = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicU64::new(0));
     // Seeds in which a view started a campaign, took a primary over, a
-    // primary executed ahead of its commit, one rolled that back.
-    let by_view = Arc::new([
-        AtomicU64::new(0),
-        AtomicU64::new(0),
-        AtomicU64::new(0),
-        AtomicU64::new(0),
-    ]);
+    // primary executed ahead of its commit, one rolled that back; seeds
+    // that multicast, and the multicast deliveries checked.
+    let by_view: Arc<[AtomicU64; 6]> = Arc::new(Default::default());
     let workers: Vec<_> = (0..threads)
         .map(|_| {
             let (next, failed, undecided, most_steps, done, by_view) = (
@@ -246,6 +243,8 @@ fn main() -> ExitCode {
                     u64::from(r.report.speculation_rollbacks > 0),
                     Ordering::Relaxed,
                 );
+                by_view[4].fetch_add(u64::from(r.report.mcast_sent > 0), Ordering::Relaxed);
+                by_view[5].fetch_add(r.report.mcast_delivered, Ordering::Relaxed);
                 if r.report.linearizability_unknown {
                     eprintln!(
                         "seed {s} UNDECIDED: the linearizability search ran out of budget ({})",
@@ -286,11 +285,13 @@ fn main() -> ExitCode {
     );
     println!(
         "seeds with a campaign started by a view: {}, with a primary taking over by a view: {}, \
-         executing ahead of the commit: {} (rolled back: {})",
+         executing ahead of the commit: {} (rolled back: {}); multicasting: {} ({} deliveries checked)",
         by_view[0].load(Ordering::Relaxed),
         by_view[1].load(Ordering::Relaxed),
         by_view[2].load(Ordering::Relaxed),
-        by_view[3].load(Ordering::Relaxed)
+        by_view[3].load(Ordering::Relaxed),
+        by_view[4].load(Ordering::Relaxed),
+        by_view[5].load(Ordering::Relaxed)
     );
     if !failed.is_empty() {
         let list: Vec<String> = failed.iter().map(|(s, _)| s.to_string()).collect();

@@ -117,7 +117,22 @@ pub fn options_for_seed(seed: u64) -> ClusterOptions {
     zombie_removal(seed, &mut o);
     views(seed, &mut o);
     counter_detector(seed, &mut o);
+    multicast(seed, &mut o);
     o
+}
+
+/// Derecho's atomic multicast (issue 15), from a stream of its own: a
+/// third of the seeds run the multicast engine beside the log, with a
+/// window of 2 to 32 slots and a member multicasting every 5 to 100 µs on
+/// average, under the seed's faults (a crash wedges the group; partitions
+/// and pauses delay it).
+fn multicast(seed: u64, o: &mut ClusterOptions) {
+    let mut c = SplitMix64::new(seed ^ 0x004D_4341_5354); // "MCAST"
+    if c.chance(1, 3) {
+        o.config.mcast_window = [2u32, 4, 8, 32][c.range_inclusive(0, 3) as usize];
+        o.config.mcast_payload_bytes_max = 64;
+        o.mcast_send_period_ns = c.range_inclusive(5, 100) * US;
+    }
 }
 
 /// The heartbeat-counter detector (uKharon §4.2, issue 14), from a stream
@@ -385,7 +400,7 @@ pub fn run_seed(seed: u64, mutation: Mutation, trace: bool) -> SeedResult {
 /// A one-line summary of a seed's options.
 pub fn describe(o: &ClusterOptions) -> String {
     format!(
-        "P={} initial={} clients={} keys={} ring={}KiB prune_grace={}ms zombie_remove={}ms counter_gap={}µs tearing={} interleaving={} reordering={} notify={} drift={} latency×{:.2} {} faults={:?}",
+        "P={} initial={} clients={} keys={} ring={}KiB prune_grace={}ms zombie_remove={}ms counter_gap={}µs tearing={} interleaving={} reordering={} notify={} drift={} latency×{:.2} {} {} faults={:?}",
         o.members,
         o.config.initial_members,
         o.clients,
@@ -414,6 +429,15 @@ pub fn describe(o: &ClusterOptions) -> String {
                 } else {
                     ""
                 }
+            )
+        },
+        if o.config.mcast_window == 0 {
+            "multicast=off".to_string()
+        } else {
+            format!(
+                "multicast(window={} every≈{}µs)",
+                o.config.mcast_window,
+                o.mcast_send_period_ns / 1000
             )
         },
         o.faults

@@ -1097,7 +1097,8 @@ fn drive<F: HostFabric>(
     let m = opts.manifest.clone();
     let id = MemberId(opts.id);
     let member = m.members[usize::from(opts.id)].clone();
-    let cfg = m.core_config(opts.id);
+    let mut cfg = m.core_config(opts.id);
+    cfg.incarnation = draw_incarnation();
     let io = |what: String| move |source| ReplicaError::Io { what, source };
     // Readiness barrier: start once every peer's segment is mapped, or
     // after the timeout (missing peers are retried and count as down).
@@ -1399,4 +1400,22 @@ pub fn group_configuration(
         is_member: c.active.contains(me),
         in_progress,
     }
+}
+
+/// A number this process's successors will not repeat: the multicast
+/// engine ties this member's messages and row to it, so that a restarted
+/// replica never passes for the one it replaces. Random where the kernel
+/// gives randomness; otherwise the clock, which a restart moves anyway.
+fn draw_incarnation() -> u64 {
+    let mut bytes = [0u8; 8];
+    let drawn = match getrandom::fill(&mut bytes) {
+        Ok(()) => u64::from_le_bytes(bytes),
+        Err(_) => {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+                ^ u64::from(std::process::id()).rotate_left(40)
+        }
+    };
+    drawn.max(1)
 }

@@ -11,6 +11,7 @@ pub mod election;
 pub mod leases;
 pub mod linearizability;
 pub mod log_matching;
+pub mod multicast;
 pub mod state_machine;
 pub mod streams;
 pub mod suspicions;

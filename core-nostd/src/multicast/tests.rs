@@ -1,0 +1,356 @@
+//! The multicast engine among a few members over in-process memories: a
+//! fabric that copies each WRITE at once, or holds a member's incoming
+//! WRITEs to play a slow receiver.
+
+extern crate std;
+use super::*;
+use crate::fabric::WcStatus;
+use crate::layout::Layout;
+use crate::test_memory::TestMemory;
+use std::vec;
+use std::vec::Vec;
+
+struct Group {
+    engines: Vec<Option<McastEngine<TestMemory>>>,
+    mems: Vec<TestMemory>,
+    config: Vec<Config>,
+    /// Members whose incoming WRITEs wait (in order) instead of landing.
+    held: Vec<bool>,
+    queued: Vec<(usize, WorkRequest)>,
+    now: u64,
+    delivered: Vec<Vec<(MemberId, u64, Vec<u8>)>>,
+}
+
+fn config(n: u8, id: u8, window: u32) -> Config {
+    let mut c = Config::new(n, MemberId(id));
+    c.mcast_window = window;
+    c.mcast_payload_bytes_max = 64;
+    c.incarnation = 100 + u64::from(id);
+    c
+}
+
+impl Group {
+    fn new(n: u8, window: u32) -> Group {
+        let config: Vec<Config> = (0..n).map(|i| config(n, i, window)).collect();
+        let layout = Layout::new(&config[0]).unwrap();
+        let mems: Vec<TestMemory> = (0..n).map(|_| TestMemory::new(&layout)).collect();
+        let engines = (0..n as usize)
+            .map(|i| McastEngine::new(&config[i], mems[i].clone(), 0))
+            .collect();
+        Group {
+            engines,
+            mems,
+            config,
+            held: vec![false; n as usize],
+            queued: Vec::new(),
+            now: 0,
+            delivered: vec![Vec::new(); n as usize],
+        }
+    }
+
+    fn engine(&mut self, i: usize) -> &mut McastEngine<TestMemory> {
+        self.engines[i].as_mut().unwrap()
+    }
+
+    fn land(&mut self, from: usize, wr: &WorkRequest) {
+        let Op::Write { local, remote, len } = wr.op else {
+            panic!("multicast posts only WRITEs");
+        };
+        let mut buf = vec![0u8; len as usize];
+        self.mems[from].read(local, &mut buf);
+        self.mems[wr.peer.index()].write(remote, &buf);
+    }
+
+    /// One step of every member: timers, deliveries, posts.
+    fn step(&mut self) {
+        self.now += 1_000;
+        for i in 0..self.engines.len() {
+            let now = self.now;
+            let Some(e) = self.engines[i].as_mut() else {
+                continue;
+            };
+            e.handle_timeout(now);
+            let mut out = [0u8; 64];
+            while let Some(d) = e.poll_delivery(&mut out) {
+                self.delivered[i].push((d.sender, d.index, out[..d.len].to_vec()));
+            }
+            let mut posts = Vec::new();
+            while let Some(a) = self.engines[i].as_mut().unwrap().poll_action() {
+                let Action::Post(wr) = a else {
+                    panic!("multicast asks only posts")
+                };
+                posts.push(wr);
+            }
+            for wr in posts {
+                let peer = wr.peer.index();
+                if self.held[peer] {
+                    self.queued.push((i, wr));
+                } else {
+                    self.land(i, &wr);
+                }
+                self.engine(i).handle_completion(
+                    now,
+                    Completion {
+                        wr_id: wr.wr_id,
+                        peer: wr.peer,
+                        status: WcStatus::Ok,
+                    },
+                );
+            }
+        }
+    }
+
+    fn steps(&mut self, n: usize) {
+        for _ in 0..n {
+            self.step();
+        }
+    }
+
+    fn release(&mut self, member: usize) {
+        self.held[member] = false;
+        let queued = core::mem::take(&mut self.queued);
+        for (from, wr) in queued {
+            if wr.peer.index() == member {
+                self.land(from, &wr);
+            } else {
+                self.queued.push((from, wr));
+            }
+        }
+    }
+}
+
+fn order(g: &Group, i: usize) -> Vec<(u8, u64)> {
+    g.delivered[i].iter().map(|(s, k, _)| (s.0, *k)).collect()
+}
+
+#[test]
+fn every_member_delivers_the_same_messages_in_round_robin_order() {
+    let mut g = Group::new(3, 16);
+    g.steps(3);
+    assert!(
+        g.engine(0).status().started,
+        "rows seen, incarnations pinned"
+    );
+    for round in 0..5u8 {
+        for m in 0..3 {
+            g.engine(m).send(&[m as u8, round]).unwrap();
+        }
+        g.steps(2);
+    }
+    g.steps(5);
+    let expected: Vec<(u8, u64)> = (0..5u64)
+        .flat_map(|k| (0..3u8).map(move |s| (s, k)))
+        .collect();
+    for m in 0..3 {
+        assert_eq!(order(&g, m), expected, "member {m}");
+        for (s, k, payload) in &g.delivered[m] {
+            assert_eq!(payload, &vec![s.0, *k as u8]);
+        }
+    }
+    assert_eq!(
+        g.engine(1).status().sent_nulls,
+        0,
+        "everyone sent: no nulls"
+    );
+}
+
+#[test]
+fn idle_senders_fill_their_turns_with_nulls_that_are_never_delivered() {
+    let mut g = Group::new(3, 8);
+    g.steps(3);
+    for i in 0..20u8 {
+        // More than the window: the sender waits for deliveries.
+        while g.engine(1).send(&[i]).is_err() {
+            g.step();
+        }
+    }
+    g.steps(10);
+    for m in 0..3 {
+        let got: Vec<Vec<u8>> = g.delivered[m].iter().map(|d| d.2.clone()).collect();
+        assert_eq!(
+            got,
+            (0..20u8).map(|i| vec![i]).collect::<Vec<_>>(),
+            "member {m}"
+        );
+        assert!(g.delivered[m].iter().all(|d| d.0 == MemberId(1)));
+    }
+    assert!(g.engine(0).status().sent_nulls >= 19);
+    assert!(g.engine(2).status().sent_nulls >= 19);
+    assert_eq!(g.engine(1).status().sent_nulls, 0);
+    // Idle again: nobody sends anything more.
+    let sent: Vec<u64> = (0..3).map(|m| g.engine(m).status().sent).collect();
+    g.steps(5);
+    let after: Vec<u64> = (0..3).map(|m| g.engine(m).status().sent).collect();
+    assert_eq!(sent, after, "no nulls while every sender is idle");
+}
+
+#[test]
+fn nothing_is_delivered_until_every_member_received_it_and_a_full_window_waits() {
+    let mut g = Group::new(3, 4);
+    g.steps(3);
+    g.held[2] = true;
+    for i in 0..4u8 {
+        g.engine(0).send(&[i]).unwrap();
+    }
+    assert_eq!(g.engine(0).send(&[9]), Err(SendError::WindowFull));
+    g.steps(6);
+    for m in 0..3 {
+        assert!(
+            g.delivered[m].is_empty(),
+            "member {m} delivered before 2 received"
+        );
+    }
+    assert_eq!(g.engine(0).send(&[9]), Err(SendError::WindowFull));
+    g.release(2);
+    g.steps(6);
+    for m in 0..3 {
+        assert_eq!(g.delivered[m].len(), 4, "member {m}");
+    }
+    assert_eq!(g.engine(0).send(&[9]), Ok(4), "the window moved");
+}
+
+#[test]
+fn a_torn_or_foreign_slot_is_not_received() {
+    let mut g = Group::new(2, 4);
+    g.steps(3);
+    let lay = *g.engine(0).layout();
+    // Member 1's slot 0 in member 0's memory: a head without the rest.
+    let at = lay.slot(MemberId(1), 0);
+    g.mems[0].store_u64(at, 1);
+    g.steps(2);
+    assert_eq!(g.engine(0).received(MemberId(1)), 0, "torn slot taken");
+    // A whole slot of another incarnation (a restarted process).
+    let payload = [7u8; 8];
+    let meta_word = meta(8, KIND_DATA, MemberId(1));
+    let other = 999;
+    g.mems[0].store_u64(at.add(8), meta_word);
+    g.mems[0].store_u64(at.add(16), other);
+    g.mems[0].write(at.add(24), &payload);
+    g.mems[0].store_u64(at.add(32), slot_checksum(1, meta_word, other, &payload));
+    g.mems[0].store_u64(at.add(40), 1);
+    g.steps(2);
+    assert_eq!(g.engine(0).received(MemberId(1)), 0, "foreign slot taken");
+    // The same slot of the pinned incarnation is taken.
+    let inc = g.config[1].incarnation;
+    g.mems[0].store_u64(at.add(16), inc);
+    g.mems[0].store_u64(at.add(32), slot_checksum(1, meta_word, inc, &payload));
+    g.steps(1);
+    assert_eq!(g.engine(0).received(MemberId(1)), 1);
+}
+
+#[test]
+fn a_restarted_member_is_not_counted_by_the_running_group() {
+    let mut g = Group::new(3, 8);
+    g.steps(3);
+    g.engine(0).send(b"a").unwrap();
+    g.steps(4);
+    // Member 2 restarts: fresh memory, a new incarnation.
+    let layout = Layout::new(&g.config[2]).unwrap();
+    g.mems[2] = TestMemory::new(&layout);
+    g.config[2].incarnation = 777;
+    g.engines[2] = McastEngine::new(&g.config[2], g.mems[2].clone(), g.now);
+    g.delivered[2].clear();
+    g.steps(4);
+    // Its row now reaches the others with another incarnation: they stop
+    // counting it, so a new message never becomes stable.
+    g.engine(0).send(b"b").unwrap();
+    g.steps(6);
+    assert_eq!(
+        g.delivered[0].len(),
+        1,
+        "delivered a message the restarted member may lack"
+    );
+    assert_eq!(g.delivered[1].len(), 1);
+    assert!(g.delivered[2].is_empty());
+    // And whatever it sends is ignored.
+    // (Its predecessor's null of round 0 was received before.)
+    let before = g.engine(1).received(MemberId(2));
+    let _ = g.engine(2).send(b"z");
+    g.steps(4);
+    assert_eq!(g.engine(1).received(MemberId(2)), before);
+}
+
+#[test]
+fn a_message_overwritten_before_delivery_wedges_instead_of_being_delivered() {
+    let mut g = Group::new(3, 4);
+    g.steps(3);
+    // Member 2 does not get it yet: member 1 receives it, cannot deliver.
+    g.held[2] = true;
+    g.engine(0).send(b"hello").unwrap();
+    g.steps(3);
+    assert_eq!(g.engine(1).received(MemberId(0)), 1);
+    assert!(g.delivered[1].is_empty());
+    // Member 1's copy changes after it was received, before delivery.
+    let at = g.engine(0).layout().slot(MemberId(0), 0);
+    g.mems[1].write(at.add(24), b"HELLO");
+    g.release(2);
+    g.steps(4);
+    assert!(g.delivered[1].is_empty(), "a corrupt copy was delivered");
+    assert_eq!(
+        g.engine(1).wedged(),
+        Some(WedgeCause::SlotOverwritten(MemberId(0)))
+    );
+    assert_eq!(g.engine(1).send(b"x"), Err(SendError::Wedged));
+    assert_eq!(g.delivered[0].len(), 1, "the sender's own copy is intact");
+    assert_eq!(g.delivered[2].len(), 1);
+}
+
+#[test]
+fn a_peer_that_is_gone_wedges_the_group() {
+    let mut g = Group::new(3, 4);
+    g.steps(3);
+    let now = g.now;
+    g.engine(0).handle_peer_down(now, MemberId(2));
+    assert_eq!(g.engine(0).send(b"x"), Err(SendError::Wedged));
+    assert_eq!(
+        g.engine(0).wedged(),
+        Some(WedgeCause::PeerDown(MemberId(2)))
+    );
+    assert_eq!(
+        g.engine(1).send(b"y"),
+        Ok(0),
+        "a member that does not know goes on"
+    );
+}
+
+#[test]
+fn sends_before_start_and_oversized_ones_are_refused() {
+    let mut g = Group::new(3, 4);
+    assert_eq!(g.engine(0).send(b"x"), Err(SendError::NotStarted));
+    g.steps(3);
+    assert_eq!(g.engine(0).send(&[0u8; 65]), Err(SendError::TooLarge));
+    assert_eq!(g.engine(0).send(&[0u8; 64]), Ok(0));
+}
+
+#[test]
+fn multicast_off_or_outside_the_group_has_no_engine() {
+    let c = config(3, 0, 0);
+    let layout = Layout::new(&c).unwrap();
+    assert!(layout.multicast.is_none());
+    assert!(McastEngine::new(&c, TestMemory::new(&layout), 0).is_none());
+    let mut c = config(3, 2, 4);
+    c.initial_members = 2;
+    let layout = Layout::new(&c).unwrap();
+    assert!(McastEngine::new(&c, TestMemory::new(&layout), 0).is_none());
+}
+
+#[test]
+fn bad_multicast_settings_are_refused_with_the_field_named() {
+    let mut c = config(3, 0, 1);
+    assert!(matches!(
+        c.validate(),
+        Err(crate::config::ConfigError::OutOfRange {
+            field: "mcast_window",
+            ..
+        })
+    ));
+    c.mcast_window = 8;
+    c.mcast_payload_bytes_max = 4096;
+    assert!(matches!(
+        c.validate(),
+        Err(crate::config::ConfigError::OutOfRange {
+            field: "mcast_payload_bytes_max",
+            ..
+        })
+    ));
+}
