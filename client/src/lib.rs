@@ -29,6 +29,7 @@ pub mod manifest;
 pub mod notice;
 pub mod pipeline;
 pub mod process;
+pub mod pubsub;
 pub mod resp;
 pub mod resp_stream;
 pub mod shared;

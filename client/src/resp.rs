@@ -942,9 +942,42 @@ pub enum Command<'a> {
     },
     /// `QUIT`: reply `+OK`, then close.
     Quit,
+    /// `PUBLISH channel message`: multicast to the group (issue 15).
+    Publish {
+        /// The channel.
+        channel: &'a [u8],
+        /// The message.
+        message: &'a [u8],
+    },
+    /// `SUBSCRIBE channel [channel ...]`.
+    Subscribe(Channels<'a>),
+    /// `UNSUBSCRIBE [channel ...]` (none: every channel).
+    Unsubscribe(Channels<'a>),
     /// An empty request (`*0`, `*-1`, a blank inline line): Redis sends no
     /// reply.
     Empty,
+}
+
+/// The channels of a `SUBSCRIBE` or `UNSUBSCRIBE` (at most
+/// [`CHANNELS_PER_COMMAND_MAX`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Channels<'a> {
+    names: [&'a [u8]; CHANNELS_PER_COMMAND_MAX],
+    len: usize,
+}
+
+/// Channels one `SUBSCRIBE` or `UNSUBSCRIBE` names at most.
+pub const CHANNELS_PER_COMMAND_MAX: usize = ARGS_MAX - 1;
+
+impl<'a> Channels<'a> {
+    /// The channel names, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &'a [u8]> + '_ {
+        self.names.iter().take(self.len).copied()
+    }
+    /// Whether it names none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 /// Why a request was refused. Replies come from [`CommandError::encode`];
@@ -998,6 +1031,9 @@ pub enum CommandError<'a> {
     DbIndexOutOfRange,
     /// A `CLIENT SETNAME` name with spaces or special characters.
     BadClientName,
+    /// A `SUBSCRIBE` or `UNSUBSCRIBE` naming more than
+    /// [`CHANNELS_PER_COMMAND_MAX`] channels.
+    TooManyChannels,
     /// `HELLO` with a protocol version that is not an integer.
     HelloVersionNotInteger,
     /// `HELLO` asked for a protocol other than RESP2.
@@ -1078,6 +1114,10 @@ impl CommandError<'_> {
             CommandError::BadClientName => {
                 b"ERR Client names cannot contain spaces, newlines or special characters.".to_vec()
             }
+            CommandError::TooManyChannels => format!(
+                "ERR at most {CHANNELS_PER_COMMAND_MAX} channels per SUBSCRIBE or UNSUBSCRIBE; send several"
+            )
+            .into_bytes(),
             CommandError::HelloVersionNotInteger => {
                 b"ERR Protocol version is not an integer or out of range".to_vec()
             }
@@ -1285,6 +1325,36 @@ pub fn parse_command<'a>(
     }
     if is(name, "QUIT") {
         return Ok(Command::Quit);
+    }
+    if is(name, "PUBLISH") {
+        arity(argc == 3, "publish")?;
+        return Ok(Command::Publish {
+            channel: arg(1),
+            message: arg(2),
+        });
+    }
+    if is(name, "SUBSCRIBE") || is(name, "UNSUBSCRIBE") {
+        let subscribe = is(name, "SUBSCRIBE");
+        if subscribe {
+            arity(argc >= 2, "subscribe")?;
+        }
+        // argc ≥ 1 here (the name).
+        let named = argc.saturating_sub(1);
+        if named > CHANNELS_PER_COMMAND_MAX {
+            return Err(CommandError::TooManyChannels);
+        }
+        let mut channels = Channels {
+            names: [&[]; CHANNELS_PER_COMMAND_MAX],
+            len: named,
+        };
+        for (i, slot) in channels.names.iter_mut().enumerate().take(named) {
+            *slot = arg(i.saturating_add(1));
+        }
+        return Ok(if subscribe {
+            Command::Subscribe(channels)
+        } else {
+            Command::Unsubscribe(channels)
+        });
     }
     if crate::resp_stream::is_stream_command(name) {
         let all = crate::resp_stream::args_of(request);
@@ -1510,9 +1580,13 @@ pub fn reply_local(command: &Command<'_>, out: &mut Vec<u8>) -> Local {
             encode_simple(b"OK", out);
             return Local::Close;
         }
-        Command::Kv(_) | Command::Stream(_) | Command::Info(_) | Command::Hello { .. } => {
-            return Local::Host
-        }
+        Command::Kv(_)
+        | Command::Stream(_)
+        | Command::Info(_)
+        | Command::Hello { .. }
+        | Command::Publish { .. }
+        | Command::Subscribe(_)
+        | Command::Unsubscribe(_) => return Local::Host,
     }
     Local::Replied
 }
@@ -1607,6 +1681,36 @@ mod tests {
         let mut out = Vec::new();
         command(bytes).unwrap_err().encode(&mut out);
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn publish_and_subscriptions_parse_with_their_channels() {
+        assert_eq!(
+            command(b"*3\r\n$7\r\nPUBLISH\r\n$2\r\nch\r\n$2\r\nhi\r\n").unwrap(),
+            Command::Publish {
+                channel: b"ch",
+                message: b"hi"
+            }
+        );
+        let Command::Subscribe(c) = command(b"SUBSCRIBE a bb\r\n").unwrap() else {
+            panic!("not a subscribe");
+        };
+        assert_eq!(c.iter().collect::<Vec<_>>(), vec![&b"a"[..], &b"bb"[..]]);
+        let Command::Unsubscribe(c) = command(b"unsubscribe\r\n").unwrap() else {
+            panic!("not an unsubscribe");
+        };
+        assert!(c.is_empty(), "UNSUBSCRIBE alone names every channel");
+        assert_eq!(
+            error_reply(b"PUBLISH ch\r\n"),
+            "-ERR wrong number of arguments for 'publish' command\r\n"
+        );
+        assert!(error_reply(b"SUBSCRIBE\r\n").contains("'subscribe'"));
+        assert!(error_reply(b"SUBSCRIBE a b c d e f g h\r\n").contains("at most 7 channels"));
+        let mut out = Vec::new();
+        assert_eq!(
+            reply_local(&command(b"PUBLISH a b\r\n").unwrap(), &mut out),
+            Local::Host
+        );
     }
 
     fn samples() -> Vec<Owned> {

@@ -125,6 +125,7 @@ pub fn snapshot(id: u8, role: &str, term: u64, leader: Option<u8>) -> Snapshot {
             is_member: true,
             in_progress: false,
         },
+        multicast: None,
     }
 }
 

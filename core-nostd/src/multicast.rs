@@ -45,19 +45,26 @@
 //!
 //! A member's process picks an incarnation number at start
 //! ([`crate::Config::incarnation`]) and writes it into its row and its
-//! slots. A member starts (sends, receives, delivers) once it has seen the
-//! row of every member, and pins their incarnations: it ignores slots of
-//! any other incarnation, and only counts the rows of members that pinned
-//! the same set (the row's `view_digest`). A restarted process thus never
-//! takes the place of the one it replaces in the running group: its
-//! messages are ignored and nothing it reports is counted.
+//! slots. Once a member has seen the row of every member it pins their
+//! incarnations: from then on it ignores slots and rows of any other
+//! incarnation (a member's counts stay as its pinned incarnation last
+//! reported them), and counts a member's row only if it pinned the same
+//! set (the row's `view_digest`). It sends only once every member's row
+//! shows that same set. A restarted process therefore never joins the
+//! running group: it sees the others' digests, made with its
+//! predecessor's incarnation, differ from its own, so it never writes a
+//! message into their rings, and nothing it reports is counted.
 //!
 //! # Failures (this step)
 //!
-//! A member that learns a peer is gone *wedges*: it sends nothing more and
-//! delivers only what still becomes stable. Derecho's view change (ragged
-//! trim, a new epoch without the dead member) is the next step; until
-//! then a group that lost a member stops delivering new messages.
+//! A member that learns a peer is gone *wedges*: it sends nothing more,
+//! freezes the dead member's counts as last seen (Derecho freezes the
+//! row), and delivers only what still becomes stable. Derecho's view
+//! change (ragged trim, a new epoch without the dead member) is the next
+//! step; until then a group that lost a member stops delivering new
+//! messages. A WRITE that fails (a broken channel) is posted again after
+//! `reconnect_backoff_ns`, once the engine has re-established the
+//! channel.
 
 use crate::checksum::Checksum;
 use crate::config::Config;
@@ -306,12 +313,24 @@ pub struct McastStatus {
     pub rows_foreign: u64,
 }
 
+/// What a member's row last reported, from its pinned incarnation.
+#[derive(Clone, Copy, Debug, Default)]
+struct PeerRow {
+    /// Its incarnation (before we pinned: the latest seen).
+    incarnation: u64,
+    received: [u64; MAX_MEMBERS],
+    delivered: u64,
+    digest: u64,
+    /// Gone: its counts stay as they are (Derecho's frozen row).
+    frozen: bool,
+}
+
 #[derive(Clone, Copy, Debug, Default)]
 struct PeerPost {
-    /// Our messages whose WRITE to this peer was posted (a prefix).
+    /// Our messages whose WRITE to this peer was posted (a prefix; moved
+    /// back to the first that failed, and up to what the peer reports
+    /// received).
     posted: u64,
-    /// Of which completed without error.
-    acked: u64,
     /// Work requests in flight to it.
     inflight: u32,
     /// No post before this time (after an error).
@@ -322,6 +341,8 @@ struct PeerPost {
     row_acked_version: u64,
     /// Its process is gone.
     down: bool,
+    /// A WRITE to it failed: re-establish the channel before posting.
+    reconnect: bool,
 }
 
 /// The multicast engine of one member.
@@ -344,8 +365,12 @@ pub struct McastEngine<M: Memory> {
     peers: [PeerPost; MAX_MEMBERS],
     /// Next peer `poll_action` looks at first (fair posting).
     next_peer: usize,
+    /// Each member's row as its pinned incarnation last reported it.
+    rows: [PeerRow; MAX_MEMBERS],
     /// More deliveries may be due than the last call took.
     deliver_due: bool,
+    /// A ring had more messages than one call takes.
+    receive_due: bool,
     wedged: Option<WedgeCause>,
     status: McastStatus,
     now: u64,
@@ -381,7 +406,9 @@ impl<M: Memory> McastEngine<M> {
             delivered: 0,
             peers: [PeerPost::default(); MAX_MEMBERS],
             next_peer: 0,
+            rows: [PeerRow::default(); MAX_MEMBERS],
             deliver_due: false,
+            receive_due: false,
             wedged: None,
             status: McastStatus::default(),
             now: now_ns,
@@ -448,7 +475,16 @@ impl<M: Memory> McastEngine<M> {
 
     /// True while a send would be taken (started, not wedged, a free slot).
     pub fn can_send(&self) -> bool {
-        self.pinned.is_some() && self.wedged.is_none() && self.window_room(self.sent)
+        self.formed() && self.wedged.is_none() && self.window_room(self.sent)
+    }
+
+    /// Whether every member's row shows the incarnations we pinned: the
+    /// group is formed and we may send.
+    fn formed(&self) -> bool {
+        let Some((_, digest)) = self.pinned else {
+            return false;
+        };
+        (0..self.n).all(|m| m == self.me.index() || self.rows[m].digest == digest)
     }
 
     /// Multicasts `payload`: writes it into our ring (the WRITEs to peers
@@ -461,7 +497,7 @@ impl<M: Memory> McastEngine<M> {
         if self.wedged.is_some() {
             return Err(SendError::Wedged);
         }
-        if self.pinned.is_none() {
+        if !self.formed() {
             return Err(SendError::NotStarted);
         }
         if !self.window_room(self.sent) {
@@ -479,7 +515,10 @@ impl<M: Memory> McastEngine<M> {
     /// `None`: nothing deliverable now.
     pub fn poll_delivery(&mut self, out: &mut [u8]) -> Option<McastDelivery> {
         assert!(out.len() as u64 >= self.lay.payload_bytes_max);
-        let pinned = self.pinned?;
+        let Some(pinned) = self.pinned else {
+            self.deliver_due = false;
+            return None;
+        };
         for _ in 0..DELIVER_SCAN_MAX {
             let seq = self.delivered;
             let sender = MemberId((seq % self.n as u64) as u8);
@@ -551,7 +590,7 @@ impl<M: Memory> McastEngine<M> {
         if member == self.me {
             return self.received[sender.index()];
         }
-        self.peer_row_value(member, |row| row.get_at(&COL_RECEIVED, sender.index()))
+        self.peer_row_value(member, |row| row.received[sender.index()])
     }
 
     /// What `member` reports delivered.
@@ -559,22 +598,46 @@ impl<M: Memory> McastEngine<M> {
         if member == self.me {
             return self.delivered;
         }
-        self.peer_row_value(member, |row| row.get(&COL_DELIVERED))
+        self.peer_row_value(member, |row| row.delivered)
     }
 
-    fn peer_row_value(
-        &self,
-        member: MemberId,
-        f: impl Fn(crate::sst::RowRef<'_>) -> Option<u64>,
-    ) -> u64 {
+    fn peer_row_value(&self, member: MemberId, f: impl Fn(&PeerRow) -> u64) -> u64 {
         let Some((_, digest)) = self.pinned else {
             return 0;
         };
-        let row = self.table.row(member);
-        if row.get(&COL_VIEW_DIGEST) != Some(digest) {
+        let row = &self.rows[member.index()];
+        if row.digest != digest {
             return 0;
         }
-        f(row).unwrap_or(0)
+        f(row)
+    }
+
+    /// Takes what `member`'s row copy now says, if it comes from the
+    /// incarnation we pinned (or, before we pinned, its incarnation).
+    fn take_row(&mut self, member: MemberId) {
+        let m = member.index();
+        if self.rows[m].frozen {
+            return;
+        }
+        let row = self.table.row(member);
+        let Some(incarnation) = row.get(&COL_INCARNATION) else {
+            return;
+        };
+        if let Some((pinned, _)) = self.pinned {
+            if incarnation != pinned[m] {
+                // Another process in that member's place: what it says is
+                // not about this group.
+                self.status.rows_foreign += 1;
+                return;
+            }
+        }
+        let r = &mut self.rows[m];
+        r.incarnation = incarnation;
+        for (s, v) in r.received.iter_mut().enumerate().take(self.n) {
+            *v = row.get_at(&COL_RECEIVED, s).unwrap_or(0);
+        }
+        r.delivered = row.get(&COL_DELIVERED).unwrap_or(0);
+        r.digest = row.get(&COL_VIEW_DIGEST).unwrap_or(0);
     }
 
     /// Whether our message `index` may take its slot: the message it
@@ -668,9 +731,9 @@ impl<M: Memory> McastEngine<M> {
             *inc = if m == self.me.index() {
                 self.incarnation
             } else {
-                match self.table.row(MemberId(m as u8)).get(&COL_INCARNATION) {
-                    Some(i) if i != 0 => i,
-                    _ => return,
+                match self.rows[m].incarnation {
+                    0 => return,
+                    i => i,
                 }
             };
         }
@@ -692,8 +755,13 @@ impl<M: Memory> McastEngine<M> {
                 continue;
             }
             let sender = MemberId(s as u8);
-            for _ in 0..RECEIVE_BATCH_MAX {
+            for taken in 0..=RECEIVE_BATCH_MAX {
                 let next = self.received[s];
+                if taken == RECEIVE_BATCH_MAX {
+                    // More may wait: the next call goes on at once.
+                    self.receive_due = true;
+                    break;
+                }
                 if !self.slot_valid(sender, next, incarnation) {
                     break;
                 }
@@ -707,7 +775,7 @@ impl<M: Memory> McastEngine<M> {
     /// Fills our turns with nulls up to the round the busiest sender
     /// reached, as far as the window lets us.
     fn send_nulls(&mut self) {
-        if self.pinned.is_none() || self.wedged.is_some() {
+        if !self.formed() || self.wedged.is_some() {
             return;
         }
         let target = self.received[..self.n].iter().copied().max().unwrap_or(0);
@@ -721,6 +789,7 @@ impl<M: Memory> McastEngine<M> {
         let peer = &self.peers[p];
         let version = self.row.version();
         if peer.down
+            || peer.reconnect
             || peer.row_inflight
             || peer.row_acked_version >= version
             || peer.retry_at_ns > self.now
@@ -753,7 +822,11 @@ impl<M: Memory> McastEngine<M> {
         // error the posts restart from the last acknowledged one).
         let reported = self.received_by(member, self.me);
         let peer = &mut self.peers[p];
-        if peer.down || peer.retry_at_ns > self.now || peer.inflight >= MCAST_INFLIGHT_MAX {
+        if peer.down
+            || peer.reconnect
+            || peer.retry_at_ns > self.now
+            || peer.inflight >= MCAST_INFLIGHT_MAX
+        {
             return None;
         }
         if peer.posted < reported {
@@ -791,8 +864,12 @@ impl<M: Memory> McastEngine<M> {
             assert!(self.received[(last % n) as usize] > last / n);
         }
         for p in &self.peers[..self.n] {
-            assert!(p.acked <= p.posted.max(p.acked) && p.inflight <= MCAST_INFLIGHT_MAX + 1);
+            assert!(p.posted <= self.sent);
+            assert!(p.inflight <= MCAST_INFLIGHT_MAX);
         }
+        // Our ring holds at most a window of messages not yet delivered
+        // everywhere.
+        assert!(self.sent <= self.lay.window || self.window_room(self.sent - 1));
     }
 }
 
@@ -814,12 +891,13 @@ impl<M: Memory> Engine for McastEngine<M> {
         let ok = completion.status.is_ok();
         match kind {
             WR_SLOT => {
-                if ok {
-                    peer.acked = peer.acked.max(value + 1);
-                } else {
+                if !ok {
                     // The channel broke: this WRITE and those behind it
-                    // may not have landed. Post them again after a pause.
-                    peer.posted = peer.posted.min(value).max(peer.acked);
+                    // may not have landed (even if a later one did: the
+                    // peer takes messages in order). Post them again
+                    // after a pause; what the peer reports received is
+                    // skipped then.
+                    peer.posted = peer.posted.min(value);
                 }
             }
             WR_ROW => {
@@ -833,6 +911,7 @@ impl<M: Memory> Engine for McastEngine<M> {
         if !ok {
             self.status.write_errors += 1;
             peer.retry_at_ns = now_ns.saturating_add(self.backoff_ns);
+            peer.reconnect = true;
         }
         self.invariants();
     }
@@ -844,11 +923,13 @@ impl<M: Memory> Engine for McastEngine<M> {
                 let member = MemberId(m as u8);
                 let seen = self.table.observe(&self.mem, member, self.lay.row(member));
                 if seen.changed() {
-                    self.deliver_due = true;
+                    self.take_row(member);
+                    self.deliver_due = self.pinned.is_some();
                 }
             }
         }
         self.try_start();
+        self.receive_due = false;
         self.receive();
         self.send_nulls();
         self.seal_row();
@@ -859,14 +940,28 @@ impl<M: Memory> Engine for McastEngine<M> {
         self.now = now_ns;
         if peer.index() < self.n && peer != self.me {
             self.peers[peer.index()].down = true;
+            self.rows[peer.index()].frozen = true;
             self.wedge(WedgeCause::PeerDown(peer));
         }
+        self.invariants();
     }
 
     fn poll_action(&mut self) -> Option<Action> {
-        // Rows first (they free windows and make messages stable), then
-        // messages, one peer after another so that none starves.
+        // A broken channel first, then rows (they free windows and make
+        // messages stable), then messages, one peer after another so that
+        // none starves.
         self.seal_row();
+        for p in 0..self.n {
+            let peer = &mut self.peers[p];
+            if p != self.me.index() && peer.reconnect && !peer.down && peer.retry_at_ns <= self.now
+            {
+                peer.reconnect = false;
+                return Some(Action::Reconnect {
+                    peer: MemberId(p as u8),
+                    channel: crate::fabric::Channel::for_region(MCAST_REGION),
+                });
+            }
+        }
         for i in 0..self.n {
             let p = (self.next_peer + i) % self.n;
             if p == self.me.index() {
@@ -890,18 +985,35 @@ impl<M: Memory> Engine for McastEngine<M> {
     }
 
     fn handle_action_failed(&mut self, now_ns: u64, action: &Action, error: FabricError) {
-        // Posts fail through their completions; nothing else is asked.
-        let _ = (now_ns, action, error);
+        // Posts fail through their completions; a reconnect that failed
+        // (the peer is not back yet) is tried again after the backoff.
+        let _ = error;
+        self.now = now_ns;
+        if let Action::Reconnect { peer, .. } = *action {
+            if let Some(p) = self.peers.get_mut(peer.index()) {
+                p.reconnect = true;
+                p.retry_at_ns = now_ns.saturating_add(self.backoff_ns);
+            }
+        }
     }
 
     fn next_deadline(&self) -> u64 {
-        if self.deliver_due {
+        if self.deliver_due || self.receive_due {
             return self.now;
         }
+        // A WRITE that lands wakes a parked member (`notify`); what a
+        // failed one left to do is due at its retry time.
         self.peers[..self.n]
             .iter()
-            .filter(|p| !p.down && p.retry_at_ns > self.now)
-            .map(|p| p.retry_at_ns)
+            .enumerate()
+            .filter(|&(m, p)| {
+                m != self.me.index()
+                    && !p.down
+                    && (p.reconnect
+                        || (p.posted < self.sent && p.inflight < MCAST_INFLIGHT_MAX)
+                        || (p.row_acked_version < self.row.version() && !p.row_inflight))
+            })
+            .map(|(_, p)| p.retry_at_ns.max(self.now))
             .min()
             .unwrap_or(u64::MAX)
     }

@@ -10,7 +10,8 @@
 //!   driver, storage for the services, failover records, status endpoint;
 //! * [`topology`]: cores, NUMA placement and scheduling of the process's
 //!   threads;
-//! * [`cli`]: what the binary's commands need beyond the library (`demo`).
+//! * [`cli`]: what the binary's commands need beyond the library (`demo`,
+//!   `mcast`).
 //!
 //! Everything a client or a tool needs (manifest, client library, RESP
 //! codec, death notices, local clusters) is in `verbatim-client`, the

@@ -117,6 +117,19 @@ enum Cmd {
         #[command(subcommand)]
         op: KvCmd,
     },
+    /// The group's atomic multicast (Derecho): publish, or print what is
+    /// delivered, through a replica's RESP listener (needs `[multicast]
+    /// window > 0`, e.g. `verbatim up --set multicast.window=64`).
+    Mcast {
+        /// The cluster manifest (default: the one `verbatim up` wrote).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The replica to talk to.
+        #[arg(long, default_value_t = 0)]
+        member: u8,
+        #[command(subcommand)]
+        op: McastCmd,
+    },
     /// Status of every replica.
     Status {
         /// The cluster manifest (default: the one `verbatim up` wrote).
@@ -153,6 +166,22 @@ enum MemberCmd {
     Remove { id: u8 },
     /// Shrink the group to <size> slots (members above it leave).
     Resize { size: u8 },
+}
+
+#[derive(Subcommand)]
+enum McastCmd {
+    /// Multicast `message` on `channel`; prints how many of the replica's
+    /// subscribers it reached once the replica delivered it.
+    Send { channel: String, message: String },
+    /// Print `channel message` for every message delivered on the
+    /// channels, in the group's total order (the same on every replica).
+    Tail {
+        #[arg(required = true)]
+        channels: Vec<String>,
+        /// Stop after this many messages.
+        #[arg(long)]
+        count: Option<u64>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -404,6 +433,18 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
+        Cmd::Mcast { config, member, op } => {
+            init_tracing("warn");
+            let manifest = default_manifest(config)?;
+            match op {
+                McastCmd::Send { channel, message } => {
+                    verbatim_host::cli::mcast::send(&manifest, member, &channel, &message)
+                }
+                McastCmd::Tail { channels, count } => {
+                    verbatim_host::cli::mcast::tail(&manifest, member, &channels, count)
+                }
+            }
+        }
         Cmd::Member {
             config,
             timeout_ms,
@@ -510,6 +551,30 @@ fn main() -> Result<()> {
                             .join(" ")
                     ),
                     Err(e) => println!("{i:<3} unreachable: {e}"),
+                }
+            }
+            // With multicast on: a line per replica.
+            for s in snaps.iter().flatten() {
+                if let Some(m) = &s.multicast {
+                    println!(
+                        "multicast {}: {} · sent {} ({} nulls) · received {:?} · delivered {} ({} messages){}",
+                        s.id,
+                        match (&m.wedged, m.started) {
+                            (Some(why), _) => format!("WEDGED ({why})"),
+                            (None, true) => "running".to_string(),
+                            (None, false) => "forming".to_string(),
+                        },
+                        m.sent,
+                        m.sent_nulls,
+                        m.received,
+                        m.delivered,
+                        m.delivered_messages,
+                        if m.window_full > 0 {
+                            format!(" · window full {}×", m.window_full)
+                        } else {
+                            String::new()
+                        }
+                    );
                 }
             }
             Ok(())

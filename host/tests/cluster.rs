@@ -2162,3 +2162,123 @@ fn redis_cli_and_redis_benchmark_work_unchanged() {
         );
     }
 }
+
+/// Reads `count` pub/sub `message` pushes of `channel` from a subscribed
+/// connection (within a deadline), returning their payloads in order.
+fn read_messages(stream: &mut TcpStream, channel: &str, count: usize) -> Vec<String> {
+    let mut got: Vec<u8> = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = String::from_utf8_lossy(&got).into_owned();
+        let lines: Vec<&str> = text.split("\r\n").collect();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i + 6 < lines.len() {
+            assert_eq!(
+                &lines[i..i + 5],
+                [
+                    "*3",
+                    "$7",
+                    "message",
+                    &format!("${}", channel.len()),
+                    channel
+                ]
+            );
+            out.push(lines[i + 6].to_string());
+            i += 7;
+        }
+        if out.len() >= count || Instant::now() > deadline {
+            return out;
+        }
+        match stream.read(&mut buf) {
+            Ok(0) => return out,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(_) => {}
+        }
+    }
+}
+
+/// Derecho's atomic multicast through RESP (issue 15): subscribers on two
+/// replicas, publishers on two replicas at once; both subscribers receive
+/// every message, in one and the same order, each publisher's in the order
+/// it published them. A subscribed connection refuses other commands; a
+/// group without multicast refuses PUBLISH.
+#[test]
+fn subscribers_on_every_replica_receive_every_publication_in_one_order() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let base = free_port_base();
+    let cluster = start_with("itmcast", base, vec!["multicast.window=16".into()]);
+    cluster
+        .wait_leader(0, Duration::from_secs(10))
+        .expect("a leader");
+    let connect = |m: u8| {
+        let s = TcpStream::connect(("127.0.0.1", base + u16::from(m))).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    };
+    let mut subs: Vec<TcpStream> = [0u8, 2].iter().map(|&m| connect(m)).collect();
+    for s in &mut subs {
+        assert_eq!(
+            resp_lines(s, b"SUBSCRIBE news\r\n", 6),
+            "*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n"
+        );
+        assert!(
+            resp(s, b"GET foo\r\n").starts_with("-ERR Can't execute"),
+            "subscribe mode refuses other commands"
+        );
+    }
+    const EACH: usize = 100;
+    let publishers: Vec<_> = [1u8, 2]
+        .iter()
+        .map(|&m| {
+            let mut p = connect(m);
+            std::thread::spawn(move || {
+                for i in 0..EACH {
+                    let msg = format!("m{m}-{i:03}");
+                    let reply = resp(&mut p, format!("PUBLISH news {msg}\r\n").as_bytes());
+                    assert!(reply.starts_with(':'), "PUBLISH on {m} answered {reply:?}");
+                }
+            })
+        })
+        .collect();
+    for p in publishers {
+        p.join().expect("publisher");
+    }
+    let seen: Vec<Vec<String>> = subs
+        .iter_mut()
+        .map(|s| read_messages(s, "news", 2 * EACH))
+        .collect();
+    assert_eq!(
+        seen[0].len(),
+        2 * EACH,
+        "every publication reached member 0's subscriber"
+    );
+    assert_eq!(seen[0], seen[1], "both subscribers saw one order");
+    for m in [1, 2] {
+        let mine: Vec<&String> = seen[0]
+            .iter()
+            .filter(|s| s.starts_with(&format!("m{m}-")))
+            .collect();
+        let expected: Vec<String> = (0..EACH).map(|i| format!("m{m}-{i:03}")).collect();
+        assert_eq!(
+            mine,
+            expected.iter().collect::<Vec<_>>(),
+            "publisher {m}'s order"
+        );
+    }
+    // Leaving subscribe mode: commands work again.
+    assert_eq!(
+        resp_lines(&mut subs[0], b"UNSUBSCRIBE\r\n", 6),
+        "*3\r\n$11\r\nunsubscribe\r\n$4\r\nnews\r\n:0\r\n"
+    );
+    assert_eq!(resp(&mut subs[0], b"PING\r\n"), "+PONG\r\n");
+    drop(cluster);
+
+    let base = free_port_base();
+    let plain = start("itnomcast", base);
+    let mut c = TcpStream::connect(("127.0.0.1", base)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert!(resp(&mut c, b"PUBLISH news x\r\n").starts_with("-ERR multicast is off"));
+    drop(plain);
+}

@@ -1601,3 +1601,24 @@ fn a_crashed_member_wedges_the_multicast_group_without_an_unstable_delivery() {
     assert_eq!(r.mcast_wedged, 2, "both survivors wedge");
     assert!(r.mcast_delivered > 0);
 }
+
+/// A member restarts (its memory lost, a new incarnation) while the
+/// others multicast, with and without death notices: the new process
+/// never joins the running group, and nothing is delivered that the old
+/// one had not received.
+#[test]
+fn a_restarted_member_never_passes_for_its_predecessor_in_the_multicast_group() {
+    for (seed, notify) in [(5, false), (6, true)] {
+        let mut o = multicast_scenario(seed, Mutation::None);
+        o.crash_notify = notify;
+        o.faults = vec![Fault::Restart {
+            node: 2,
+            at_ns: 4_000_000,
+            down_ns: 300_000,
+            after_vote: false,
+        }];
+        let r = run(o);
+        assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+        assert!(r.mcast_delivered > 0, "seed {seed}");
+    }
+}

@@ -84,6 +84,33 @@ pub struct PeerSnapshot {
     pub counter_stalled: bool,
 }
 
+/// The group's atomic multicast as one replica sees it (Derecho, issue
+/// 15).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MulticastState {
+    /// Every member's row was seen and the group formed (same
+    /// incarnations pinned everywhere).
+    pub started: bool,
+    /// Why it wedged (a member gone, a slot overwritten), if it did.
+    pub wedged: Option<String>,
+    /// Slots per sender ring.
+    pub window: u64,
+    /// This replica's messages, data and null.
+    pub sent: u64,
+    /// Of which nulls (turns filled while others sent).
+    pub sent_nulls: u64,
+    /// Messages received per sender (member ids in order).
+    pub received: Vec<u64>,
+    /// Global sequence numbers delivered (nulls included).
+    pub delivered: u64,
+    /// Data messages delivered here.
+    pub delivered_messages: u64,
+    /// Sends refused because the window was full.
+    pub window_full: u64,
+    /// WRITEs that failed (posted again after a reconnect).
+    pub write_errors: u64,
+}
+
 /// Views and leases as one replica sees them (uKharon §5–6).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ViewsState {
@@ -309,6 +336,9 @@ pub struct Snapshot {
     /// The group configuration this replica goes by (DARE §3.4).
     #[serde(default)]
     pub group: GroupConfiguration,
+    /// Atomic multicast (`[multicast]`; null when off).
+    #[serde(default)]
+    pub multicast: Option<MulticastState>,
 }
 
 /// A group configuration (DARE §3.4) as a replica sees it: the latest

@@ -2,3 +2,4 @@
 //! library.
 
 pub mod demo;
+pub mod mcast;

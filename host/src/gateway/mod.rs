@@ -5,6 +5,7 @@
 //! the driver's submission.
 
 pub mod metrics;
+pub mod pubsub;
 pub mod queue;
 pub mod resp_server;
 

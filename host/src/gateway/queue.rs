@@ -27,6 +27,21 @@ pub struct ServiceRequest {
     pub arrived: Instant,
 }
 
+/// A `PUBLISH` from a server thread: one multicast message (issue 15).
+pub struct PublishRequest {
+    /// The multicast payload ([`verbatim_client::pubsub::encode`]).
+    pub payload: Vec<u8>,
+    /// The submitter's tag, sent back with the answer.
+    pub tag: u64,
+    /// Where the answer goes: `Ok` with the number of this replica's
+    /// subscribers it reached (8 bytes, little-endian) once this replica
+    /// delivered it, in the group's order.
+    pub reply: mpsc::Sender<(u64, ServiceReply)>,
+    /// Answered with an error if not delivered by then (a full window
+    /// that does not free, a wedged group).
+    pub deadline: Instant,
+}
+
 /// An answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ServiceReply {
@@ -47,6 +62,8 @@ pub enum ServiceReply {
 pub struct ServiceHandle {
     tx: mpsc::Sender<ServiceRequest>,
     queued: Arc<AtomicUsize>,
+    publish_tx: mpsc::Sender<PublishRequest>,
+    subscribers: Arc<super::pubsub::Subscribers>,
     wake: Arc<crate::fabric::shm::Segment>,
 }
 
@@ -54,15 +71,38 @@ impl ServiceHandle {
     /// A channel into the poll loop that rings `wake`.
     pub fn new(wake: Arc<crate::fabric::shm::Segment>) -> (ServiceHandle, ServiceQueue) {
         let (tx, rx) = mpsc::channel();
+        let (publish_tx, publish_rx) = mpsc::channel();
         let queued = Arc::new(AtomicUsize::new(0));
+        let subscribers = Arc::new(super::pubsub::Subscribers::default());
         (
             ServiceHandle {
                 tx,
                 queued: queued.clone(),
+                publish_tx,
+                subscribers: subscribers.clone(),
                 wake,
             },
-            ServiceQueue { rx, queued },
+            ServiceQueue {
+                rx,
+                queued,
+                publish_rx,
+                subscribers,
+            },
         )
+    }
+
+    /// This replica's subscribers (connections in subscribe mode).
+    pub fn subscribers(&self) -> &Arc<super::pubsub::Subscribers> {
+        &self.subscribers
+    }
+
+    /// Hands a publication to the poll loop and wakes it.
+    pub fn publish(&self, r: PublishRequest) -> bool {
+        if self.publish_tx.send(r).is_err() {
+            return false;
+        }
+        self.wake.ring();
+        true
     }
 
     /// Hands a request to the poll loop and wakes it.
@@ -81,6 +121,8 @@ impl ServiceHandle {
 pub struct ServiceQueue {
     rx: mpsc::Receiver<ServiceRequest>,
     queued: Arc<AtomicUsize>,
+    publish_rx: mpsc::Receiver<PublishRequest>,
+    subscribers: Arc<super::pubsub::Subscribers>,
 }
 
 impl ServiceQueue {
@@ -94,6 +136,16 @@ impl ServiceQueue {
         let r = self.rx.try_recv().ok()?;
         self.queued.fetch_sub(1, Ordering::AcqRel);
         Some(r)
+    }
+
+    /// This replica's subscribers.
+    pub fn subscribers(&self) -> &Arc<super::pubsub::Subscribers> {
+        &self.subscribers
+    }
+
+    /// The next publication, if any (never blocks).
+    pub fn try_next_publish(&self) -> Option<PublishRequest> {
+        self.publish_rx.try_recv().ok()
     }
 
     /// True when nothing is queued.

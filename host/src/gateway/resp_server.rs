@@ -22,7 +22,8 @@
 //! `cluster.resp_idle_timeout_s` or with more than
 //! `cluster.resp_output_bytes_max` unsent reply bytes is closed.
 
-use crate::gateway::queue::{ServiceHandle, ServiceReply, ServiceRequest};
+use crate::gateway::pubsub::Subscription;
+use crate::gateway::queue::{PublishRequest, ServiceHandle, ServiceReply, ServiceRequest};
 use crate::replica::status_server::StatusSlot;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -334,7 +335,16 @@ struct Conn<'c> {
     /// never run under the connection's own id (that would apply a retried
     /// write a second time, under another session).
     rid_refused: bool,
+    /// Subscribe mode: the queue of delivered messages, and the channels.
+    subscription: Option<(Subscription, std::collections::BTreeSet<Vec<u8>>)>,
 }
+
+/// How long a `PUBLISH` waits for its message to be delivered here (in
+/// the group's order) before it answers an error.
+const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often a subscribed connection looks for delivered messages while
+/// its client sends nothing.
+const SUBSCRIBER_POLL: Duration = Duration::from_millis(1);
 
 /// A key-value operation of a client's pipeline, submitted to the poll
 /// loop and waiting for its answer.
@@ -358,6 +368,9 @@ const PIPELINE_DEPTH_MAX: usize = 64;
 impl Drop for Conn<'_> {
     fn drop(&mut self) {
         self.ctx.owners.release(&self.owned, self.client_id);
+        if self.subscription.is_some() {
+            self.ctx.handle.subscribers().remove(self.client_id);
+        }
     }
 }
 
@@ -389,6 +402,7 @@ impl<'c> Conn<'c> {
                 Vec::new()
             },
             rid_refused: false,
+            subscription: None,
         }
     }
 
@@ -433,6 +447,16 @@ impl<'c> Conn<'c> {
                 // client that vanished, which must close the connection
                 // (and release its client ids), not wait on.
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if self.subscription.is_some() {
+                        // Pub/sub clients are not idle: they wait for
+                        // messages (Redis exempts them from its timeout).
+                        if !self.forward_messages(&mut out) || self.stream.write_all(&out).is_err()
+                        {
+                            return;
+                        }
+                        out.clear();
+                        continue;
+                    }
                     if idle_timeout.is_some_and(|t| last_activity.elapsed() >= t) {
                         tracing::debug!(client = self.client_id, "idle RESP connection closed");
                         return;
@@ -478,6 +502,9 @@ impl<'c> Conn<'c> {
             // Answers of what this read pipelined, in order, before the
             // replies go out (Redis answers a pipeline in one write too).
             self.drain(&mut out);
+            if self.subscription.is_some() && !self.forward_messages(&mut out) {
+                close = true;
+            }
             inbuf.drain(..at);
             if !out.is_empty() {
                 if self.stream.write_all(&out).is_err() {
@@ -496,7 +523,11 @@ impl<'c> Conn<'c> {
         // Pipelining: a key-value command of a plain (unnamed) request is
         // submitted without waiting for the ones before it; the answers
         // are written in the client's order by `drain`.
-        if self.authenticated && self.named.is_none() && !self.rid_refused {
+        if self.authenticated
+            && self.named.is_none()
+            && !self.rid_refused
+            && self.subscription.is_none()
+        {
             if let Ok(Command::Kv(op)) = resp::parse_command(frame, &self.kv_limits) {
                 self.pipeline(&op, raw, out);
                 return false;
@@ -558,6 +589,25 @@ impl<'c> Conn<'c> {
             resp::encode_error(b"TRYAGAIN client id in use by another connection", out);
             return false;
         }
+        if self.subscription.is_some() {
+            match cmd {
+                Command::Subscribe(_) | Command::Unsubscribe(_) | Command::Quit => {}
+                Command::Ping(message) => {
+                    // Redis's answer in subscribe mode.
+                    resp::encode_array_header(2, out);
+                    resp::encode_bulk(b"pong", out);
+                    resp::encode_bulk(message.unwrap_or(b""), out);
+                    return false;
+                }
+                _ => {
+                    resp::encode_error(
+                        b"ERR Can't execute this command: only SUBSCRIBE / UNSUBSCRIBE / PING / QUIT are allowed in this context",
+                        out,
+                    );
+                    return false;
+                }
+            }
+        }
         match resp::reply_local(&cmd, out) {
             Local::Replied => false,
             Local::Close => true,
@@ -593,6 +643,9 @@ impl<'c> Conn<'c> {
                         }
                     }
                     Command::Info(section) => self.info(section, out),
+                    Command::Publish { channel, message } => self.publish(channel, message, out),
+                    Command::Subscribe(channels) => self.subscribe(channels, out),
+                    Command::Unsubscribe(channels) => self.unsubscribe(channels, out),
                     Command::Hello { .. } => {
                         let role = self
                             .ctx
@@ -606,6 +659,156 @@ impl<'c> Conn<'c> {
                 false
             }
         }
+    }
+
+    /// `PUBLISH`: multicast to the group; answers once this replica
+    /// delivered the message (in the group's order) with the number of its
+    /// subscribers it reached, as Redis answers with the receivers.
+    fn publish(&mut self, channel: &[u8], message: &[u8], out: &mut Vec<u8>) {
+        let mc = &self.ctx.manifest.multicast;
+        if mc.window == 0 {
+            resp::encode_error(
+                b"ERR multicast is off in this group: PUBLISH needs [multicast] window > 0",
+                out,
+            );
+            return;
+        }
+        let mut payload = Vec::new();
+        if let Err(e) = verbatim_client::pubsub::encode(
+            channel,
+            message,
+            mc.payload_bytes_max as usize,
+            &mut payload,
+        ) {
+            resp::encode_error(format!("ERR {e}").as_bytes(), out);
+            return;
+        }
+        let tag = self.next_tag;
+        self.next_tag += 1;
+        let submitted = self.ctx.handle.publish(PublishRequest {
+            payload,
+            tag,
+            reply: self.reply_tx.clone(),
+            deadline: Instant::now() + PUBLISH_TIMEOUT,
+        });
+        if !submitted {
+            resp::encode_error(b"ERR replica shutting down", out);
+            return;
+        }
+        // The poll loop answers every publication by its deadline; the
+        // margin covers a loop that is slow to get there.
+        let give_up = Instant::now() + PUBLISH_TIMEOUT + Duration::from_secs(1);
+        loop {
+            let left = give_up.saturating_duration_since(Instant::now());
+            match self.reply_rx.recv_timeout(left) {
+                Ok((t, reply)) if t == tag => {
+                    match reply {
+                        ServiceReply::Ok(bytes) => {
+                            let reached = bytes
+                                .get(..8)
+                                .and_then(|b| b.try_into().ok())
+                                .map_or(0, u64::from_le_bytes);
+                            resp::encode_integer(reached as i64, out);
+                        }
+                        ServiceReply::Error(why) => {
+                            resp::encode_error(format!("ERR {why}").as_bytes(), out)
+                        }
+                        ServiceReply::NotLeader(_) | ServiceReply::Busy => {
+                            resp::encode_error(b"TRYAGAIN multicast busy", out)
+                        }
+                    }
+                    return;
+                }
+                // A late answer to an earlier request that timed out.
+                Ok(_) => continue,
+                Err(_) => {
+                    resp::encode_error(b"ERR multicast: no answer from the poll loop", out);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// `SUBSCRIBE`: enters subscribe mode (or adds channels).
+    fn subscribe(&mut self, channels: resp::Channels<'_>, out: &mut Vec<u8>) {
+        if self.ctx.manifest.multicast.window == 0 {
+            resp::encode_error(
+                b"ERR multicast is off in this group: SUBSCRIBE needs [multicast] window > 0",
+                out,
+            );
+            return;
+        }
+        let subscribers = self.ctx.handle.subscribers().clone();
+        let (_, set) = self.subscription.get_or_insert_with(|| {
+            (
+                subscribers.register(self.client_id),
+                std::collections::BTreeSet::new(),
+            )
+        });
+        for channel in channels.iter() {
+            set.insert(channel.to_vec());
+            verbatim_client::pubsub::encode_confirmation(
+                b"subscribe",
+                Some(channel),
+                set.len(),
+                out,
+            );
+        }
+        subscribers.set_channels(self.client_id, set);
+        let _ = self.stream.set_read_timeout(Some(SUBSCRIBER_POLL));
+    }
+
+    /// `UNSUBSCRIBE`: drops the channels named (all without a name);
+    /// leaves subscribe mode once none is left.
+    fn unsubscribe(&mut self, channels: resp::Channels<'_>, out: &mut Vec<u8>) {
+        let subscribers = self.ctx.handle.subscribers().clone();
+        let Some((_, set)) = self.subscription.as_mut() else {
+            verbatim_client::pubsub::encode_confirmation(b"unsubscribe", None, 0, out);
+            return;
+        };
+        let named: Vec<Vec<u8>> = if channels.is_empty() {
+            set.iter().cloned().collect()
+        } else {
+            channels.iter().map(<[u8]>::to_vec).collect()
+        };
+        for channel in &named {
+            set.remove(channel);
+            verbatim_client::pubsub::encode_confirmation(
+                b"unsubscribe",
+                Some(channel),
+                set.len(),
+                out,
+            );
+        }
+        if set.is_empty() {
+            subscribers.remove(self.client_id);
+            self.subscription = None;
+            let _ = self
+                .stream
+                .set_read_timeout(Some(Duration::from_millis(200)));
+        } else {
+            subscribers.set_channels(self.client_id, set);
+        }
+    }
+
+    /// Moves the messages delivered for this subscriber into `out`; false
+    /// when it fell too far behind and must be closed.
+    fn forward_messages(&mut self, out: &mut Vec<u8>) -> bool {
+        let Some((sub, _)) = &self.subscription else {
+            return true;
+        };
+        if sub.overflowed.load(Ordering::Acquire) {
+            tracing::warn!(
+                client = self.client_id,
+                "subscriber closed: it read slower than the group delivers (its queue of {} messages filled)",
+                crate::gateway::pubsub::SUBSCRIBER_QUEUE_MAX
+            );
+            return false;
+        }
+        while let Ok(push) = sub.rx.try_recv() {
+            out.extend_from_slice(&push);
+        }
+        true
     }
 
     fn info(&self, section: Option<&[u8]>, out: &mut Vec<u8>) {

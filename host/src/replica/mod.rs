@@ -12,7 +12,9 @@ pub mod storage;
 use crate::fabric::liveness::{spawn_watcher, DeathSeen, PeerLiveness};
 use crate::fabric::shm::{Segment, ShmFabric, ShmMemory};
 use crate::fabric::HostFabric;
-use crate::gateway::queue::{ServiceHandle, ServiceQueue, ServiceReply, ServiceRequest};
+use crate::gateway::queue::{
+    PublishRequest, ServiceHandle, ServiceQueue, ServiceReply, ServiceRequest,
+};
 use crate::replica::failover::FailoverTracker;
 use crate::replica::status_server::{MemberRequest, StatusServer, StatusSlot};
 use crate::replica::storage::{HashBackend, StreamMap};
@@ -27,12 +29,15 @@ use verbatim_core::fabric::MemberId;
 use verbatim_core::heartbeat::CounterEvent;
 use verbatim_core::kv::KvStateMachine;
 use verbatim_core::membership::{ConfigState, Configuration};
+use verbatim_core::multicast::SendError as McastError;
 use verbatim_core::node::{Event, ReplState, Role};
 use verbatim_core::node::{ReconfigError, ReconfigOp};
 use verbatim_core::service::KvAndStreams;
 use verbatim_core::stream::StreamStateMachine;
 use verbatim_core::Layout;
-use verbatim_driver::{Answer, Driver, DriverEvent, Engines, Host, Incoming};
+use verbatim_driver::{
+    Answer, Driver, DriverEvent, Engines, Host, Incoming, McastDelivery, McastSendError,
+};
 use verbatim_status::{
     ConfigSnapshot, EventRecord, GroupConfiguration, LatencySummary, LogPointers, MemberChange,
     MemberReply, PeerSnapshot, Percentiles, Snapshot, STATUS_VERSION,
@@ -95,6 +100,8 @@ type Kv = KvAndStreams<KvStateMachine<HashBackend>, StreamStateMachine<StreamMap
 /// Requests taken from the RESP threads' queue in one step at most (the
 /// rest wait for the next step, so a flood cannot hold the loop).
 const QUEUE_REQUESTS_PER_STEP: usize = 1024;
+/// Publications taken from the RESP server per step at most.
+const PUBLISH_PER_STEP_MAX: usize = 256;
 
 enum Route {
     Slot {
@@ -229,6 +236,11 @@ struct Gateway {
     /// The operator's change of the group this leader carries out, and
     /// where its confirmation goes once the last CONFIG entry commits.
     member_waiting: Option<(ReconfigOp, std::sync::mpsc::Sender<MemberReply>)>,
+    /// Publications not multicast yet (the window was full), in order.
+    to_publish: VecDeque<PublishRequest>,
+    /// Publications multicast, by their index in our stream, answered
+    /// once this replica delivers them.
+    published: VecDeque<(u64, PublishRequest)>,
 }
 
 impl Gateway {
@@ -608,6 +620,27 @@ impl Host<ShmMemory, Kv> for Gateway {
         self.slots.recycle(payload);
     }
 
+    fn multicast_delivered(&mut self, _now_ns: u64, d: &McastDelivery, payload: &[u8]) {
+        let reached = match verbatim_client::pubsub::decode(payload) {
+            Some((channel, message)) => self.queue.subscribers().deliver(channel, message),
+            None => {
+                self.count("multicast_not_publications");
+                0
+            }
+        };
+        self.count("multicast_delivered");
+        if d.sender == self.id {
+            while self.published.front().is_some_and(|(i, _)| *i <= d.index) {
+                let (index, p) = self.published.pop_front().expect("front checked");
+                if index == d.index {
+                    let _ = p
+                        .reply
+                        .send((p.tag, ServiceReply::Ok(reached.to_le_bytes().to_vec())));
+                }
+            }
+        }
+    }
+
     fn event(&mut self, now_ns: u64, engines: &Engines<ShmMemory, Kv>, event: DriverEvent) {
         match event {
             DriverEvent::Log(e) => self.on_log_event(now_ns, engines, e),
@@ -809,6 +842,28 @@ impl<F: HostFabric> Replica<F> {
                 self.id,
                 log.reconfiguring(),
             ),
+            multicast: self.driver.engines().multicast.as_ref().map(|e| {
+                let s = e.status();
+                verbatim_status::MulticastState {
+                    started: s.started,
+                    wedged: s.wedged.map(|w| match w {
+                        verbatim_core::multicast::WedgeCause::PeerDown(p) => {
+                            format!("member {} is gone", p.0)
+                        }
+                        verbatim_core::multicast::WedgeCause::SlotOverwritten(p) => {
+                            format!("member {} overwrote a message not yet delivered", p.0)
+                        }
+                    }),
+                    window: e.layout().window,
+                    sent: s.sent,
+                    sent_nulls: s.sent_nulls,
+                    received: s.received[..e.members()].to_vec(),
+                    delivered: s.delivered,
+                    delivered_messages: s.delivered_messages,
+                    window_full: s.window_full,
+                    write_errors: s.write_errors,
+                }
+            }),
         }
     }
 
@@ -880,6 +935,54 @@ impl<F: HostFabric> Replica<F> {
         }
     }
 
+    /// Multicasts the publications the RESP server handed over, in order,
+    /// as far as the window lets; answers those that cannot be (multicast
+    /// off, too large, a wedged group) or were not delivered in time.
+    /// Returns whether it did any work.
+    fn publish(&mut self, now_i: Instant) -> bool {
+        let gw = &mut self.gw;
+        let mut work = false;
+        for _ in 0..PUBLISH_PER_STEP_MAX {
+            let Some(p) = gw.queue.try_next_publish() else {
+                break;
+            };
+            gw.to_publish.push_back(p);
+        }
+        while let Some(p) = gw.to_publish.front() {
+            match self.driver.multicast_send(&p.payload) {
+                Ok(index) => {
+                    let p = gw.to_publish.pop_front().expect("front checked");
+                    gw.published.push_back((index, p));
+                    work = true;
+                }
+                // Not started: the group's rows are not all seen yet (start
+                // up); a full window frees as the group delivers.
+                Err(McastSendError::Engine(McastError::WindowFull | McastError::NotStarted)) => {
+                    break
+                }
+                Err(e) => {
+                    let p = gw.to_publish.pop_front().expect("front checked");
+                    let _ = p.reply.send((p.tag, ServiceReply::Error(e.to_string())));
+                    work = true;
+                }
+            }
+        }
+        let expired = |p: &PublishRequest| p.deadline <= now_i;
+        while gw.to_publish.front().is_some_and(expired) {
+            let p = gw.to_publish.pop_front().expect("front checked");
+            let why = "multicast not started or its window still full: the group delivers slower than it is published to, or a member is missing";
+            let _ = p.reply.send((p.tag, ServiceReply::Error(why.into())));
+            work = true;
+        }
+        while gw.published.front().is_some_and(|(_, p)| expired(p)) {
+            let (_, p) = gw.published.pop_front().expect("front checked");
+            let why = "multicast sent but not delivered in time (a member stopped or is gone: the group is wedged)";
+            let _ = p.reply.send((p.tag, ServiceReply::Error(why.into())));
+            work = true;
+        }
+        work
+    }
+
     /// One step of the driver (the loop the simulator runs too), then the
     /// replica's own bookkeeping. Returns true if it did any work.
     fn iterate(&mut self, now_i: Instant) -> bool {
@@ -887,7 +990,8 @@ impl<F: HostFabric> Replica<F> {
         // is a measurable share of a busy leader's loop.
         let now = now_i.saturating_duration_since(self.clock).as_nanos() as u64;
         self.gw.begin_step(now_i);
-        let work = self.driver.step(now, &mut self.fabric, &mut self.gw);
+        let published = self.publish(now_i);
+        let work = self.driver.step(now, &mut self.fabric, &mut self.gw) || published;
         for req in self.status.take_requests() {
             self.member_change(now, req);
         }
@@ -1201,6 +1305,8 @@ fn drive<F: HostFabric>(
                 verbatim_client::manifest::FabricKind::Verbs => snapshot::SnapshotWriter::Inline,
             },
             member_waiting: None,
+            to_publish: VecDeque::new(),
+            published: VecDeque::new(),
         },
         layout,
         id,
