@@ -742,11 +742,13 @@ fn render_replica(app: &App, model: &Model, area: Rect, buf: &mut Buffer) {
     };
     let peer_count = r.snapshot.as_ref().map_or(0, |s| s.peers.len()) as u16;
     let views = r.snapshot.as_ref().and_then(|s| s.views.as_ref());
-    let [info, log, peers, views_area, rest] = Layout::vertical([
+    let multicast = r.snapshot.as_ref().and_then(|s| s.multicast.as_ref());
+    let [info, log, peers, views_area, mcast_area, rest] = Layout::vertical([
         Constraint::Length(5),
         Constraint::Length(6),
         Constraint::Length(peer_count.max(1) + 3),
         Constraint::Length(if views.is_some() { 6 } else { 0 }),
+        Constraint::Length(if multicast.is_some() { 5 } else { 0 }),
         Constraint::Min(0),
     ])
     .areas(area);
@@ -756,10 +758,47 @@ fn render_replica(app: &App, model: &Model, area: Rect, buf: &mut Buffer) {
     if let Some(v) = views {
         render_views(v, r.snapshot.as_ref(), views_area, buf);
     }
+    if let Some(m) = multicast {
+        render_multicast(m, mcast_area, buf);
+    }
     let [counters, latency] =
         Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(rest);
     render_counters(r, counters, buf);
     render_latency_config(r, latency, buf);
+}
+
+/// Atomic multicast (Derecho): state, what this replica sent, received
+/// per sender and delivered.
+fn render_multicast(m: &verbatim_status::MulticastState, area: Rect, buf: &mut Buffer) {
+    let block = Block::bordered().title(Line::styled(" Multicast ", BOLD));
+    let state = match (&m.wedged, m.started) {
+        (Some(why), _) => Line::styled(format!("WEDGED: {why}"), BAD),
+        (None, true) => Line::styled(format!("running · window {} slots", m.window), GOOD),
+        (None, false) => Line::styled("forming (waiting for every member's row)", DIM),
+    };
+    let received = m
+        .received
+        .iter()
+        .enumerate()
+        .map(|(s, n)| format!("r{s} {}", format::count(*n)))
+        .collect::<Vec<_>>()
+        .join(" · ");
+    let lines = vec![
+        state,
+        Line::from(format!(
+            "sent {} ({} nulls) · window full {} · write errors {}",
+            format::count(m.sent),
+            format::count(m.sent_nulls),
+            m.window_full,
+            m.write_errors
+        )),
+        Line::from(format!(
+            "received {received} · delivered {} ({} messages)",
+            format::count(m.delivered),
+            format::count(m.delivered_messages)
+        )),
+    ];
+    Paragraph::new(lines).block(block).render(area, buf);
 }
 
 /// Views and leases (uKharon): the view, the lease, the coordinators.
@@ -1574,6 +1613,52 @@ mod tests {
             all.contains("lease held · 31 µs left · executed ahead 42 (rolled back 1)"),
             "{all}"
         );
+    }
+
+    #[test]
+    fn the_replica_panel_shows_the_multicast_group() {
+        let t0 = Now {
+            mono: Instant::now(),
+            unix_ms: T0_UNIX_MS,
+        };
+        let target = Target {
+            endpoints: vec![Endpoint {
+                id: Some(1),
+                socket: "/run/v/replica-1.sock".into(),
+            }],
+            cluster: Some("demo".into()),
+        };
+        let mut app = App::new(&target, t0);
+        let mut s = snapshot(1, "leader", 4, Some(1));
+        s.multicast = Some(verbatim_status::MulticastState {
+            started: true,
+            wedged: None,
+            window: 64,
+            sent: 120,
+            sent_nulls: 20,
+            received: vec![100, 120, 90],
+            delivered: 270,
+            delivered_messages: 250,
+            window_full: 3,
+            write_errors: 0,
+        });
+        app.handle_message(report(0, s.clone()), t0);
+        app.tick(t0);
+        press(&mut app, KeyCode::Enter);
+        let lines = draw(&app, 100, 34);
+        let all = lines.join("\n");
+        assert!(all.contains(" Multicast "), "{all}");
+        assert!(all.contains("running · window 64 slots"), "{all}");
+        assert!(all.contains("sent 120 (20 nulls) · window full 3"), "{all}");
+        assert!(
+            all.contains("received r0 100 · r1 120 · r2 90 · delivered 270 (250 messages)"),
+            "{all}"
+        );
+        assert_boxes_intact(&lines, 1);
+        s.multicast.as_mut().unwrap().wedged = Some("member 2 is gone".into());
+        app.handle_message(report(0, s), t0);
+        let all = frame(&app, 100, 34);
+        assert!(all.contains("WEDGED: member 2 is gone"), "{all}");
     }
 
     #[test]

@@ -33,7 +33,7 @@ fn usage() -> ExitCode {
 }
 
 /// Every mutation's name (the soak script runs each).
-const MUTATIONS: [&str; 27] = [
+const MUTATIONS: [&str; 28] = [
     "commit-on-minority",
     "vote-without-log-check",
     "read-without-term-check",
@@ -61,6 +61,7 @@ const MUTATIONS: [&str; 27] = [
     "campaign-without-view",
     "reply-on-speculation",
     "keep-speculation-when-deposed",
+    "deliver-before-stable",
 ];
 
 fn parse_mutation(s: &str) -> Option<Mutation> {
