@@ -1530,8 +1530,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn the_replica_panel_shows_the_view_the_lease_and_the_coordinators() {
+    /// An app watching one replica (r1), and its clock.
+    fn one_replica_app() -> (App, Now) {
         let t0 = Now {
             mono: Instant::now(),
             unix_ms: T0_UNIX_MS,
@@ -1543,7 +1543,12 @@ mod tests {
             }],
             cluster: Some("demo".into()),
         };
-        let mut app = App::new(&target, t0);
+        (App::new(&target, t0), t0)
+    }
+
+    #[test]
+    fn the_replica_panel_shows_the_view_the_lease_and_the_coordinators() {
+        let (mut app, t0) = one_replica_app();
         let mut s = snapshot(1, "leader", 4, Some(1));
         s.views = Some(verbatim_status::ViewsState {
             epoch: 3,
@@ -1617,18 +1622,7 @@ mod tests {
 
     #[test]
     fn the_replica_panel_shows_the_multicast_group() {
-        let t0 = Now {
-            mono: Instant::now(),
-            unix_ms: T0_UNIX_MS,
-        };
-        let target = Target {
-            endpoints: vec![Endpoint {
-                id: Some(1),
-                socket: "/run/v/replica-1.sock".into(),
-            }],
-            cluster: Some("demo".into()),
-        };
-        let mut app = App::new(&target, t0);
+        let (mut app, t0) = one_replica_app();
         let mut s = snapshot(1, "leader", 4, Some(1));
         s.multicast = Some(verbatim_status::MulticastState {
             started: true,
