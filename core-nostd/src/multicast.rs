@@ -57,9 +57,10 @@
 //!
 //! # Failures (this step)
 //!
-//! A member that learns a peer is gone *wedges*: it sends nothing more,
-//! freezes the dead member's counts as last seen (Derecho freezes the
-//! row), and delivers only what still becomes stable. Derecho's view
+//! A member that learns a peer is gone *wedges*: it sends and receives
+//! nothing more (its own counts stay put, as a ragged trim needs), freezes
+//! the dead member's counts as last seen (Derecho freezes the row), and
+//! delivers only what still becomes stable. Derecho's view
 //! change (ragged trim, a new epoch without the dead member) is the next
 //! step; until then a group that lost a member stops delivering new
 //! messages. A WRITE that fails (a broken channel) is posted again after
@@ -750,6 +751,11 @@ impl<M: Memory> McastEngine<M> {
         let Some((incarnations, _)) = self.pinned else {
             return;
         };
+        if self.wedged.is_some() {
+            // Derecho: a wedged member reports no newly received message,
+            // so the counts a ragged trim is computed from stay put.
+            return;
+        }
         for (s, &incarnation) in incarnations.iter().enumerate().take(self.n) {
             if s == self.me.index() {
                 continue;

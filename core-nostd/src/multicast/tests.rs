@@ -323,6 +323,13 @@ fn a_peer_that_is_gone_wedges_the_group() {
         Ok(0),
         "a member that does not know goes on"
     );
+    g.steps(3);
+    assert_eq!(
+        g.engine(0).received(MemberId(1)),
+        0,
+        "a wedged member receives nothing more"
+    );
+    assert_eq!(g.engine(2).received(MemberId(1)), 1);
 }
 
 #[test]
