@@ -292,7 +292,8 @@ pub enum WedgeCause {
 /// Counters and state for status.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct McastStatus {
-    /// Every member's row was seen and its incarnation pinned.
+    /// The group formed: every member's row shows the incarnations we
+    /// pinned.
     pub started: bool,
     /// Why the engine wedged, if it did.
     pub wedged: Option<WedgeCause>,
@@ -426,7 +427,7 @@ impl<M: Memory> McastEngine<M> {
     /// Counters and state.
     pub fn status(&self) -> McastStatus {
         McastStatus {
-            started: self.pinned.is_some(),
+            started: self.formed(),
             wedged: self.wedged,
             sent: self.sent,
             received: self.received,
@@ -464,6 +465,13 @@ impl<M: Memory> McastEngine<M> {
         self.n
     }
 
+    /// Grows whenever the engine sends, receives or delivers anything
+    /// (messages received from every sender, ours included, plus
+    /// deliveries): how a driver tells that a call did work.
+    pub fn progress(&self) -> u64 {
+        self.received.iter().sum::<u64>() + self.delivered
+    }
+
     /// Global sequence numbers delivered so far (nulls included).
     pub fn delivered(&self) -> u64 {
         self.delivered
@@ -472,11 +480,6 @@ impl<M: Memory> McastEngine<M> {
     /// Why the engine wedged, if it did.
     pub fn wedged(&self) -> Option<WedgeCause> {
         self.wedged
-    }
-
-    /// True while a send would be taken (started, not wedged, a free slot).
-    pub fn can_send(&self) -> bool {
-        self.formed() && self.wedged.is_none() && self.window_room(self.sent)
     }
 
     /// Whether every member's row shows the incarnations we pinned: the
@@ -528,34 +531,14 @@ impl<M: Memory> McastEngine<M> {
                 self.deliver_due = false;
                 return None;
             }
-            let at = self.lay.slot(sender, index);
-            let head = self.mem.load_u64(at);
-            let meta_word = self.mem.load_u64(at.add(8));
-            let incarnation = self.mem.load_u64(at.add(16));
-            let len = meta_word & 0xFFFF_FFFF;
-            let kind = (meta_word >> 32) & 0xFF;
-            let valid_meta = len <= self.lay.payload_bytes_max
-                && (kind == KIND_DATA || kind == KIND_NULL)
-                && (meta_word >> 40) & 0xFF == u64::from(sender.0)
-                && meta_word >> 48 == 0;
-            let mut ok = head == index + 1 && valid_meta && incarnation == pinned.0[sender.index()];
-            if ok {
-                let payload = &mut out[..len as usize];
-                self.mem.read(at.add(SLOT_HEADER_BYTES), payload);
-                let trailer = at.add(SLOT_HEADER_BYTES + round_up(len, 8));
-                let checksum = self.mem.load_u64(trailer);
-                let tail = self.mem.load_u64(trailer.add(8));
-                ok = tail == index + 1
-                    && checksum == slot_checksum(head, meta_word, incarnation, payload)
-                    && self.mem.load_u64(at) == index + 1;
-            }
-            if !ok {
+            let incarnation = pinned.0[sender.index()];
+            let Some((kind, len)) = self.read_slot(sender, index, incarnation, out) else {
                 // Received (validated) and not yet freed by us: only a
                 // sender that broke the window rule changes it.
                 self.wedge(WedgeCause::SlotOverwritten(sender));
                 self.deliver_due = false;
                 return None;
-            }
+            };
             self.delivered += 1;
             self.row.set(&COL_DELIVERED, self.delivered);
             if kind == KIND_DATA {
@@ -567,7 +550,7 @@ impl<M: Memory> McastEngine<M> {
                     index,
                     seq,
                     sender_incarnation: incarnation,
-                    len: len as usize,
+                    len,
                 });
             }
         }
@@ -677,10 +660,26 @@ impl<M: Memory> McastEngine<M> {
     /// Whether `sender`'s message `index` is in our ring copy, whole and of
     /// the incarnation we pinned.
     fn slot_valid(&self, sender: MemberId, index: u64, incarnation: u64) -> bool {
+        let mut buf = [0u8; MCAST_PAYLOAD_BYTES_CAP as usize];
+        self.read_slot(sender, index, incarnation, &mut buf)
+            .is_some()
+    }
+
+    /// Copies `sender`'s message `index` out into `out` if its slot holds
+    /// it whole, from `incarnation`: head and tail, meta, incarnation and
+    /// the checksum over the copy agree, and the head still does after the
+    /// copy. Returns its kind and payload length.
+    fn read_slot(
+        &self,
+        sender: MemberId,
+        index: u64,
+        incarnation: u64,
+        out: &mut [u8],
+    ) -> Option<(u64, usize)> {
         let at = self.lay.slot(sender, index);
         let head = self.mem.load_u64(at);
         if head != index + 1 {
-            return false;
+            return None;
         }
         let meta_word = self.mem.load_u64(at.add(8));
         let len = meta_word & 0xFFFF_FFFF;
@@ -691,14 +690,15 @@ impl<M: Memory> McastEngine<M> {
             || meta_word >> 48 != 0
             || self.mem.load_u64(at.add(16)) != incarnation
         {
-            return false;
+            return None;
         }
-        let mut buf = [0u8; MCAST_PAYLOAD_BYTES_CAP as usize];
-        let payload = &mut buf[..len as usize];
+        let payload = &mut out[..len as usize];
         self.mem.read(at.add(SLOT_HEADER_BYTES), payload);
         let trailer = at.add(SLOT_HEADER_BYTES + round_up(len, 8));
-        self.mem.load_u64(trailer.add(8)) == head
+        let whole = self.mem.load_u64(trailer.add(8)) == head
             && self.mem.load_u64(trailer) == slot_checksum(head, meta_word, incarnation, payload)
+            && self.mem.load_u64(at) == head;
+        whole.then_some((kind, len as usize))
     }
 
     fn wedge(&mut self, cause: WedgeCause) {

@@ -234,7 +234,7 @@ pub enum McastSendError {
     /// The engine refused it.
     #[error("{}", match .0 {
         verbatim_core::multicast::SendError::TooLarge => "message larger than the multicast payload limit",
-        verbatim_core::multicast::SendError::NotStarted => "multicast not started: a member's row was never seen",
+        verbatim_core::multicast::SendError::NotStarted => "multicast group not formed yet: a member's row was not seen, or shows other incarnations",
         verbatim_core::multicast::SendError::WindowFull => "every slot of this sender's ring is in use: try again",
         verbatim_core::multicast::SendError::Wedged => "the multicast group is wedged (a member is gone)",
     })]
@@ -572,7 +572,7 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
         let Some(m) = self.engines.multicast.as_mut() else {
             return false;
         };
-        let before = (m.delivered(), m.status().sent, m.status().received);
+        let before = m.progress();
         m.handle_timeout(now_ns);
         while let Some(d) = m.poll_delivery(&mut self.mcast_buf) {
             host.multicast_delivered(now_ns, &d, &self.mcast_buf[..d.len]);
@@ -585,7 +585,7 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             host,
             &mut self.counters,
         );
-        posted || before != (m.delivered(), m.status().sent, m.status().received)
+        posted || m.progress() != before
     }
 
     /// Whether the log engine now wants another view than the view engine

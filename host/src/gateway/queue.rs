@@ -96,9 +96,12 @@ impl ServiceHandle {
         &self.subscribers
     }
 
-    /// Hands a publication to the poll loop and wakes it.
+    /// Hands a publication to the poll loop and wakes it (counted with
+    /// the requests: the loop does not park on it).
     pub fn publish(&self, r: PublishRequest) -> bool {
+        self.queued.fetch_add(1, Ordering::AcqRel);
         if self.publish_tx.send(r).is_err() {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
             return false;
         }
         self.wake.ring();
@@ -143,9 +146,15 @@ impl ServiceQueue {
         &self.subscribers
     }
 
-    /// The next publication, if any (never blocks).
+    /// The next publication, if any (never blocks; one load when nothing
+    /// at all is queued, as for requests).
     pub fn try_next_publish(&self) -> Option<PublishRequest> {
-        self.publish_rx.try_recv().ok()
+        if self.is_empty() {
+            return None;
+        }
+        let r = self.publish_rx.try_recv().ok()?;
+        self.queued.fetch_sub(1, Ordering::AcqRel);
+        Some(r)
     }
 
     /// True when nothing is queued.

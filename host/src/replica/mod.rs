@@ -628,7 +628,6 @@ impl Host<ShmMemory, Kv> for Gateway {
                 0
             }
         };
-        self.count("multicast_delivered");
         if d.sender == self.id {
             while self.published.front().is_some_and(|(i, _)| *i <= d.index) {
                 let (index, p) = self.published.pop_front().expect("front checked");
