@@ -748,7 +748,7 @@ fn render_replica(app: &App, model: &Model, area: Rect, buf: &mut Buffer) {
         Constraint::Length(6),
         Constraint::Length(peer_count.max(1) + 3),
         Constraint::Length(if views.is_some() { 6 } else { 0 }),
-        Constraint::Length(if multicast.is_some() { 5 } else { 0 }),
+        Constraint::Length(if multicast.is_some() { 6 } else { 0 }),
         Constraint::Min(0),
     ])
     .areas(area);
@@ -767,14 +767,51 @@ fn render_replica(app: &App, model: &Model, area: Rect, buf: &mut Buffer) {
     render_latency_config(r, latency, buf);
 }
 
-/// Atomic multicast (Derecho): state, what this replica sent, received
-/// per sender and delivered.
+/// Atomic multicast (Derecho): the view and its state, what this replica
+/// sent, received per sender and delivered, and the last ragged trim.
 fn render_multicast(m: &verbatim_status::MulticastState, area: Rect, buf: &mut Buffer) {
     let block = Block::bordered().title(Line::styled(" Multicast ", BOLD));
-    let state = match (&m.wedged, m.started) {
-        (Some(why), _) => Line::styled(format!("WEDGED: {why}"), BAD),
-        (None, true) => Line::styled(format!("running · window {} slots", m.window), GOOD),
-        (None, false) => Line::styled("forming (waiting for every member's row)", DIM),
+    let list = |ms: &[u8]| {
+        ms.iter()
+            .map(|m| format!("r{m}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let view = format!("epoch {} · view {}", m.epoch, list(&m.view));
+    let state = match (&m.halted, &m.wedged, m.started) {
+        (Some(why), _, _) => Line::styled(format!("LEFT THE GROUP: {why}"), BAD),
+        (None, Some(why), _) => Line::styled(
+            format!(
+                "{view} · WEDGED (view change): {why} · suspects {}",
+                list(&m.suspected)
+            ),
+            BAD,
+        ),
+        (None, None, true) => Line::styled(
+            format!("{view} · running · window {} slots", m.window),
+            GOOD,
+        ),
+        (None, None, false) => Line::styled(
+            format!("{view} · forming (waiting for every member's row)"),
+            DIM,
+        ),
+    };
+    let trim = match &m.last_trim {
+        Some(t) => format!(
+            "last trim: epoch {} by r{} kept {} → view {} · view changes {} · own trimmed {}",
+            t.epoch,
+            t.leader,
+            t.counts
+                .iter()
+                .enumerate()
+                .map(|(s, n)| format!("r{s} {n}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+            list(&t.members),
+            m.view_changes,
+            m.trimmed_own
+        ),
+        None => "no view change yet".to_string(),
     };
     let received = m
         .received
@@ -797,6 +834,7 @@ fn render_multicast(m: &verbatim_status::MulticastState, area: Rect, buf: &mut B
             format::count(m.delivered),
             format::count(m.delivered_messages)
         )),
+        Line::styled(trim, DIM),
     ];
     Paragraph::new(lines).block(block).render(area, buf);
 }
@@ -1635,6 +1673,9 @@ mod tests {
             delivered_messages: 250,
             window_full: 3,
             write_errors: 0,
+            epoch: 0,
+            view: vec![0, 1, 2],
+            ..Default::default()
         });
         app.handle_message(report(0, s.clone()), t0);
         app.tick(t0);
@@ -1642,17 +1683,50 @@ mod tests {
         let lines = draw(&app, 100, 34);
         let all = lines.join("\n");
         assert!(all.contains(" Multicast "), "{all}");
-        assert!(all.contains("running · window 64 slots"), "{all}");
+        assert!(
+            all.contains("epoch 0 · view r0 r1 r2 · running · window 64 slots"),
+            "{all}"
+        );
+        assert!(all.contains("no view change yet"), "{all}");
         assert!(all.contains("sent 120 (20 nulls) · window full 3"), "{all}");
         assert!(
             all.contains("received r0 100 · r1 120 · r2 90 · delivered 270 (250 messages)"),
             "{all}"
         );
         assert_boxes_intact(&lines, 1);
-        s.multicast.as_mut().unwrap().wedged = Some("member 2 is gone".into());
+        let m = s.multicast.as_mut().unwrap();
+        m.wedged = Some("member 2 is gone".into());
+        m.suspected = vec![2];
+        app.handle_message(report(0, s.clone()), t0);
+        let all = frame(&app, 100, 34);
+        assert!(
+            all.contains("WEDGED (view change): member 2 is gone · suspects r2"),
+            "{all}"
+        );
+        // The next view: without member 2, and the trim that ended epoch 0.
+        let m = s.multicast.as_mut().unwrap();
+        m.wedged = None;
+        m.suspected = vec![];
+        m.epoch = 1;
+        m.view = vec![0, 1];
+        m.view_changes = 1;
+        m.last_trim = Some(verbatim_status::McastTrim {
+            epoch: 0,
+            leader: 0,
+            members: vec![0, 1],
+            counts: vec![40, 41, 39],
+        });
+        app.handle_message(report(0, s.clone()), t0);
+        let all = frame(&app, 120, 34);
+        assert!(all.contains("epoch 1 · view r0 r1 · running"), "{all}");
+        assert!(
+            all.contains("last trim: epoch 0 by r0 kept r0 40 r1 41 r2 39 → view r0 r1"),
+            "{all}"
+        );
+        s.multicast.as_mut().unwrap().halted = Some("excluded".into());
         app.handle_message(report(0, s), t0);
         let all = frame(&app, 100, 34);
-        assert!(all.contains("WEDGED: member 2 is gone"), "{all}");
+        assert!(all.contains("LEFT THE GROUP: excluded"), "{all}");
     }
 
     #[test]

@@ -168,6 +168,17 @@ pub enum Mutation {
     /// received here, without waiting until every member's row shows it
     /// received (stable), so a member may deliver what another never gets.
     DeliverBeforeStable,
+    /// Multicast view change (Derecho §3.4): act on a ragged trim as soon
+    /// as it is in our row (our own proposal, or our echo of the
+    /// leader's), without waiting until a majority of the view echoes it,
+    /// so a leader that fails right after proposing may have acted on a
+    /// trim its successor never learns.
+    TrimBeforeEcho,
+    /// Multicast view change: a new leader proposes without waiting until
+    /// every unsuspected member is wedged and shows the leader's
+    /// suspicions (so it may miss a predecessor's trim that is being
+    /// echoed, and count receipts that still grow).
+    IgnoreSuspicions,
 }
 
 /// Configuration of one member. Construct with [`Config::new`], adjust

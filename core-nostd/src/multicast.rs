@@ -4,8 +4,8 @@
 //!
 //! # What moves where
 //!
-//! Every member of the multicast group (members `0 .. initial_members`) is
-//! a sender and a receiver. Each member's multicast region holds, per
+//! Every member of the multicast group's view (at first members
+//! `0 .. initial_members`) is a sender and a receiver. Each member's multicast region holds, per
 //! sender, a ring of `window` message slots. A sender writes its message
 //! `k` into slot `k mod window` of its own ring copy (a store) and of every
 //! other member's (one-sided WRITEs from that copy). Each member counts, in
@@ -16,8 +16,8 @@
 //!
 //! # Order: round robin with null messages
 //!
-//! Message `k` of the sender at rank `s` has the global sequence number
-//! `k·n + s` (`n` members). Message `g` is *stable* once every member's row
+//! Message `k` of the sender at position `s` among the view's `n`
+//! members has the epoch's global sequence number `k·n + s`. Message `g` is *stable* once every member's row
 //! shows it received; a member delivers `g` once it is stable and `g − 1`
 //! is delivered. So every member delivers the same messages in the same
 //! order, and nobody delivers a message some member may lack. A sender
@@ -29,7 +29,7 @@
 //! # Slots, and why a message stays in place
 //!
 //! ```text
-//! | head = k+1 | meta | incarnation | payload (padded to 8) | checksum | tail = k+1 |
+//! | head = k+1 | meta | incarnation | epoch | payload (padded to 8) | checksum | tail = k+1 |
 //! meta: payload length (bits 0..32), kind (32..40: 1 data, 2 null), sender (40..48)
 //! ```
 //!
@@ -55,15 +55,50 @@
 //! predecessor's incarnation, differ from its own, so it never writes a
 //! message into their rings, and nothing it reports is counted.
 //!
-//! # Failures (this step)
+//! # Failures: ending an epoch (Derecho §3.4)
 //!
-//! A member that learns a peer is gone *wedges*: it sends and receives
-//! nothing more (its own counts stay put, as a ragged trim needs), freezes
-//! the dead member's counts as last seen (Derecho freezes the row), and
-//! delivers only what still becomes stable. Derecho's view
-//! change (ragged trim, a new epoch without the dead member) is the next
-//! step; until then a group that lost a member stops delivering new
-//! messages. A WRITE that fails (a broken channel) is posted again after
+//! The group runs in epochs (views): epoch 0 has every member; each view
+//! change ends an epoch and installs the next view. Counters, ring
+//! indices and global sequence numbers restart at 0 in every epoch, and
+//! a slot carries its epoch (a slot of an ended epoch is never taken).
+//!
+//! * **Suspicion and wedge.** A member that learns a peer is gone (a death
+//!   notice) suspects it: it sets the peer's bit in its row's `suspected`
+//!   column and *wedges*: it sends and receives nothing more in this
+//!   epoch, so its received counts are final (its row says `wedged`).
+//!   Suspicions spread virally: a member copies into its own row every
+//!   suspicion it reads in a row of its view, and wedges too. A dead
+//!   member's row is frozen as last seen.
+//! * **Split-brain guard.** A member that suspects a majority of its view,
+//!   or sees itself suspected, stops for good ([`HaltCause`]).
+//! * **Leader and ragged trim.** The lowest-ranked unsuspected member
+//!   leads. Once every unsuspected member's row shows it wedged and
+//!   suspecting every member ranked below the leader (so it will echo no
+//!   earlier leader's proposal), the leader proposes a [`Trim`]: the
+//!   highest-ballot trim those rows echo, if any (a predecessor's trim
+//!   that someone may have acted on), else a fresh one: per sender, the
+//!   least any unsuspected member received, and the unsuspected members
+//!   as the next view.
+//! * **Echo before use.** Members echo their leader's proposal into their
+//!   own rows. A trim is acted on only once a majority of the view shows
+//!   it (Paxos: a later leader's prepare meets one of those rows, so it
+//!   adopts the value); a member that sees a row of the next epoch learns
+//!   the decided trim from it.
+//! * **Delivery cut.** Acting on a trim, a member delivers, in round-robin
+//!   order, every message inside it (each sender's first `counts[s]`),
+//!   up to the first one outside, and drops the rest; then it installs the
+//!   next view. What any member delivered was stable, so it lies inside
+//!   any trim, and every member that installs the next view delivered
+//!   the same messages in the ended epoch (virtual synchrony). A sender's
+//!   messages the trim left out are counted (`trimmed_own`); the host
+//!   sends publications again in the new view (exactly once: a trim is
+//!   the same everywhere, so what it left out was delivered nowhere).
+//! * Members known dead that a trim still lists (a predecessor's trim,
+//!   adopted as is) are suspected at once in the new view, which ends it
+//!   in turn. A member is never added back: a restarted process stays
+//!   outside (joins with state transfer are a later step).
+//!
+//! A WRITE that fails (a broken channel) is posted again after
 //! `reconnect_backoff_ns`, once the engine has re-established the
 //! channel.
 
@@ -85,8 +120,8 @@ pub const MCAST_REGION: RegionId = RegionId(8);
 pub const MCAST_PAYLOAD_BYTES_CAP: u32 = 1024;
 /// Most slots per sender ring.
 pub const MCAST_WINDOW_CAP: u32 = 1 << 16;
-/// Bytes of one multicast row (the schema's words, to a cache line).
-pub const MCAST_ROW_BYTES: u64 = 128;
+/// Bytes of one multicast row (the schema's words, to cache lines).
+pub const MCAST_ROW_BYTES: u64 = 256;
 /// Work requests in flight to one peer at most (a queue pair's send queue
 /// is bounded; more wait in the sender's ring and go out as these
 /// complete).
@@ -97,7 +132,7 @@ const RECEIVE_BATCH_MAX: u64 = 256;
 /// skipped without returning).
 const DELIVER_SCAN_MAX: u32 = 1024;
 
-const SLOT_HEADER_BYTES: u64 = 24;
+const SLOT_HEADER_BYTES: u64 = 32;
 const SLOT_TRAILER_BYTES: u64 = 16;
 const KIND_DATA: u64 = 1;
 const KIND_NULL: u64 = 2;
@@ -110,6 +145,11 @@ const WR_KIND_SHIFT: u32 = 52;
 const WR_SLOT: u64 = 1;
 const WR_ROW: u64 = 2;
 const WR_VALUE_MASK: u64 = (1 << WR_KIND_SHIFT) - 1;
+/// A slot WRITE's work request carries the epoch's low bits above the
+/// index, so that a completion from an ended epoch is told apart.
+const WR_EPOCH_SHIFT: u32 = 40;
+const WR_INDEX_MASK: u64 = (1 << WR_EPOCH_SHIFT) - 1;
+const WR_EPOCH_MASK: u64 = (1 << (WR_KIND_SHIFT - WR_EPOCH_SHIFT)) - 1;
 
 /// Received messages per sender (element `s`: messages of the member at
 /// rank `s` taken from its ring, in its order).
@@ -118,15 +158,40 @@ pub const COL_RECEIVED: Column = Column::new("received", 0, MAX_MEMBERS as u16, 
 pub const COL_DELIVERED: Column = Column::u64("delivered", 8);
 /// The row owner's incarnation (non-zero).
 pub const COL_INCARNATION: Column = Column::u64("incarnation", 9);
-/// Digest of the incarnations the owner pinned (0: not started).
+/// Digest of the owner's view: its epoch, members and their pinned
+/// incarnations (0: not started).
 pub const COL_VIEW_DIGEST: Column = Column::u64("view_digest", 10);
-const COLUMNS: [Column; 4] = [
+/// The owner's epoch (view number, from 0).
+pub const COL_EPOCH: Column = Column::u64("epoch", 11);
+/// Members the owner suspects in its epoch (a bit per member id).
+pub const COL_SUSPECTED: Column = Column::u64("suspected", 12);
+/// 1 once the owner wedged in its epoch: it sends and receives nothing
+/// more in it, so its received counts are final.
+pub const COL_WEDGED: Column = Column::u64("wedged", 13);
+/// The epoch the trim below ends: equal to the row's epoch, a proposal
+/// (the owner's own as leader, or its echo of the leader's); below it,
+/// the trim that ended that epoch (decided).
+pub const COL_TRIM_EPOCH: Column = Column::u64("trim_epoch", 14);
+/// The proposing leader's rank + 1 (0: no trim).
+pub const COL_TRIM_BALLOT: Column = Column::u64("trim_ballot", 15);
+/// The next view's members (a bit per member id).
+pub const COL_TRIM_MEMBERS: Column = Column::u64("trim_members", 16);
+/// Per sender, the messages the ending epoch delivers (the ragged trim).
+pub const COL_TRIM_COUNTS: Column = Column::new("trim_counts", 17, MAX_MEMBERS as u16, Kind::U64);
+const COLUMNS: [Column; 11] = [
     COL_RECEIVED,
     COL_DELIVERED,
     COL_INCARNATION,
     COL_VIEW_DIGEST,
+    COL_EPOCH,
+    COL_SUSPECTED,
+    COL_WEDGED,
+    COL_TRIM_EPOCH,
+    COL_TRIM_BALLOT,
+    COL_TRIM_MEMBERS,
+    COL_TRIM_COUNTS,
 ];
-const SCHEMA: Schema = Schema::new("multicast", DOMAIN_ROW, &[11], &COLUMNS);
+const SCHEMA: Schema = Schema::new("multicast", DOMAIN_ROW, &[25], &COLUMNS);
 const _: () = assert!(SCHEMA.row_words() * 8 <= MCAST_ROW_BYTES as usize);
 
 /// The multicast SST's row schema (Derecho's received and delivered
@@ -239,11 +304,12 @@ const fn meta(len: u64, kind: u64, sender: MemberId) -> u64 {
     len | (kind << 32) | ((sender.0 as u64) << 40)
 }
 
-fn slot_checksum(head: u64, meta: u64, incarnation: u64, payload: &[u8]) -> u64 {
+fn slot_checksum(head: u64, meta: u64, incarnation: u64, epoch: u64, payload: &[u8]) -> u64 {
     let mut c = Checksum::new(DOMAIN_SLOT);
     c.word(head);
     c.word(meta);
     c.word(incarnation);
+    c.word(epoch);
     c.bytes(payload);
     c.finish()
 }
@@ -255,8 +321,16 @@ pub struct McastDelivery {
     pub sender: MemberId,
     /// Its index in the sender's stream (nulls count).
     pub index: u64,
-    /// Its global sequence number (`index · members + sender`).
+    /// Its global sequence number in its epoch (`index · members +` the
+    /// sender's position among the view's members).
     pub seq: u64,
+    /// The epoch (view) it was sent and delivered in: `(epoch, index)`
+    /// names a message of a sender.
+    pub epoch: u64,
+    /// Delivered while its epoch ended: inside the decided ragged trim
+    /// (every member of the next view received it), not because it was
+    /// stable in the view.
+    pub in_trim: bool,
     /// The sender's incarnation (the one this member pinned).
     pub sender_incarnation: u64,
     /// Payload bytes (copied into the caller's buffer).
@@ -275,8 +349,10 @@ pub enum SendError {
     WindowFull,
     /// The engine wedged (a member is gone, or a sender overwrote a
     /// message before everyone delivered it): nothing more is sent in
-    /// this group.
+    /// this epoch; try again once the next view is installed.
     Wedged,
+    /// The engine stopped for good (see [`HaltCause`]).
+    Halted,
 }
 
 /// Why the engine wedged.
@@ -287,6 +363,48 @@ pub enum WedgeCause {
     /// A message no longer validated when it was delivered: its sender
     /// overwrote it early.
     SlotOverwritten(MemberId),
+    /// Another member's row suspects this member.
+    Suspicion(MemberId),
+}
+
+/// Why the engine stopped for good (it sends, receives and delivers
+/// nothing more; a new process has to join as a new member).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HaltCause {
+    /// A member of our view suspects us, or the next view leaves us out.
+    Excluded,
+    /// We suspect a majority of our view: the members we still reach may
+    /// be the minority side of a partition (Derecho's split-brain guard).
+    Minority,
+    /// A message inside the decided trim is not whole in our ring.
+    TrimUnreadable(MemberId),
+    /// The decided trim ends before what we already delivered, or holds
+    /// more of a sender than we received (only a leader that computed it
+    /// from counts that were not final gets there).
+    TrimBehind,
+}
+
+/// A proposal to end an epoch: Derecho's ragged trim, with the next
+/// view's members.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Trim {
+    /// The epoch it ends.
+    pub epoch: u64,
+    /// The proposing leader's rank + 1: later leaders rank higher (the
+    /// leader is the lowest-ranked unsuspected member, and suspicions only
+    /// grow in an epoch), so it orders proposals as Paxos ballots do.
+    pub ballot: u64,
+    /// The next view's members (a bit per member id).
+    pub members: u64,
+    /// Per sender (member id), the messages the ending epoch delivers.
+    pub counts: [u64; MAX_MEMBERS],
+}
+
+impl Trim {
+    /// The same decision (members and counts), whoever proposed it.
+    fn same_value(&self, other: &Trim) -> bool {
+        self.epoch == other.epoch && self.members == other.members && self.counts == other.counts
+    }
 }
 
 /// Counters and state for status.
@@ -295,8 +413,23 @@ pub struct McastStatus {
     /// The group formed: every member's row shows the incarnations we
     /// pinned.
     pub started: bool,
-    /// Why the engine wedged, if it did.
+    /// Why the engine wedged in this epoch, if it did.
     pub wedged: Option<WedgeCause>,
+    /// Why the engine stopped for good, if it did.
+    pub halted: Option<HaltCause>,
+    /// The current epoch (view number).
+    pub epoch: u64,
+    /// The view's members (a bit per member id).
+    pub view: u64,
+    /// Members suspected in this epoch (a bit per member id).
+    pub suspected: u64,
+    /// The trim that ended the previous epoch, if any.
+    pub last_trim: Option<Trim>,
+    /// Views installed after the first (epochs ended).
+    pub view_changes: u64,
+    /// Our own messages the last trims left out (dropped; their sender
+    /// sends them again in the next view if it wants them delivered).
+    pub trimmed_own: u64,
     /// Our messages, data and null.
     pub sent: u64,
     /// Of which nulls.
@@ -323,6 +456,10 @@ struct PeerRow {
     received: [u64; MAX_MEMBERS],
     delivered: u64,
     digest: u64,
+    epoch: u64,
+    suspected: u64,
+    wedged: bool,
+    trim: Option<Trim>,
     /// Gone: its counts stay as they are (Derecho's frozen row).
     frozen: bool,
 }
@@ -374,6 +511,18 @@ pub struct McastEngine<M: Memory> {
     /// A ring had more messages than one call takes.
     receive_due: bool,
     wedged: Option<WedgeCause>,
+    halted: Option<HaltCause>,
+    /// The current epoch, its members, and those suspected in it.
+    epoch: u64,
+    view: u64,
+    suspected: u64,
+    /// Our row's trim for this epoch: our proposal as leader, or our echo
+    /// of the leader's.
+    trim: Option<Trim>,
+    /// The decided trim this epoch ends with: we deliver up to it, then
+    /// install the next view.
+    ending: Option<Trim>,
+    last_trim: Option<Trim>,
     status: McastStatus,
     now: u64,
 }
@@ -412,6 +561,13 @@ impl<M: Memory> McastEngine<M> {
             deliver_due: false,
             receive_due: false,
             wedged: None,
+            halted: None,
+            epoch: 0,
+            view: (1u64 << n) - 1,
+            suspected: 0,
+            trim: None,
+            ending: None,
+            last_trim: None,
             status: McastStatus::default(),
             now: now_ns,
         };
@@ -429,6 +585,11 @@ impl<M: Memory> McastEngine<M> {
         McastStatus {
             started: self.formed(),
             wedged: self.wedged,
+            halted: self.halted,
+            epoch: self.epoch,
+            view: self.view,
+            suspected: self.suspected,
+            last_trim: self.last_trim,
             sent: self.sent,
             received: self.received,
             delivered: self.delivered,
@@ -460,16 +621,71 @@ impl<M: Memory> McastEngine<M> {
         self.incarnation
     }
 
-    /// Members of the group.
+    /// Members the group was laid out for (ranks `0 .. members()`); the
+    /// current view is [`McastEngine::view`].
     pub fn members(&self) -> usize {
         self.n
+    }
+
+    /// The current epoch (view number, from 0).
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The current view's members (a bit per member id).
+    pub fn view(&self) -> u64 {
+        self.view
+    }
+
+    /// Whether the epoch is ending: the decided trim is being delivered
+    /// (every member of the next view delivers the same messages up to
+    /// it; what it leaves out is never delivered).
+    pub fn ending(&self) -> Option<Trim> {
+        self.ending
+    }
+
+    /// Why the engine stopped for good, if it did.
+    pub fn halted(&self) -> Option<HaltCause> {
+        self.halted
+    }
+
+    /// Our row's trim for this epoch (proposal or echo), for tests.
+    #[cfg(test)]
+    fn trim_for_test(&self) -> Option<Trim> {
+        self.trim
+    }
+
+    /// The view's members in rank order.
+    fn view_members(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.n).filter(move |&m| self.view & (1 << m) != 0)
+    }
+
+    fn view_len(&self) -> u64 {
+        u64::from(self.view.count_ones())
+    }
+
+    /// The sender and index of the epoch's sequence number `seq`.
+    fn at_seq(&self, seq: u64) -> (MemberId, u64) {
+        let v = self.view_len();
+        let pos = (seq % v) as usize;
+        let sender = self
+            .view_members()
+            .nth(pos)
+            .expect("pos below the view's size");
+        (MemberId(sender as u8), seq / v)
+    }
+
+    /// The epoch's sequence number of `sender`'s message `index`.
+    fn seq_of(&self, sender: MemberId, index: u64) -> u64 {
+        let pos = (self.view & ((1u64 << sender.0) - 1)).count_ones();
+        index * self.view_len() + u64::from(pos)
     }
 
     /// Grows whenever the engine sends, receives or delivers anything
     /// (messages received from every sender, ours included, plus
     /// deliveries): how a driver tells that a call did work.
     pub fn progress(&self) -> u64 {
-        self.received.iter().sum::<u64>() + self.delivered
+        self.received.iter().sum::<u64>() + self.delivered + (self.epoch << 40)
     }
 
     /// Global sequence numbers delivered so far (nulls included).
@@ -482,23 +698,27 @@ impl<M: Memory> McastEngine<M> {
         self.wedged
     }
 
-    /// Whether every member's row shows the incarnations we pinned: the
-    /// group is formed and we may send.
+    /// Whether every member of the view shows our view in its row: the
+    /// group is formed (in this epoch) and we may send.
     fn formed(&self) -> bool {
         let Some((_, digest)) = self.pinned else {
             return false;
         };
-        (0..self.n).all(|m| m == self.me.index() || self.rows[m].digest == digest)
+        self.view_members()
+            .all(|m| m == self.me.index() || self.rows[m].digest == digest)
     }
 
     /// Multicasts `payload`: writes it into our ring (the WRITEs to peers
     /// come out of [`Engine::poll_action`]). Returns its index in our
-    /// stream.
+    /// stream of this epoch ([`McastEngine::epoch`]).
     pub fn send(&mut self, payload: &[u8]) -> Result<u64, SendError> {
         if payload.len() as u64 > self.lay.payload_bytes_max {
             return Err(SendError::TooLarge);
         }
-        if self.wedged.is_some() {
+        if self.halted.is_some() {
+            return Err(SendError::Halted);
+        }
+        if self.wedged.is_some() || self.ending.is_some() {
             return Err(SendError::Wedged);
         }
         if !self.formed() {
@@ -514,29 +734,52 @@ impl<M: Memory> McastEngine<M> {
         Ok(index)
     }
 
-    /// Delivers the next message if it is stable, copying its payload into
-    /// `out` (at least `mcast_payload_bytes_max` bytes). Nulls are skipped.
-    /// `None`: nothing deliverable now.
+    /// Delivers the next message if it is stable (or, while the epoch
+    /// ends, inside the decided trim), copying its payload into `out` (at
+    /// least `mcast_payload_bytes_max` bytes). Nulls are skipped. `None`:
+    /// nothing deliverable now.
     pub fn poll_delivery(&mut self, out: &mut [u8]) -> Option<McastDelivery> {
         assert!(out.len() as u64 >= self.lay.payload_bytes_max);
         let Some(pinned) = self.pinned else {
             self.deliver_due = false;
             return None;
         };
+        if self.halted.is_some() {
+            self.deliver_due = false;
+            return None;
+        }
         for _ in 0..DELIVER_SCAN_MAX {
             let seq = self.delivered;
-            let sender = MemberId((seq % self.n as u64) as u8);
-            let index = seq / self.n as u64;
-            if !self.stable(sender, index) {
+            let (sender, index) = self.at_seq(seq);
+            let deliverable = match self.ending {
+                Some(t) => index < t.counts[sender.index()],
+                None => self.stable(sender, index),
+            };
+            if !deliverable {
                 self.deliver_due = false;
+                if let Some(t) = self.ending {
+                    // Everything inside the trim is delivered: the next
+                    // view starts (its first deliveries may be due).
+                    self.install(t);
+                    self.deliver_due = self.halted.is_none();
+                }
+                self.invariants();
                 return None;
             }
             let incarnation = pinned.0[sender.index()];
             let Some((kind, len)) = self.read_slot(sender, index, incarnation, out) else {
-                // Received (validated) and not yet freed by us: only a
-                // sender that broke the window rule changes it.
-                self.wedge(WedgeCause::SlotOverwritten(sender));
                 self.deliver_due = false;
+                if self.ending.is_some() {
+                    // Inside the trim we must have it whole: every member
+                    // of the next view reported it received.
+                    self.halt(HaltCause::TrimUnreadable(sender));
+                } else {
+                    // Received (validated) and not yet freed by us: only a
+                    // sender that broke the window rule changes it.
+                    self.wedge(WedgeCause::SlotOverwritten(sender));
+                    self.suspect(sender);
+                }
+                self.seal_row();
                 return None;
             };
             self.delivered += 1;
@@ -549,6 +792,8 @@ impl<M: Memory> McastEngine<M> {
                     sender,
                     index,
                     seq,
+                    epoch: self.epoch,
+                    in_trim: self.ending.is_some(),
                     sender_incarnation: incarnation,
                     len,
                 });
@@ -558,18 +803,19 @@ impl<M: Memory> McastEngine<M> {
         None
     }
 
-    /// Whether message `index` of `sender` is received by every member
-    /// (that pinned the same incarnations).
+    /// Whether message `index` of `sender` is received by every member of
+    /// the view (that shows our view in its row).
     fn stable(&self, sender: MemberId, index: u64) -> bool {
         #[cfg(feature = "mutation-testing")]
         if self.mutation == crate::config::Mutation::DeliverBeforeStable {
             return self.received[sender.index()] > index;
         }
-        (0..self.n).all(|m| self.received_by(MemberId(m as u8), sender) > index)
+        self.view_members()
+            .all(|m| self.received_by(MemberId(m as u8), sender) > index)
     }
 
     /// What `member` reports received of `sender` (ours exactly; a peer's
-    /// from its last good row, 0 unless it pinned what we pinned).
+    /// from its last good row, 0 unless it shows our view).
     fn received_by(&self, member: MemberId, sender: MemberId) -> u64 {
         if member == self.me {
             return self.received[sender.index()];
@@ -594,6 +840,12 @@ impl<M: Memory> McastEngine<M> {
             return 0;
         }
         f(row)
+    }
+
+    /// Whether `member`'s row is of our epoch and view.
+    fn row_current(&self, member: usize) -> bool {
+        self.pinned
+            .is_some_and(|(_, digest)| self.rows[member].digest == digest)
     }
 
     /// Takes what `member`'s row copy now says, if it comes from the
@@ -622,16 +874,34 @@ impl<M: Memory> McastEngine<M> {
         }
         r.delivered = row.get(&COL_DELIVERED).unwrap_or(0);
         r.digest = row.get(&COL_VIEW_DIGEST).unwrap_or(0);
+        r.epoch = row.get(&COL_EPOCH).unwrap_or(0);
+        let members_mask = (1u64 << self.n) - 1;
+        r.suspected = row.get(&COL_SUSPECTED).unwrap_or(0) & members_mask;
+        r.wedged = row.get(&COL_WEDGED).unwrap_or(0) != 0;
+        let ballot = row.get(&COL_TRIM_BALLOT).unwrap_or(0);
+        r.trim = (ballot != 0).then(|| {
+            let mut counts = [0u64; MAX_MEMBERS];
+            for (s, c) in counts.iter_mut().enumerate().take(self.n) {
+                *c = row.get_at(&COL_TRIM_COUNTS, s).unwrap_or(0);
+            }
+            Trim {
+                epoch: row.get(&COL_TRIM_EPOCH).unwrap_or(0),
+                ballot,
+                members: row.get(&COL_TRIM_MEMBERS).unwrap_or(0) & members_mask,
+                counts,
+            }
+        });
     }
 
     /// Whether our message `index` may take its slot: the message it
-    /// replaces is delivered by every member.
+    /// replaces is delivered by every member of the view.
     fn window_room(&self, index: u64) -> bool {
         if index < self.lay.window {
             return true;
         }
-        let replaced = (index - self.lay.window) * self.n as u64 + u64::from(self.me.0);
-        (0..self.n).all(|m| self.delivered_by(MemberId(m as u8)) > replaced)
+        let replaced = self.seq_of(self.me, index - self.lay.window);
+        self.view_members()
+            .all(|m| self.delivered_by(MemberId(m as u8)) > replaced)
     }
 
     fn write_own_slot(&mut self, index: u64, kind: u64, payload: &[u8]) {
@@ -640,9 +910,10 @@ impl<M: Memory> McastEngine<M> {
         let len = payload.len() as u64;
         let head = index + 1;
         let meta_word = meta(len, kind, self.me);
-        let checksum = slot_checksum(head, meta_word, self.incarnation, payload);
+        let checksum = slot_checksum(head, meta_word, self.incarnation, self.epoch, payload);
         self.mem.store_u64(at.add(8), meta_word);
         self.mem.store_u64(at.add(16), self.incarnation);
+        self.mem.store_u64(at.add(24), self.epoch);
         self.mem.write(at.add(SLOT_HEADER_BYTES), payload);
         let trailer = at.add(SLOT_HEADER_BYTES + round_up(len, 8));
         self.mem.store_u64(trailer, checksum);
@@ -665,10 +936,11 @@ impl<M: Memory> McastEngine<M> {
             .is_some()
     }
 
-    /// Copies `sender`'s message `index` out into `out` if its slot holds
-    /// it whole, from `incarnation`: head and tail, meta, incarnation and
-    /// the checksum over the copy agree, and the head still does after the
-    /// copy. Returns its kind and payload length.
+    /// Copies `sender`'s message `index` of this epoch out into `out` if
+    /// its slot holds it whole, from `incarnation`: head and tail, meta,
+    /// incarnation, epoch and the checksum over the copy agree, and the
+    /// head still does after the copy. Returns its kind and payload
+    /// length.
     fn read_slot(
         &self,
         sender: MemberId,
@@ -689,6 +961,7 @@ impl<M: Memory> McastEngine<M> {
             || (meta_word >> 40) & 0xFF != u64::from(sender.0)
             || meta_word >> 48 != 0
             || self.mem.load_u64(at.add(16)) != incarnation
+            || self.mem.load_u64(at.add(24)) != self.epoch
         {
             return None;
         }
@@ -696,7 +969,8 @@ impl<M: Memory> McastEngine<M> {
         self.mem.read(at.add(SLOT_HEADER_BYTES), payload);
         let trailer = at.add(SLOT_HEADER_BYTES + round_up(len, 8));
         let whole = self.mem.load_u64(trailer.add(8)) == head
-            && self.mem.load_u64(trailer) == slot_checksum(head, meta_word, incarnation, payload)
+            && self.mem.load_u64(trailer)
+                == slot_checksum(head, meta_word, incarnation, self.epoch, payload)
             && self.mem.load_u64(at) == head;
         whole.then_some((kind, len as usize))
     }
@@ -704,6 +978,37 @@ impl<M: Memory> McastEngine<M> {
     fn wedge(&mut self, cause: WedgeCause) {
         if self.wedged.is_none() {
             self.wedged = Some(cause);
+            self.row.set(&COL_WEDGED, 1);
+        }
+    }
+
+    fn halt(&mut self, cause: HaltCause) {
+        if self.halted.is_none() {
+            self.halted = Some(cause);
+            if self.wedged.is_none() {
+                self.wedged = Some(WedgeCause::Suspicion(self.me));
+            }
+            self.row.set(&COL_WEDGED, 1);
+        }
+    }
+
+    /// Suspects `member` in this epoch (if it is in the view).
+    fn suspect(&mut self, member: MemberId) {
+        if self.view & (1 << member.0) != 0 && self.suspected & (1 << member.0) == 0 {
+            self.suspected |= 1 << member.0;
+            self.row.set(&COL_SUSPECTED, self.suspected);
+        }
+    }
+
+    /// Our row's trim columns: our proposal or echo for this epoch, else
+    /// the trim that ended the previous one.
+    fn set_row_trim(&mut self) {
+        let t = self.trim.or(self.last_trim).unwrap_or_default();
+        self.row.set(&COL_TRIM_EPOCH, t.epoch);
+        self.row.set(&COL_TRIM_BALLOT, t.ballot);
+        self.row.set(&COL_TRIM_MEMBERS, t.members);
+        for s in 0..self.n {
+            self.row.set_at(&COL_TRIM_COUNTS, s, t.counts[s]);
         }
     }
 
@@ -722,6 +1027,19 @@ impl<M: Memory> McastEngine<M> {
         }
     }
 
+    /// The digest of a view: its epoch, members and their incarnations.
+    fn view_digest_of(epoch: u64, view: u64, incarnations: &[u64; MAX_MEMBERS]) -> u64 {
+        let mut c = Checksum::new(DOMAIN_VIEW);
+        c.word(epoch);
+        c.word(view);
+        for (m, &i) in incarnations.iter().enumerate() {
+            if view & (1 << m) != 0 {
+                c.word(i);
+            }
+        }
+        c.finish()
+    }
+
     /// Pins every member's incarnation once each row was seen.
     fn try_start(&mut self) {
         if self.pinned.is_some() {
@@ -738,26 +1056,255 @@ impl<M: Memory> McastEngine<M> {
                 }
             };
         }
-        let mut c = Checksum::new(DOMAIN_VIEW);
-        for &i in &incarnations[..self.n] {
-            c.word(i);
-        }
-        let digest = c.finish();
+        let digest = Self::view_digest_of(self.epoch, self.view, &incarnations);
         self.pinned = Some((incarnations, digest));
         self.row.set(&COL_VIEW_DIGEST, digest);
+        // What a peer told us before we pinned was about whoever it was
+        // then; its next row tells it again.
+    }
+
+    /// Derecho's epoch termination (§3.4), run after the rows were read:
+    /// suspicions spread (each member copies those it reads in rows of its
+    /// view into its own), a suspicion wedges, the lowest-ranked
+    /// unsuspected member leads: once every unsuspected member's row shows
+    /// it wedged and suspecting every member ranked below the leader (so
+    /// it will echo no earlier leader's proposal), the leader proposes the
+    /// highest-ballot trim those rows echo, or else a fresh one (per
+    /// sender, the least any of them received; the next view is the
+    /// unsuspected members). Members echo their leader's proposal into
+    /// their rows; a trim echoed by a majority of the view is decided (a
+    /// member that sees a row of a later epoch learns the trim that ended
+    /// ours from it), and only then acted on.
+    fn advance_epoch(&mut self) {
+        if self.halted.is_some() || self.ending.is_some() {
+            return;
+        }
+        let Some((_, digest)) = self.pinned else {
+            return;
+        };
+        let me = self.me.index();
+        let mut decided = None;
+        for m in 0..self.n {
+            if m == me || self.view & (1 << m) == 0 {
+                continue;
+            }
+            let r = self.rows[m];
+            if r.digest == digest {
+                let new = r.suspected & self.view & !self.suspected;
+                if new != 0 {
+                    self.suspected |= new;
+                    self.row.set(&COL_SUSPECTED, self.suspected);
+                    self.wedge(WedgeCause::Suspicion(MemberId(new.trailing_zeros() as u8)));
+                }
+            } else if r.epoch > self.epoch {
+                // A member of our view moved on: it acted on a decided
+                // trim for our epoch, which its row still shows (until it
+                // proposes in its new epoch; then it left us behind and
+                // we would have been suspected in that epoch).
+                match r.trim {
+                    Some(t) if t.epoch == self.epoch && r.epoch == self.epoch + 1 => {
+                        decided = Some(t)
+                    }
+                    _ => {
+                        self.halt(HaltCause::Excluded);
+                        return;
+                    }
+                }
+            }
+        }
+        if decided.is_none() {
+            if self.suspected & (1 << me) != 0 {
+                self.halt(HaltCause::Excluded);
+                return;
+            }
+            let live = self.view & !self.suspected;
+            if live.count_ones() * 2 <= self.view.count_ones() {
+                self.halt(HaltCause::Minority);
+                return;
+            }
+            decided = self.trim.filter(|t| self.echoes(t) * 2 > self.view_len());
+        }
+        if let Some(t) = decided {
+            self.act_on(t);
+            return;
+        }
+        if self.suspected == 0 {
+            return;
+        }
+        let leader = (self.view & !self.suspected).trailing_zeros() as usize;
+        if leader == me {
+            self.lead();
+        } else if self.row_current(leader) {
+            // Echo our leader's proposal.
+            if let Some(t) = self.rows[leader].trim {
+                if t.epoch == self.epoch && t.ballot == leader as u64 + 1 && self.trim != Some(t) {
+                    self.trim = Some(t);
+                    self.set_row_trim();
+                }
+            }
+        }
+    }
+
+    /// Members of the view whose row (ours included) shows `t` in this
+    /// epoch, or who already moved on with it.
+    fn echoes(&self, t: &Trim) -> u64 {
+        #[cfg(feature = "mutation-testing")]
+        if self.mutation == crate::config::Mutation::TrimBeforeEcho {
+            return self.view_len();
+        }
+        self.view_members()
+            .filter(|&m| {
+                if m == self.me.index() {
+                    return self
+                        .trim
+                        .is_some_and(|o| o.ballot == t.ballot && o.same_value(t));
+                }
+                let r = &self.rows[m];
+                (self.row_current(m) || r.epoch == self.epoch + 1)
+                    && r.trim
+                        .is_some_and(|o| o.ballot == t.ballot && o.same_value(t))
+            })
+            .count() as u64
+    }
+
+    /// As the leader: propose, once every unsuspected member is wedged and
+    /// follows us.
+    fn lead(&mut self) {
+        let me = self.me.index();
+        let ballot = me as u64 + 1;
+        if self.trim.is_some_and(|t| t.ballot == ballot) {
+            return;
+        }
+        let live = self.view & !self.suspected;
+        let below = self.view & ((1u64 << me) - 1);
+        let mut best = self.trim;
+        let mut counts = self.received;
+        for m in self.view_members() {
+            if m == me || live & (1 << m) == 0 {
+                continue;
+            }
+            let r = self.rows[m];
+            let prepared = r.wedged && r.suspected & below == below;
+            #[cfg(feature = "mutation-testing")]
+            let prepared = prepared || self.mutation == crate::config::Mutation::IgnoreSuspicions;
+            if !self.row_current(m) || !prepared {
+                return;
+            }
+            if let Some(t) = r.trim.filter(|t| t.epoch == self.epoch) {
+                if best.is_none_or(|b| t.ballot > b.ballot) {
+                    best = Some(t);
+                }
+            }
+            for s in self.view_members() {
+                counts[s] = counts[s].min(r.received[s]);
+            }
+        }
+        let mut t = best.unwrap_or(Trim {
+            epoch: self.epoch,
+            ballot,
+            members: live,
+            counts: [0; MAX_MEMBERS],
+        });
+        if best.is_none() {
+            for s in self.view_members() {
+                t.counts[s] = counts[s];
+            }
+        }
+        t.ballot = ballot;
+        self.trim = Some(t);
+        self.set_row_trim();
+    }
+
+    /// Acts on the decided trim `t`: delivers up to it (then installs the
+    /// next view), or stops if the next view leaves us out.
+    fn act_on(&mut self, t: Trim) {
+        if t.members & (1 << self.me.0) == 0 {
+            self.halt(HaltCause::Excluded);
+            return;
+        }
+        // Wedge for good in this epoch, echo what we act on (a laggard of
+        // the next view learns it from our row), and check that we can.
+        self.wedge(WedgeCause::Suspicion(self.me));
+        self.trim = Some(t);
+        self.set_row_trim();
+        // We hold every message inside the trim (we reported them
+        // received, or the trim would be lower), and delivered nothing
+        // past its end (what we delivered was stable: every member,
+        // those the trim was computed from included, had received it).
+        let reachable = self.view_members().all(|s| self.received[s] >= t.counts[s]);
+        let trim_end = self
+            .view_members()
+            .map(|s| self.seq_of(MemberId(s as u8), t.counts[s]))
+            .min()
+            .unwrap_or(0);
+        if !reachable || self.delivered > trim_end {
+            self.halt(HaltCause::TrimBehind);
+            return;
+        }
+        self.ending = Some(t);
+        self.deliver_due = true;
+    }
+
+    /// Installs the view after `t`: the next epoch, its members, counters
+    /// from zero.
+    fn install(&mut self, t: Trim) {
+        let Some((incarnations, _)) = self.pinned else {
+            return;
+        };
+        let me = self.me.index();
+        // Our messages the trim left out are dropped.
+        self.status.trimmed_own += self.sent - t.counts[me].min(self.sent);
+        self.status.view_changes += 1;
+        self.last_trim = Some(t);
+        self.ending = None;
+        self.trim = None;
+        self.epoch += 1;
+        self.view = t.members;
+        self.sent = 0;
+        self.received = [0; MAX_MEMBERS];
+        self.delivered = 0;
+        self.wedged = None;
+        let mut carried = self.suspected & self.view;
+        for (m, p) in self.peers.iter_mut().enumerate().take(self.n) {
+            // Posts restart from the new epoch's first message.
+            p.posted = 0;
+            if p.down && self.view & (1 << m) != 0 {
+                carried |= 1 << m;
+            }
+        }
+        self.suspected = carried;
+        let digest = Self::view_digest_of(self.epoch, self.view, &incarnations);
+        self.pinned = Some((incarnations, digest));
+        for s in 0..self.n {
+            self.row.set_at(&COL_RECEIVED, s, 0);
+        }
+        self.row.set(&COL_DELIVERED, 0);
+        self.row.set(&COL_EPOCH, self.epoch);
+        self.row.set(&COL_VIEW_DIGEST, digest);
+        self.row.set(&COL_SUSPECTED, self.suspected);
+        self.row.set(&COL_WEDGED, 0);
+        self.set_row_trim();
+        if self.suspected != 0 {
+            // Members of the new view already known gone: the next view
+            // change starts at once.
+            self.wedge(WedgeCause::Suspicion(MemberId(
+                self.suspected.trailing_zeros() as u8,
+            )));
+        }
+        self.seal_row();
     }
 
     fn receive(&mut self) {
         let Some((incarnations, _)) = self.pinned else {
             return;
         };
-        if self.wedged.is_some() {
+        if self.wedged.is_some() || self.halted.is_some() {
             // Derecho: a wedged member reports no newly received message,
             // so the counts a ragged trim is computed from stay put.
             return;
         }
         for (s, &incarnation) in incarnations.iter().enumerate().take(self.n) {
-            if s == self.me.index() {
+            if s == self.me.index() || self.view & (1 << s) == 0 {
                 continue;
             }
             let sender = MemberId(s as u8);
@@ -781,10 +1328,14 @@ impl<M: Memory> McastEngine<M> {
     /// Fills our turns with nulls up to the round the busiest sender
     /// reached, as far as the window lets us.
     fn send_nulls(&mut self) {
-        if !self.formed() || self.wedged.is_some() {
+        if !self.formed() || self.wedged.is_some() || self.halted.is_some() {
             return;
         }
-        let target = self.received[..self.n].iter().copied().max().unwrap_or(0);
+        let target = self
+            .view_members()
+            .map(|s| self.received[s])
+            .max()
+            .unwrap_or(0);
         while self.sent < target && self.window_room(self.sent) {
             self.write_own_slot(self.sent, KIND_NULL, &[]);
         }
@@ -794,7 +1345,10 @@ impl<M: Memory> McastEngine<M> {
     fn next_row_push(&mut self, p: usize) -> Option<Action> {
         let peer = &self.peers[p];
         let version = self.row.version();
-        if peer.down
+        // Rows go to the members of the view (a member that moves on
+        // needs ours no more; one we left out learns it from others).
+        if self.view & (1 << p) == 0
+            || peer.down
             || peer.reconnect
             || peer.row_inflight
             || peer.row_acked_version >= version
@@ -827,8 +1381,10 @@ impl<M: Memory> McastEngine<M> {
         // A message the peer reports received needs no WRITE (after an
         // error the posts restart from the last acknowledged one).
         let reported = self.received_by(member, self.me);
+        let outside = self.view & (1 << p) == 0 || self.halted.is_some();
         let peer = &mut self.peers[p];
-        if peer.down
+        if outside
+            || peer.down
             || peer.reconnect
             || peer.retry_at_ns > self.now
             || peer.inflight >= MCAST_INFLIGHT_MAX
@@ -847,7 +1403,11 @@ impl<M: Memory> McastEngine<M> {
         peer.posted += 1;
         peer.inflight += 1;
         Some(Action::Post(WorkRequest {
-            wr_id: WrId((WR_SLOT << WR_KIND_SHIFT) | (index & WR_VALUE_MASK)),
+            wr_id: WrId(
+                (WR_SLOT << WR_KIND_SHIFT)
+                    | ((self.epoch & WR_EPOCH_MASK) << WR_EPOCH_SHIFT)
+                    | (index & WR_INDEX_MASK),
+            ),
             peer: member,
             op: Op::Write {
                 local: at,
@@ -863,19 +1423,26 @@ impl<M: Memory> McastEngine<M> {
         assert!(self.received[self.me.index()] == self.sent);
         assert!(self.row.get_at(&COL_RECEIVED, self.me.index()) == self.sent);
         assert!(self.row.get(&COL_DELIVERED) == self.delivered);
+        assert!(self.row.get(&COL_EPOCH) == self.epoch);
+        assert!(self.view & (1 << self.me.0) != 0 && self.suspected & !self.view == 0);
+        assert!(self.ending.is_none() || self.wedged.is_some());
         // Nothing is delivered past what we received ourselves.
-        let n = self.n as u64;
         if self.delivered > 0 {
-            let last = self.delivered - 1;
-            assert!(self.received[(last % n) as usize] > last / n);
+            let (sender, index) = self.at_seq(self.delivered - 1);
+            assert!(self.received[sender.index()] > index);
         }
         for p in &self.peers[..self.n] {
             assert!(p.posted <= self.sent);
             assert!(p.inflight <= MCAST_INFLIGHT_MAX);
         }
         // Our ring holds at most a window of messages not yet delivered
-        // everywhere.
-        assert!(self.sent <= self.lay.window || self.window_room(self.sent - 1));
+        // everywhere. (Once wedged, members that moved on to the next
+        // view no longer report deliveries of this one.)
+        assert!(
+            self.wedged.is_some()
+                || self.sent <= self.lay.window
+                || self.window_room(self.sent - 1)
+        );
     }
 }
 
@@ -892,18 +1459,19 @@ impl<M: Memory> Engine for McastEngine<M> {
         }
         let kind = completion.wr_id.0 >> WR_KIND_SHIFT;
         let value = completion.wr_id.0 & WR_VALUE_MASK;
+        let this_epoch = (value >> WR_EPOCH_SHIFT) == self.epoch & WR_EPOCH_MASK;
         let peer = &mut self.peers[p];
         peer.inflight = peer.inflight.saturating_sub(1);
         let ok = completion.status.is_ok();
         match kind {
             WR_SLOT => {
-                if !ok {
+                if !ok && this_epoch {
                     // The channel broke: this WRITE and those behind it
                     // may not have landed (even if a later one did: the
                     // peer takes messages in order). Post them again
                     // after a pause; what the peer reports received is
-                    // skipped then.
-                    peer.posted = peer.posted.min(value);
+                    // skipped then. (One of an ended epoch is not.)
+                    peer.posted = peer.posted.min(value & WR_INDEX_MASK);
                 }
             }
             WR_ROW => {
@@ -935,6 +1503,7 @@ impl<M: Memory> Engine for McastEngine<M> {
             }
         }
         self.try_start();
+        self.advance_epoch();
         self.receive_due = false;
         self.receive();
         self.send_nulls();
@@ -947,7 +1516,13 @@ impl<M: Memory> Engine for McastEngine<M> {
         if peer.index() < self.n && peer != self.me {
             self.peers[peer.index()].down = true;
             self.rows[peer.index()].frozen = true;
-            self.wedge(WedgeCause::PeerDown(peer));
+            if self.view & (1 << peer.0) != 0 && self.halted.is_none() {
+                self.suspect(peer);
+                self.wedge(WedgeCause::PeerDown(peer));
+                // The view change goes on at the next timeout call.
+                self.deliver_due = true;
+            }
+            self.seal_row();
         }
         self.invariants();
     }

@@ -557,12 +557,15 @@ fn main() -> Result<()> {
             for s in snaps.iter().flatten() {
                 if let Some(m) = &s.multicast {
                     println!(
-                        "multicast {}: {} · sent {} ({} nulls) · received {:?} · delivered {} ({} messages){}",
+                        "multicast {}: epoch {} view {:?} {} · sent {} ({} nulls) · received {:?} · delivered {} ({} messages){}",
                         s.id,
-                        match (&m.wedged, m.started) {
-                            (Some(why), _) => format!("WEDGED ({why})"),
-                            (None, true) => "running".to_string(),
-                            (None, false) => "forming".to_string(),
+                        m.epoch,
+                        m.view,
+                        match (&m.halted, &m.wedged, m.started) {
+                            (Some(why), _, _) => format!("LEFT THE GROUP ({why})"),
+                            (None, Some(why), _) => format!("WEDGED for a view change ({why})"),
+                            (None, None, true) => "running".to_string(),
+                            (None, None, false) => "forming".to_string(),
                         },
                         m.sent,
                         m.sent_nulls,

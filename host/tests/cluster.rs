@@ -2282,3 +2282,102 @@ fn subscribers_on_every_replica_receive_every_publication_in_one_order() {
     assert!(resp(&mut c, b"PUBLISH news x\r\n").starts_with("-ERR multicast is off"));
     drop(plain);
 }
+
+/// A view change on a SIGKILL (Derecho §3.4, issue 15): replica 2 is
+/// killed while replicas 0 and 1 publish. The survivors end the epoch with
+/// one ragged trim and install a view without it; every PUBLISH is
+/// answered with success (a publication the trim left out is sent again in
+/// the new view), and both subscribers receive every publication exactly
+/// once, in one and the same order.
+#[test]
+fn a_killed_member_is_removed_by_a_view_change_and_no_publication_is_lost() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let base = free_port_base();
+    let mut cluster = start_with("itmcastkill", base, vec!["multicast.window=16".into()]);
+    cluster
+        .wait_leader(0, Duration::from_secs(10))
+        .expect("a leader");
+    let connect = |m: u8| {
+        let s = TcpStream::connect(("127.0.0.1", base + u16::from(m))).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    };
+    let mut subs: Vec<TcpStream> = [0u8, 1].iter().map(|&m| connect(m)).collect();
+    for s in &mut subs {
+        assert_eq!(
+            resp_lines(s, b"SUBSCRIBE news\r\n", 6),
+            "*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n"
+        );
+    }
+    const EACH: usize = 200;
+    let published = Arc::new(AtomicUsize::new(0));
+    let publishers: Vec<_> = [0u8, 1]
+        .iter()
+        .map(|&m| {
+            let mut p = connect(m);
+            let published = published.clone();
+            std::thread::spawn(move || {
+                for i in 0..EACH {
+                    let msg = format!("m{m}-{i:03}");
+                    let reply = resp(&mut p, format!("PUBLISH news {msg}\r\n").as_bytes());
+                    assert!(
+                        reply.starts_with(':'),
+                        "PUBLISH {msg} on {m} answered {reply:?}"
+                    );
+                    published.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let began = Instant::now();
+    while published.load(Ordering::Relaxed) < EACH / 2 {
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "publishing stalled"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    cluster.kill(2).expect("kill replica 2");
+    for p in publishers {
+        p.join().expect("publisher");
+    }
+    let seen: Vec<Vec<String>> = subs
+        .iter_mut()
+        .map(|s| read_messages(s, "news", 2 * EACH))
+        .collect();
+    assert_eq!(
+        seen[0].len(),
+        2 * EACH,
+        "every publication reached member 0"
+    );
+    assert_eq!(seen[0], seen[1], "both subscribers saw one order");
+    for m in [0, 1] {
+        let mine: Vec<&String> = seen[0]
+            .iter()
+            .filter(|s| s.starts_with(&format!("m{m}-")))
+            .collect();
+        let expected: Vec<String> = (0..EACH).map(|i| format!("m{m}-{i:03}")).collect();
+        assert_eq!(
+            mine,
+            expected.iter().collect::<Vec<_>>(),
+            "publisher {m}: each once, in order"
+        );
+    }
+    // Both survivors are in the view after the first, without replica 2.
+    let status = cluster.status();
+    for m in [0usize, 1] {
+        let mc = status[m]
+            .as_ref()
+            .and_then(|s| s.multicast.clone())
+            .expect("multicast status");
+        assert_eq!(
+            (mc.epoch, mc.view.as_slice()),
+            (1, &[0u8, 1][..]),
+            "replica {m}"
+        );
+        assert_eq!(mc.halted, None);
+        assert_eq!(mc.last_trim.expect("a trim").members, vec![0, 1]);
+    }
+}

@@ -33,6 +33,7 @@ use verbatim_core::fabric::{
 use verbatim_core::heartbeat::CounterEvent;
 use verbatim_core::kv::{KvError, KvLimits, KvOp, KvReply};
 use verbatim_core::log::Ring;
+use verbatim_core::multicast::HaltCause;
 use verbatim_core::node::{Event, ReconfigOp, Role};
 use verbatim_core::rng::SplitMix64;
 use verbatim_core::sst::Row;
@@ -479,6 +480,11 @@ pub struct RunReport {
     pub mcast_delivered: u64,
     /// Multicast: members whose engine wedged (at the end).
     pub mcast_wedged: u64,
+    /// Multicast: views installed after a view change (all members), and
+    /// members that left their group for good (at the end).
+    pub mcast_installs: u64,
+    /// See `mcast_installs`.
+    pub mcast_halted: u64,
     /// Suspicions of a leader whose heartbeat counter stood still (the
     /// second detector level acting), summed like `view_takeovers`.
     pub counter_suspicions: u64,
@@ -979,7 +985,7 @@ impl Cluster {
             depose_rng: SplitMix64::new(seed ^ 0x4445_504F),
             trace: Vec::new(),
             digest: Checksum::new(0x0053_494D),
-            mcast: crate::check::multicast::McastOrder::new(usize::from(initial_members)),
+            mcast: crate::check::multicast::McastOrder::new(),
             mcast_rng: SplitMix64::new(seed ^ 0x4D43_4153),
         }
     }
@@ -1596,10 +1602,19 @@ impl Cluster {
             payload.extend((0..len).map(|k| (tag as u8).wrapping_add(k as u8)));
             payload.truncate(self.opts.config.mcast_payload_bytes_max as usize);
             let driver = &mut self.nodes[i].driver;
-            let incarnation = driver.engines().multicast.as_ref().map(|m| m.incarnation());
-            if let (Ok(index), Some(inc)) = (driver.multicast_send(&payload), incarnation) {
-                self.log(|| format!("node {i}: multicast {index} ({} bytes)", payload.len()));
-                self.mcast.sent(i, inc, index, &payload);
+            let who = driver
+                .engines()
+                .multicast
+                .as_ref()
+                .map(|m| (m.incarnation(), m.epoch()));
+            if let (Ok(index), Some((inc, epoch))) = (driver.multicast_send(&payload), who) {
+                self.log(|| {
+                    format!(
+                        "node {i}: multicast {index} in epoch {epoch} ({} bytes)",
+                        payload.len()
+                    )
+                });
+                self.mcast.sent(i, inc, epoch, index, &payload);
                 self.wake(i, self.now);
             }
         }
@@ -1614,36 +1629,112 @@ impl Cluster {
 
     /// Records a member's multicast receipts after its step, then checks
     /// the deliveries of that step.
-    fn observe_multicast(&mut self, i: usize, delivered: Vec<(McastDelivery, Vec<u8>)>) {
+    fn observe_multicast(
+        &mut self,
+        i: usize,
+        before: Option<McastSeen>,
+        delivered: Vec<(McastDelivery, Vec<u8>)>,
+    ) {
         let Some(m) = self.nodes[i].driver.engines().multicast.as_ref() else {
             return;
         };
-        let (Some(digest), inc) = (m.view_digest(), m.incarnation()) else {
+        let (Some(after), inc) = (McastSeen::of(m), m.incarnation()) else {
             return;
         };
+        // The view the step began in (an engine that started in this
+        // step began in the one it is in now).
+        let before = before.unwrap_or(after);
         for s in 0..m.members() {
             let sender = MemberId(s as u8);
             if let Some(s_inc) = m.pinned_incarnation(sender) {
-                self.mcast.received(i, inc, s, s_inc, m.received(sender));
+                self.mcast
+                    .received(i, inc, s, s_inc, after.epoch, m.received(sender));
             }
         }
+        let trim = m.status().last_trim;
+        let mut found = Vec::new();
+        let unreachable = match m.halted() {
+            Some(HaltCause::TrimUnreadable(s)) => Some(format!(
+                "the decided trim holds a message of node {} it does not have whole",
+                s.0
+            )),
+            Some(HaltCause::TrimBehind) => Some(
+                "the decided trim ends before what it delivered, or holds more than it received"
+                    .to_string(),
+            ),
+            _ => None,
+        };
+        if let (Some(why), None) = (unreachable, before.halted) {
+            // Only a protocol error gets a member a trim it cannot reach
+            // (the simulator corrupts no ring once received).
+            found.push(Violation {
+                invariant: "multicast trim reachable",
+                time_ns: self.now,
+                detail: format!("node {i} stopped: {why}"),
+            });
+        }
+        let mut installed = after.epoch == before.epoch;
         for (d, payload) in delivered {
-            let found = self.mcast.delivered(
+            if d.epoch != before.epoch && !installed {
+                found.extend(self.mcast_installed(i, inc, before, after, trim));
+                installed = true;
+            }
+            let seen = if d.epoch == before.epoch {
+                before
+            } else {
+                after
+            };
+            found.extend(self.mcast.delivered(
                 self.now,
                 crate::check::multicast::Delivered {
                     member: i,
                     incarnation: inc,
-                    digest,
+                    digest: seen.digest,
+                    view: seen.view,
+                    ending: d.in_trim,
                     sender: d.sender.index(),
                     sender_incarnation: d.sender_incarnation,
+                    epoch: d.epoch,
                     index: d.index,
                     payload: &payload,
                 },
-            );
-            for v in found {
-                self.violation(v);
-            }
+            ));
         }
+        if !installed {
+            found.extend(self.mcast_installed(i, inc, before, after, trim));
+        }
+        for v in found {
+            self.violation(v);
+        }
+    }
+
+    fn mcast_installed(
+        &mut self,
+        i: usize,
+        inc: u64,
+        before: McastSeen,
+        after: McastSeen,
+        trim: Option<verbatim_core::multicast::Trim>,
+    ) -> Vec<Violation> {
+        assert_eq!(after.epoch, before.epoch + 1, "one view change per step");
+        let trim = trim.expect("a view change records its trim");
+        self.log(|| {
+            format!(
+                "node {i}: multicast view {} installed: members {:#b}, trim {:?}",
+                after.epoch, after.view, trim.counts
+            )
+        });
+        self.mcast.installed(
+            self.now,
+            crate::check::multicast::Installed {
+                member: i,
+                incarnation: inc,
+                ended_digest: before.digest,
+                digest: after.digest,
+                view: after.view,
+                trim: trim.counts.to_vec(),
+            },
+        )
     }
 
     /// One iteration of a member's host loop (see the core's driving
@@ -1667,6 +1758,12 @@ impl Cluster {
         let mut answers = Vec::new();
         let mut events = Vec::new();
         let mut mcast_delivered = Vec::new();
+        let mcast_before = self.nodes[i]
+            .driver
+            .engines()
+            .multicast
+            .as_ref()
+            .and_then(McastSeen::of);
         {
             let SimNode {
                 driver,
@@ -1690,7 +1787,7 @@ impl Cluster {
             };
             driver.step(local, &mut fabric, &mut host);
         }
-        self.observe_multicast(i, mcast_delivered);
+        self.observe_multicast(i, mcast_before, mcast_delivered);
         let mut depart = t + self.opts.net.poll_ns as u64;
         // The CPU time of the piece of a restore this step did.
         let recovery_after = self.nodes[i].driver.log().recovery_status();
@@ -2945,6 +3042,13 @@ impl Cluster {
                 .filter_map(|n| n.driver.engines().multicast.as_ref())
                 .filter(|m| m.wedged().is_some())
                 .count() as u64,
+            mcast_installs: self.mcast.installs,
+            mcast_halted: self
+                .nodes
+                .iter()
+                .filter_map(|n| n.driver.engines().multicast.as_ref())
+                .filter(|m| m.halted().is_some())
+                .count() as u64,
             view_campaigns: log_sum(|c| c.view_campaigns),
             views_decided: self
                 .nodes
@@ -3105,5 +3209,25 @@ impl Host<SimMemory, RecordingKv> for SimHost<'_> {
 
     fn multicast_delivered(&mut self, _now_ns: u64, delivery: &McastDelivery, payload: &[u8]) {
         self.mcast.push((*delivery, payload.to_vec()));
+    }
+}
+
+/// A multicast engine's view, as a step began or ended.
+#[derive(Clone, Copy, Debug)]
+struct McastSeen {
+    halted: Option<HaltCause>,
+    epoch: u64,
+    digest: u64,
+    view: u64,
+}
+
+impl McastSeen {
+    fn of<M: verbatim_core::Memory>(m: &verbatim_core::multicast::McastEngine<M>) -> Option<Self> {
+        Some(McastSeen {
+            halted: m.halted(),
+            epoch: m.epoch(),
+            digest: m.view_digest()?,
+            view: m.view(),
+        })
     }
 }

@@ -33,7 +33,7 @@ fn usage() -> ExitCode {
 }
 
 /// Every mutation's name (the soak script runs each).
-const MUTATIONS: [&str; 28] = [
+const MUTATIONS: [&str; 30] = [
     "commit-on-minority",
     "vote-without-log-check",
     "read-without-term-check",
@@ -62,6 +62,8 @@ const MUTATIONS: [&str; 28] = [
     "reply-on-speculation",
     "keep-speculation-when-deposed",
     "deliver-before-stable",
+    "trim-before-echo",
+    "ignore-suspicions",
 ];
 
 fn parse_mutation(s: &str) -> Option<Mutation> {
@@ -95,6 +97,8 @@ fn parse_mutation(s: &str) -> Option<Mutation> {
         "reply-on-speculation" => Mutation::ReplyOnSpeculation,
         "keep-speculation-when-deposed" => Mutation::KeepSpeculationWhenDeposed,
         "deliver-before-stable" => Mutation::DeliverBeforeStable,
+        "trim-before-echo" => Mutation::TrimBeforeEcho,
+        "ignore-suspicions" => Mutation::IgnoreSuspicions,
         _ => return None,
     })
 }
@@ -216,7 +220,7 @@ fn main() -> ExitCode {
     // Seeds in which a view started a campaign, took a primary over, a
     // primary executed ahead of its commit, one rolled that back; seeds
     // that multicast, and the multicast deliveries checked.
-    let by_view: Arc<[AtomicU64; 6]> = Arc::new(Default::default());
+    let by_view: Arc<[AtomicU64; 8]> = Arc::new(Default::default());
     let workers: Vec<_> = (0..threads)
         .map(|_| {
             let (next, failed, undecided, most_steps, done, by_view) = (
@@ -246,6 +250,8 @@ fn main() -> ExitCode {
                 );
                 by_view[4].fetch_add(u64::from(r.report.mcast_sent > 0), Ordering::Relaxed);
                 by_view[5].fetch_add(r.report.mcast_delivered, Ordering::Relaxed);
+                by_view[6].fetch_add(u64::from(r.report.mcast_installs > 0), Ordering::Relaxed);
+                by_view[7].fetch_add(r.report.mcast_installs, Ordering::Relaxed);
                 if r.report.linearizability_unknown {
                     eprintln!(
                         "seed {s} UNDECIDED: the linearizability search ran out of budget ({})",
@@ -286,13 +292,16 @@ fn main() -> ExitCode {
     );
     println!(
         "seeds with a campaign started by a view: {}, with a primary taking over by a view: {}, \
-         executing ahead of the commit: {} (rolled back: {}); multicasting: {} ({} deliveries checked)",
+         executing ahead of the commit: {} (rolled back: {}); multicasting: {} ({} deliveries checked; \
+         {} seeds changed a multicast view, {} views installed)",
         by_view[0].load(Ordering::Relaxed),
         by_view[1].load(Ordering::Relaxed),
         by_view[2].load(Ordering::Relaxed),
         by_view[3].load(Ordering::Relaxed),
         by_view[4].load(Ordering::Relaxed),
-        by_view[5].load(Ordering::Relaxed)
+        by_view[5].load(Ordering::Relaxed),
+        by_view[6].load(Ordering::Relaxed),
+        by_view[7].load(Ordering::Relaxed)
     );
     if !failed.is_empty() {
         let list: Vec<String> = failed.iter().map(|(s, _)| s.to_string()).collect();

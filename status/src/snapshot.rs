@@ -109,6 +109,42 @@ pub struct MulticastState {
     pub window_full: u64,
     /// WRITEs that failed (posted again after a reconnect).
     pub write_errors: u64,
+    /// The current epoch (view number; each view change adds one).
+    #[serde(default)]
+    pub epoch: u64,
+    /// The current view's members.
+    #[serde(default)]
+    pub view: Vec<u8>,
+    /// Members suspected in this epoch (a view change is under way).
+    #[serde(default)]
+    pub suspected: Vec<u8>,
+    /// Why this member left the group for good, if it did.
+    #[serde(default)]
+    pub halted: Option<String>,
+    /// Views installed after the first.
+    #[serde(default)]
+    pub view_changes: u64,
+    /// The ragged trim that ended the previous epoch.
+    #[serde(default)]
+    pub last_trim: Option<McastTrim>,
+    /// This replica's messages the trims left out (sent again in the next
+    /// view when they were publications).
+    #[serde(default)]
+    pub trimmed_own: u64,
+}
+
+/// A ragged trim: how an epoch ended (Derecho §3.4).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McastTrim {
+    /// The epoch it ended.
+    pub epoch: u64,
+    /// The member whose proposal it was (the leader then).
+    pub leader: u8,
+    /// The next view's members.
+    pub members: Vec<u8>,
+    /// Per sender (member id), messages delivered in that epoch
+    /// (nulls included).
+    pub counts: Vec<u64>,
 }
 
 /// Views and leases as one replica sees them (uKharon §5–6).

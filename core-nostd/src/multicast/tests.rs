@@ -237,15 +237,16 @@ fn a_torn_or_foreign_slot_is_not_received() {
     let other = 999;
     g.mems[0].store_u64(at.add(8), meta_word);
     g.mems[0].store_u64(at.add(16), other);
-    g.mems[0].write(at.add(24), &payload);
-    g.mems[0].store_u64(at.add(32), slot_checksum(1, meta_word, other, &payload));
-    g.mems[0].store_u64(at.add(40), 1);
+    g.mems[0].store_u64(at.add(24), 0);
+    g.mems[0].write(at.add(32), &payload);
+    g.mems[0].store_u64(at.add(40), slot_checksum(1, meta_word, other, 0, &payload));
+    g.mems[0].store_u64(at.add(48), 1);
     g.steps(2);
     assert_eq!(g.engine(0).received(MemberId(1)), 0, "foreign slot taken");
     // The same slot of the pinned incarnation is taken.
     let inc = g.config[1].incarnation;
     g.mems[0].store_u64(at.add(16), inc);
-    g.mems[0].store_u64(at.add(32), slot_checksum(1, meta_word, inc, &payload));
+    g.mems[0].store_u64(at.add(40), slot_checksum(1, meta_word, inc, 0, &payload));
     g.steps(1);
     assert_eq!(g.engine(0).received(MemberId(1)), 1);
 }
@@ -294,21 +295,37 @@ fn a_message_overwritten_before_delivery_wedges_instead_of_being_delivered() {
     assert!(g.delivered[1].is_empty());
     // Member 1's copy changes after it was received, before delivery.
     let at = g.engine(0).layout().slot(MemberId(0), 0);
-    g.mems[1].write(at.add(24), b"HELLO");
+    g.mems[1].write(at.add(32), b"HELLO");
     g.release(2);
-    g.steps(4);
+    g.steps(8);
     assert!(g.delivered[1].is_empty(), "a corrupt copy was delivered");
     assert_eq!(
         g.engine(1).wedged(),
         Some(WedgeCause::SlotOverwritten(MemberId(0)))
     );
-    assert_eq!(g.engine(1).send(b"x"), Err(SendError::Wedged));
+    // It suspects the sender, which is excluded; the trim holds the
+    // message member 1 no longer has whole, so member 1 stops too.
+    assert_eq!(g.engine(0).halted(), Some(HaltCause::Excluded));
+    assert_eq!(
+        g.engine(1).halted(),
+        Some(HaltCause::TrimUnreadable(MemberId(0)))
+    );
+    assert_eq!(g.engine(1).send(b"x"), Err(SendError::Halted));
     assert_eq!(g.delivered[0].len(), 1, "the sender's own copy is intact");
     assert_eq!(g.delivered[2].len(), 1);
 }
 
+/// Kills member `i`: it runs no more, and every other member is told.
+fn kill(g: &mut Group, i: usize) {
+    g.engines[i] = None;
+    let now = g.now;
+    for e in g.engines.iter_mut().flatten() {
+        e.handle_peer_down(now, MemberId(i as u8));
+    }
+}
+
 #[test]
-fn a_peer_that_is_gone_wedges_the_group() {
+fn a_peer_that_is_gone_is_removed_by_a_view_change() {
     let mut g = Group::new(3, 4);
     g.steps(3);
     let now = g.now;
@@ -323,13 +340,171 @@ fn a_peer_that_is_gone_wedges_the_group() {
         Ok(0),
         "a member that does not know goes on"
     );
-    g.steps(3);
+    g.steps(1);
     assert_eq!(
         g.engine(0).received(MemberId(1)),
         0,
         "a wedged member receives nothing more"
     );
-    assert_eq!(g.engine(2).received(MemberId(1)), 1);
+    g.steps(6);
+    // Member 2 (alive here, but suspected) sees it and stops; 0 and 1
+    // end the epoch with the same trim: "y" was received by 1 alone, so
+    // it is left out, and neither delivers it.
+    assert_eq!(g.engine(2).halted(), Some(HaltCause::Excluded));
+    for i in 0..2 {
+        let e = g.engine(i);
+        assert_eq!((e.epoch(), e.view()), (1, 0b011), "member {i}");
+        assert_eq!(e.status().last_trim.unwrap().counts[1], 0);
+        assert!(g.delivered[i].is_empty());
+    }
+    assert_eq!(g.engine(1).status().trimmed_own, 1);
+    // The new view works: both send, both deliver both, in one order.
+    g.engine(1).send(b"y again").unwrap();
+    g.engine(0).send(b"z").unwrap();
+    g.steps(4);
+    assert_eq!(order(&g, 0), vec![(0, 0), (1, 0)]);
+    assert_eq!(order(&g, 0), order(&g, 1));
+}
+
+#[test]
+fn after_a_death_during_traffic_the_survivors_deliver_the_same_sequence() {
+    for held_member in [1usize, 3] {
+        let mut g = Group::new(4, 8);
+        g.steps(3);
+        // Member `held_member` lags, so the members have received
+        // different prefixes when member 2 dies.
+        g.held[held_member] = true;
+        for k in 0..5u8 {
+            for i in [0usize, 2, 3] {
+                let _ = g.engine(i).send(&[i as u8, k]);
+            }
+            g.steps(1);
+        }
+        kill(&mut g, 2);
+        g.release(held_member);
+        g.steps(12);
+        let survivors = [0usize, 1, 3];
+        for &i in &survivors {
+            let e = g.engine(i);
+            assert_eq!((e.epoch(), e.view()), (1, 0b1011), "member {i}");
+        }
+        let seq0: Vec<_> = g.delivered[0].clone();
+        for &i in &survivors[1..] {
+            assert_eq!(
+                g.delivered[i], seq0,
+                "member {i} delivered another sequence"
+            );
+        }
+        // Every message inside the trim was delivered, none outside.
+        let trim = g.engine(0).status().last_trim.unwrap();
+        for s in [0u8, 2, 3] {
+            let of_s = seq0.iter().filter(|(m, _, _)| m.0 == s).count() as u64;
+            assert!(of_s <= trim.counts[usize::from(s)]);
+        }
+        // And the new view delivers again.
+        for &i in &survivors {
+            g.engine(i).send(b"next").unwrap();
+        }
+        g.steps(4);
+        for &i in &survivors {
+            assert_eq!(g.delivered[i].len(), seq0.len() + 3, "member {i}");
+        }
+    }
+}
+
+#[test]
+fn a_trim_is_acted_on_only_once_a_majority_of_the_view_echoed_it() {
+    let mut g = Group::new(5, 4);
+    g.steps(3);
+    // Members 2 and 3 hear nothing more; 4 dies.
+    g.held[2] = true;
+    g.held[3] = true;
+    kill(&mut g, 4);
+    g.steps(6);
+    // Member 0 leads but 2 and 3 never showed it their wedged rows... they
+    // did not even learn of the death; nothing is decided.
+    assert_eq!(g.engine(0).epoch(), 0);
+    assert!(g.engine(0).ending().is_none());
+    g.release(2);
+    g.release(3);
+    g.steps(8);
+    for i in 0..4 {
+        assert_eq!((g.engine(i).epoch(), g.engine(i).view()), (1, 0b1111));
+    }
+}
+
+#[test]
+fn a_new_leader_adopts_the_trim_its_dead_predecessor_proposed_and_others_echoed() {
+    let mut g = Group::new(5, 8);
+    g.steps(3);
+    for k in 0..3u8 {
+        for i in 0..4usize {
+            let _ = g.engine(i).send(&[i as u8, k]);
+        }
+        g.steps(1);
+    }
+    // Member 1 lags: the others received more than it did. Member 3
+    // hears nothing more either, so member 0's proposal is echoed by
+    // member 2 alone: not a majority, not decided.
+    g.held[1] = true;
+    g.engine(3).send(b"late").unwrap();
+    g.steps(1);
+    g.held[3] = true;
+    kill(&mut g, 4);
+    let mut proposal = None;
+    for _ in 0..20 {
+        g.steps(1);
+        if let Some(t) = g.engine(2).trim_for_test() {
+            proposal = Some(t);
+            break;
+        }
+    }
+    let proposal = proposal.expect("member 2 echoed member 0's trim");
+    assert_eq!((proposal.ballot, proposal.members), (1, 0b1111));
+    assert_eq!(g.engine(0).epoch(), 0, "decided without a majority");
+    kill(&mut g, 0);
+    g.release(1);
+    g.release(3);
+    // Member 1 leads now: the trim that ends epoch 0 everywhere is the
+    // one member 2 echoed (it might have been decided), under member 1's
+    // ballot.
+    let mut ended = [None; 4];
+    for _ in 0..30 {
+        g.steps(1);
+        for (i, e) in ended.iter_mut().enumerate().skip(1) {
+            let engine = g.engines[i].as_ref().unwrap();
+            if e.is_none() && engine.epoch() == 1 {
+                *e = engine.status().last_trim;
+            }
+        }
+    }
+    for (i, t) in ended.iter().enumerate().skip(1) {
+        let t = t.expect("epoch 0 ended");
+        assert!(
+            t.same_value(&proposal),
+            "member {i} ended with another trim"
+        );
+        assert_eq!(t.ballot, 2);
+    }
+    // Epoch 1 still had member 0 (the adopted trim's view): it ended too,
+    // without it.
+    for i in 1..4 {
+        assert_eq!((g.engine(i).epoch(), g.engine(i).view()), (2, 0b1110));
+    }
+    assert_eq!(g.delivered[1], g.delivered[2]);
+    assert_eq!(g.delivered[2], g.delivered[3]);
+}
+
+#[test]
+fn a_member_that_suspects_a_majority_stops() {
+    let mut g = Group::new(3, 4);
+    g.steps(3);
+    let now = g.now;
+    g.engine(0).handle_peer_down(now, MemberId(1));
+    g.engine(0).handle_peer_down(now, MemberId(2));
+    g.steps(1);
+    assert_eq!(g.engine(0).halted(), Some(HaltCause::Minority));
+    assert_eq!(g.engine(0).send(b"x"), Err(SendError::Halted));
 }
 
 #[test]

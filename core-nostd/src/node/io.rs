@@ -230,7 +230,7 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
         // The framework encodes and seals the row. DARE's row is a single
         // segment (the election reads its columns together), so every push
         // carries the whole row: its span is the row.
-        let words = self.row.encode(self.row_version);
+        let words = crate::sst::dare::widen(&self.row.encode(self.row_version));
         let span = DARE_ROW.whole_row();
         let own = self.layout.row(self.me);
         store_span(&self.mem, own, &words, span);

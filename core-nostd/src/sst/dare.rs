@@ -15,7 +15,7 @@
 //! [`Row`] is the typed view the log engine works with; encoding, decoding
 //! and the guard are the framework's ([`Schema::seal`], [`Schema::check`]).
 
-use super::schema::{RowError, RowWords, Schema};
+use super::schema::{RowError, RowWords, Schema, ROW_WORDS_MAX};
 use crate::fabric::{Addr, MemberId};
 use crate::layout::ROW_WORDS;
 use crate::mem::{read_words, Memory};
@@ -281,7 +281,7 @@ impl Row {
     /// the framework.
     pub fn encode(&self, version: u64) -> [u64; ROW_WORDS] {
         let s = &DARE_ROW;
-        let mut w: RowWords = [0; ROW_WORDS];
+        let mut w: RowWords = [0; ROW_WORDS_MAX];
         s.set(&mut w, &col::TERM, self.term);
         s.set(&mut w, &col::VOTE_REQ_TERM, self.vote_request.term);
         s.set(
@@ -312,13 +312,16 @@ impl Row {
         s.set_member(&mut w, &col::SNAPSHOT_FROM, self.snapshot_request.from);
         s.set(&mut w, &col::SNAPSHOT_GEN, self.snapshot_request.generation);
         s.seal(&mut w, s.all_segments(), version);
-        w
+        let mut out = [0u64; ROW_WORDS];
+        out.copy_from_slice(&w[..ROW_WORDS]);
+        out
     }
 
     /// Decodes and validates a copy; returns the row and its version.
     pub fn decode(words: &[u64; ROW_WORDS]) -> Result<(Row, u64), RowError> {
-        let version = DARE_ROW.check(words)?;
-        Ok((Row::from_checked(words), version))
+        let words = widen(words);
+        let version = DARE_ROW.check(&words)?;
+        Ok((Row::from_checked(&words), version))
     }
 
     /// The typed view of words the framework validated (a table's last
@@ -372,8 +375,15 @@ impl Row {
     /// only its term (a read round needs nothing else, and runs for every
     /// batch of client reads).
     pub fn read_term<M: Memory + ?Sized>(mem: &M, at: Addr) -> Result<u64, RowError> {
-        let words: [u64; ROW_WORDS] = read_words(mem, at);
+        let words = widen(&read_words(mem, at));
         DARE_ROW.check(&words)?;
         Ok(DARE_ROW.get(&words, &col::TERM))
     }
+}
+
+/// A DARE row's words in the framework's row buffer (the rest zero).
+pub(crate) fn widen(words: &[u64; ROW_WORDS]) -> RowWords {
+    let mut w = [0u64; ROW_WORDS_MAX];
+    w[..ROW_WORDS].copy_from_slice(words);
+    w
 }

@@ -52,7 +52,8 @@ use crate::layout::ROW_WORDS;
 use crate::mem::Memory;
 
 /// Words of the largest row, guards included: the Control region's row.
-pub const ROW_WORDS_MAX: usize = ROW_WORDS;
+pub const ROW_WORDS_MAX: usize = 32;
+const _: () = assert!(ROW_WORDS <= ROW_WORDS_MAX);
 /// Segments a schema may cut its row into, at most.
 pub const SEGMENTS_MAX: usize = 4;
 /// Guard words per segment: head version, checksum, tail version.

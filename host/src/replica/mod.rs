@@ -238,9 +238,10 @@ struct Gateway {
     member_waiting: Option<(ReconfigOp, std::sync::mpsc::Sender<MemberReply>)>,
     /// Publications not multicast yet (the window was full), in order.
     to_publish: VecDeque<PublishRequest>,
-    /// Publications multicast, by their index in our stream, answered
+    /// Publications multicast, by their epoch and index in our stream,
+    /// answered
     /// once this replica delivers them.
-    published: VecDeque<(u64, PublishRequest)>,
+    published: VecDeque<((u64, u64), PublishRequest)>,
 }
 
 impl Gateway {
@@ -629,9 +630,10 @@ impl Host<ShmMemory, Kv> for Gateway {
             }
         };
         if d.sender == self.id {
-            while self.published.front().is_some_and(|(i, _)| *i <= d.index) {
-                let (index, p) = self.published.pop_front().expect("front checked");
-                if index == d.index {
+            let id = (d.epoch, d.index);
+            while self.published.front().is_some_and(|(i, _)| *i <= id) {
+                let (i, p) = self.published.pop_front().expect("front checked");
+                if i == id {
                     let _ = p
                         .reply
                         .send((p.tag, ServiceReply::Ok(reached.to_le_bytes().to_vec())));
@@ -852,6 +854,9 @@ impl<F: HostFabric> Replica<F> {
                         verbatim_core::multicast::WedgeCause::SlotOverwritten(p) => {
                             format!("member {} overwrote a message not yet delivered", p.0)
                         }
+                        verbatim_core::multicast::WedgeCause::Suspicion(p) => {
+                            format!("member {} is suspected (view change)", p.0)
+                        }
                     }),
                     window: e.layout().window,
                     sent: s.sent,
@@ -861,6 +866,35 @@ impl<F: HostFabric> Replica<F> {
                     delivered_messages: s.delivered_messages,
                     window_full: s.window_full,
                     write_errors: s.write_errors,
+                    epoch: s.epoch,
+                    view: mask_members(s.view),
+                    suspected: mask_members(s.suspected),
+                    halted: s.halted.map(|h| match h {
+                        verbatim_core::multicast::HaltCause::Excluded => {
+                            "excluded: the others suspect this member".to_string()
+                        }
+                        verbatim_core::multicast::HaltCause::Minority => {
+                            "cut off from a majority of the view".to_string()
+                        }
+                        verbatim_core::multicast::HaltCause::TrimBehind => {
+                            "the decided trim is behind what this member delivered or received"
+                                .to_string()
+                        }
+                        verbatim_core::multicast::HaltCause::TrimUnreadable(p) => {
+                            format!(
+                                "a message of member {} inside the trim is not whole here",
+                                p.0
+                            )
+                        }
+                    }),
+                    view_changes: s.view_changes,
+                    last_trim: s.last_trim.map(|t| verbatim_status::McastTrim {
+                        epoch: t.epoch,
+                        leader: (t.ballot.saturating_sub(1)) as u8,
+                        members: mask_members(t.members),
+                        counts: t.counts[..e.members()].to_vec(),
+                    }),
+                    trimmed_own: s.trimmed_own,
                 }
             }),
         }
@@ -947,18 +981,32 @@ impl<F: HostFabric> Replica<F> {
             };
             gw.to_publish.push_back(p);
         }
+        let epoch = self
+            .driver
+            .engines()
+            .multicast
+            .as_ref()
+            .map_or(0, |m| m.epoch());
+        // Publications a view change trimmed (never delivered anywhere:
+        // the trim is the same everywhere) go out again, first, in order.
+        while gw.published.back().is_some_and(|((e, _), _)| *e < epoch) {
+            let (_, p) = gw.published.pop_back().expect("back checked");
+            gw.to_publish.push_front(p);
+            gw.count("multicast_republished");
+        }
         while let Some(p) = gw.to_publish.front() {
             match self.driver.multicast_send(&p.payload) {
                 Ok(index) => {
                     let p = gw.to_publish.pop_front().expect("front checked");
-                    gw.published.push_back((index, p));
+                    gw.published.push_back(((epoch, index), p));
                     work = true;
                 }
                 // Not started: the group's rows are not all seen yet (start
-                // up); a full window frees as the group delivers.
-                Err(McastSendError::Engine(McastError::WindowFull | McastError::NotStarted)) => {
-                    break
-                }
+                // up, or a new view forming); a full window frees as the
+                // group delivers; a wedged group installs its next view.
+                Err(McastSendError::Engine(
+                    McastError::WindowFull | McastError::NotStarted | McastError::Wedged,
+                )) => break,
                 Err(e) => {
                     let p = gw.to_publish.pop_front().expect("front checked");
                     let _ = p.reply.send((p.tag, ServiceReply::Error(e.to_string())));
@@ -975,7 +1023,7 @@ impl<F: HostFabric> Replica<F> {
         }
         while gw.published.front().is_some_and(|(_, p)| expired(p)) {
             let (_, p) = gw.published.pop_front().expect("front checked");
-            let why = "multicast sent but not delivered in time (a member stopped or is gone: the group is wedged)";
+            let why = "multicast sent but not delivered in time (a member stopped, or the group could not install a view without the one that is gone)";
             let _ = p.reply.send((p.tag, ServiceReply::Error(why.into())));
             work = true;
         }
@@ -1505,6 +1553,11 @@ pub fn group_configuration(
         is_member: c.active.contains(me),
         in_progress,
     }
+}
+
+/// The member ids of a bit mask.
+fn mask_members(mask: u64) -> Vec<u8> {
+    (0..64u8).filter(|&m| mask & (1 << m) != 0).collect()
 }
 
 /// A number this process's successors will not repeat: the multicast
