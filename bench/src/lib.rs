@@ -10,7 +10,7 @@
 //!
 //! Layout: one module per benchmark ([`latency`], [`throughput`],
 //! [`workload`], [`failover`], [`compare`], [`floor`], [`reconfig`],
-//! [`recovery`]), the loops they share
+//! [`recovery`], [`lease`], [`multicast`]), the loops they share
 //! ([`measure`]), statistics ([`stats`]), key choice ([`zipf`]), local
 //! clusters and cores ([`cluster`]), Redis ([`redis`], [`resp`]), the
 //! result document and its tables ([`report`]), SVG plots ([`plot`]), and
@@ -24,6 +24,7 @@ pub mod floor;
 pub mod latency;
 pub mod lease;
 pub mod measure;
+pub mod multicast;
 pub mod plot;
 pub mod progress;
 pub mod reconfig;

@@ -365,6 +365,38 @@ struct LeaseArgs {
     calls: u64,
 }
 
+#[derive(Args, Debug)]
+struct MulticastArgs {
+    /// Group sizes for latency (the sender and its receivers: 3,4,5 is 2,
+    /// 3 and 4 receivers).
+    #[arg(long, value_delimiter = ',', default_value = "3,4,5")]
+    latency_members: Vec<u8>,
+    /// Group sizes for throughput (every member sending) and the view
+    /// change.
+    #[arg(long, value_delimiter = ',', default_value = "3,4")]
+    throughput_members: Vec<u8>,
+    /// Messages timed per latency run (after a 10 % warm-up).
+    #[arg(long, default_value_t = 20_000)]
+    messages: u64,
+    /// Seconds measured per throughput run.
+    #[arg(long, default_value_t = 2.0)]
+    seconds: f64,
+    /// View changes per group size (a member stopped dead while every
+    /// member sends).
+    #[arg(long, default_value_t = 5)]
+    kills: u32,
+    /// Slots per sender ring.
+    #[arg(long, default_value_t = 256)]
+    window: u32,
+    /// Payload of the throughput messages (bytes).
+    #[arg(long, default_value_t = 100)]
+    payload: usize,
+    /// Cores for the member threads (member i on the i-th, round robin);
+    /// default: not pinned (a group larger than the machine shares it).
+    #[arg(long)]
+    member_cores: Option<String>,
+}
+
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// One client, sequential SET and GET latency per value size and group size.
@@ -391,6 +423,11 @@ enum Cmd {
     /// The cost of Active(view) under a lease (uKharon §6): a timestamp
     /// and a local check on the client core, no cluster.
     Lease(LeaseArgs),
+    /// Derecho's multicast (issue 15): SMC receipt and ordered delivery
+    /// latency to 2-4 receivers, ordered messages per second with every
+    /// member sending, and the time to the next view after a member dies;
+    /// member threads over the shared-memory fabric, no cluster.
+    Multicast(MulticastArgs),
     /// Print (and with --plot, plot) saved JSON documents; measures nothing.
     /// Several files are merged: each section comes from the first file
     /// that has it, the setup from the first file.
@@ -574,6 +611,7 @@ fn run() -> anyhow::Result<()> {
         Cmd::Reconfig(a) => vec![a.initial_members, a.replicas],
         Cmd::Recovery(a) => vec![a.replicas],
         Cmd::Floor(_) | Cmd::Lease(_) => Vec::new(),
+        Cmd::Multicast(a) => a.latency_members.clone(),
         Cmd::Report { .. } => unreachable!("handled above"),
     };
     let mut setup = Setup {
@@ -612,7 +650,10 @@ fn run() -> anyhow::Result<()> {
         });
         (client, replica)
     };
-    if matches!(cli.cmd, Cmd::Latency(_) | Cmd::Compare(_)) {
+    if matches!(
+        cli.cmd,
+        Cmd::Latency(_) | Cmd::Compare(_) | Cmd::Multicast(_)
+    ) {
         progress.stage(1, "measuring the floor");
         report.floor = Some(verbatim_bench::floor::measure(
             floor_pair.0,
@@ -627,6 +668,43 @@ fn run() -> anyhow::Result<()> {
                 bail!("--calls must be at least 1");
             }
             report.lease = Some(verbatim_bench::lease::measure(client_core, a.calls));
+        }
+        Cmd::Multicast(a) => {
+            let sizes = a.latency_members.iter().chain(&a.throughput_members);
+            if let Some(bad) = sizes.clone().find(|&&n| !(2..=8).contains(&n)) {
+                bail!("a multicast group has 2 to 8 members, not {bad}");
+            }
+            if a.messages == 0 || a.seconds <= 0.0 || !a.seconds.is_finite() {
+                bail!("--messages and --seconds must be positive");
+            }
+            if !(1..=4096).contains(&a.window) {
+                bail!("--window takes 1 to 4096 slots");
+            }
+            if !(16..=1024).contains(&a.payload) {
+                bail!("--payload takes 16 to 1024 bytes");
+            }
+            let cores = match &a.member_cores {
+                Some(l) => parse_cores(l)?,
+                None => Vec::new(),
+            };
+            setup.method = "member threads of one process, each with its own /dev/shm segment and \
+                            shared-memory fabric endpoint, running the replicas' multicast engine \
+                            (no other engine); timestamps from one monotonic clock; HDR histograms \
+                            after a 10 % warm-up; a thread yields the core when a pass did nothing"
+                .into();
+            report.multicast = Some(verbatim_bench::multicast::run(
+                &verbatim_bench::multicast::McastOptions {
+                    latency_members: a.latency_members.clone(),
+                    throughput_members: a.throughput_members.clone(),
+                    messages: a.messages,
+                    seconds: a.seconds,
+                    kills: a.kills,
+                    window: a.window,
+                    payload_bytes: a.payload,
+                    cores,
+                },
+                |what| progress.stage(1, what),
+            )?);
         }
         Cmd::Floor(a) => {
             report.floor = Some(verbatim_bench::floor::measure(
@@ -835,6 +913,15 @@ fn run() -> anyhow::Result<()> {
         .and_then(|r| r.transfer.failure.as_ref())
     {
         bail!("{f}");
+    }
+    if let Some(m) = &report.multicast {
+        if let Some(v) = m.view_changes.iter().find(|v| !v.same_sequence) {
+            bail!(
+                "after a view change of {} members the survivors delivered different sequences: {:?}",
+                v.members,
+                v.delivered_in_epoch
+            );
+        }
     }
     if let Some(r) = &report.reconfig {
         if r.writes.lost > 0 {

@@ -224,6 +224,78 @@ pub fn throughput_vs_clients(t: &ThroughputReport, setup_line: &str) -> Result<S
     Ok(svg)
 }
 
+/// Multicast latency against receivers: receipt (SMC) and ordered
+/// delivery, p50 and p99.
+pub fn multicast_latency(m: &crate::multicast::McastReport, setup_line: &str) -> Result<String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(err("fill"))?;
+        let us = |ns: u64| ns as f64 / 1000.0;
+        let xmax = m.latency.iter().map(|l| l.members - 1).max().unwrap_or(1) as f64;
+        let ymax = m
+            .latency
+            .iter()
+            .map(|l| us(l.delivery.p99_ns).max(us(l.receipt.p99_ns)))
+            .fold(1.0f64, f64::max)
+            * 1.15;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!(
+                    "Multicast latency, one message at a time (window {})",
+                    m.window
+                ),
+                (FONT, 22),
+            )
+            .margin(12)
+            .x_label_area_size(50)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0.5f64..xmax + 0.5, 0f64..ymax)
+            .map_err(err("chart"))?;
+        chart
+            .configure_mesh()
+            .x_desc(format!("receivers — {setup_line}"))
+            .y_desc("µs from the send")
+            .x_label_formatter(&|v| format!("{v:.0}"))
+            .draw()
+            .map_err(err("mesh"))?;
+        type Pick = fn(&crate::multicast::McastLatency) -> u64;
+        let series: [(&str, Pick); 4] = [
+            ("receipt p50 (SMC)", |l| l.receipt.p50_ns),
+            ("receipt p99", |l| l.receipt.p99_ns),
+            ("ordered delivery p50", |l| l.delivery.p50_ns),
+            ("ordered delivery p99", |l| l.delivery.p99_ns),
+        ];
+        for (i, (label, pick)) in series.into_iter().enumerate() {
+            let pts: Vec<(f64, f64)> = m
+                .latency
+                .iter()
+                .map(|l| (f64::from(l.members - 1), us(pick(l))))
+                .collect();
+            let c = color(i);
+            chart
+                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
+                .map_err(err("series"))?
+                .label(label)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
+                });
+            chart
+                .draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))
+                .map_err(err("points"))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(err("legend"))?;
+        root.present().map_err(err("present"))?;
+    }
+    Ok(svg)
+}
+
 /// Latency CDFs of named series (x: µs, log scale).
 pub fn cdfs(title: &str, series: &[(String, &[CdfPoint])], setup_line: &str) -> Result<String> {
     let mut svg = String::new();
@@ -612,6 +684,14 @@ pub fn write_all(r: &Report, dir: &Path) -> Result<Vec<PathBuf>> {
                     &series,
                     &setup_line,
                 )?,
+            ));
+        }
+    }
+    if let Some(m) = &r.multicast {
+        if !m.latency.is_empty() {
+            files.push((
+                "multicast_latency.svg".into(),
+                multicast_latency(m, &setup_line)?,
             ));
         }
     }

@@ -66,6 +66,9 @@ pub struct Report {
     /// `lease`: the cost of `Active` under a lease (uKharon §6).
     #[serde(default)]
     pub lease: Option<crate::lease::LeaseReport>,
+    /// `multicast`: Derecho's SMC and atomic multicast (issue 15).
+    #[serde(default)]
+    pub multicast: Option<crate::multicast::McastReport>,
     /// Goals this run has figures for.
     pub goals: Vec<Goal>,
 }
@@ -92,6 +95,7 @@ impl Report {
         self.reconfig = self.reconfig.take().or(other.reconfig);
         self.recovery = self.recovery.take().or(other.recovery);
         self.lease = self.lease.take().or(other.lease);
+        self.multicast = self.multicast.take().or(other.multicast);
         for g in other.setup.group_sizes {
             if !self.setup.group_sizes.contains(&g) {
                 self.setup.group_sizes.push(g);
@@ -139,6 +143,31 @@ impl Report {
                 "ns",
                 |v| v <= 20.0,
             );
+        }
+        if let Some(m) = &self.multicast {
+            if let Some(l) = m.latency_of(4) {
+                goal(
+                    "SMC p50 to 3 receivers (receipt)",
+                    "≤ 2 µs",
+                    Some(l.receipt.p50_ns as f64 / 1000.0),
+                    "µs",
+                    |v| v <= 2.0,
+                );
+            }
+            if let Some(t) = m.throughput_of(3) {
+                let least = t
+                    .delivered_per_sec
+                    .iter()
+                    .copied()
+                    .fold(f64::INFINITY, f64::min);
+                goal(
+                    "ordered multicast, 3 members all sending (per member)",
+                    "≥ 650,000 /s",
+                    least.is_finite().then_some(least),
+                    "/s",
+                    |v| v >= 650_000.0,
+                );
+            }
         }
         if let Some(t) = &self.throughput {
             goal(
@@ -370,6 +399,100 @@ pub fn render_lease(l: &crate::lease::LeaseReport) -> String {
         ]);
     }
     out.push_str(&t.render());
+    out
+}
+
+/// The `multicast` section.
+pub fn render_multicast(m: &crate::multicast::McastReport) -> String {
+    let us = |ns: u64| format!("{:.2}", ns as f64 / 1000.0);
+    let mut out = format!(
+        "\nMULTICAST (Derecho SMC and atomic multicast; member threads over the shared-memory fabric, {} cores, window {} slots)\n",
+        m.cores, m.window
+    );
+    if !m.latency.is_empty() {
+        out.push_str("one message at a time from member 0, to each receiver:\n");
+        let mut t = Table::new(&[
+            "receivers",
+            "receipt p50 µs",
+            "receipt p99 µs",
+            "ordered p50 µs",
+            "ordered p99 µs",
+            "all ordered p50 µs",
+            "all ordered p99 µs",
+            "samples",
+        ]);
+        for l in &m.latency {
+            t.row(vec![
+                (l.members - 1).to_string(),
+                us(l.receipt.p50_ns),
+                us(l.receipt.p99_ns),
+                us(l.delivery.p50_ns),
+                us(l.delivery.p99_ns),
+                us(l.delivery_all.p50_ns),
+                us(l.delivery_all.p99_ns),
+                l.delivery.count.to_string(),
+            ]);
+        }
+        out.push_str(&t.render());
+    }
+    if !m.throughput.is_empty() {
+        out.push_str("every member sending, messages per second at each member:\n");
+        let mut t = Table::new(&[
+            "members",
+            "bytes",
+            "sent/s per member",
+            "received/s (raw)",
+            "delivered/s (ordered)",
+            "window full",
+        ]);
+        let list = |v: &[f64]| {
+            v.iter()
+                .map(|x| format!("{:.0}", x))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        for x in &m.throughput {
+            t.row(vec![
+                x.members.to_string(),
+                x.payload_bytes.to_string(),
+                list(&x.sent_per_sec),
+                list(&x.received_per_sec),
+                list(&x.delivered_per_sec),
+                x.window_full.to_string(),
+            ]);
+        }
+        out.push_str(&t.render());
+    }
+    if !m.view_changes.is_empty() {
+        out.push_str(
+            "view change: the last member stopped dead while every member sends (its death told at once):\n",
+        );
+        let mut t = Table::new(&[
+            "members",
+            "kill → view installed, per survivor (µs)",
+            "delivered in the ended epoch",
+            "same sequence",
+            "trimmed",
+        ]);
+        for v in &m.view_changes {
+            t.row(vec![
+                v.members.to_string(),
+                v.install_us
+                    .iter()
+                    .map(|x| format!("{x:.1}"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                v.delivered_in_epoch
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                if v.same_sequence { "yes" } else { "NO" }.into(),
+                v.trimmed.to_string(),
+            ]);
+        }
+        out.push_str(&t.render());
+    }
     out
 }
 
@@ -935,6 +1058,9 @@ pub fn render(r: &Report) -> String {
     }
     if let Some(l) = &r.lease {
         out.push_str(&render_lease(l));
+    }
+    if let Some(m) = &r.multicast {
+        out.push_str(&render_multicast(m));
     }
     out.push_str(&render_goals(&r.goals));
     out

@@ -782,8 +782,13 @@ fn render_multicast(m: &verbatim_status::MulticastState, area: Rect, buf: &mut B
         (Some(why), _, _) => Line::styled(format!("LEFT THE GROUP: {why}"), BAD),
         (None, Some(why), _) => Line::styled(
             format!(
-                "{view} · WEDGED (view change): {why} · suspects {}",
-                list(&m.suspected)
+                "{view} · WEDGED (view change): {why} · suspects {}{}",
+                list(&m.suspected),
+                if m.minority {
+                    " · cut off from a majority: waiting"
+                } else {
+                    ""
+                }
             ),
             BAD,
         ),

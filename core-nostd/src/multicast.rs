@@ -373,9 +373,6 @@ pub enum WedgeCause {
 pub enum HaltCause {
     /// A member of our view suspects us, or the next view leaves us out.
     Excluded,
-    /// We suspect a majority of our view: the members we still reach may
-    /// be the minority side of a partition (Derecho's split-brain guard).
-    Minority,
     /// A message inside the decided trim is not whole in our ring.
     TrimUnreadable(MemberId),
     /// The decided trim ends before what we already delivered, or holds
@@ -417,6 +414,10 @@ pub struct McastStatus {
     pub wedged: Option<WedgeCause>,
     /// Why the engine stopped for good, if it did.
     pub halted: Option<HaltCause>,
+    /// We suspect a majority of our view (we may be the minority side of
+    /// a partition): we propose and echo nothing, and only go on if the
+    /// others decided a trim that keeps us (Derecho's split-brain guard).
+    pub minority: bool,
     /// The current epoch (view number).
     pub epoch: u64,
     /// The view's members (a bit per member id).
@@ -512,6 +513,8 @@ pub struct McastEngine<M: Memory> {
     receive_due: bool,
     wedged: Option<WedgeCause>,
     halted: Option<HaltCause>,
+    /// We suspect a majority of the view: we wait to learn a trim.
+    minority: bool,
     /// The current epoch, its members, and those suspected in it.
     epoch: u64,
     view: u64,
@@ -562,6 +565,7 @@ impl<M: Memory> McastEngine<M> {
             receive_due: false,
             wedged: None,
             halted: None,
+            minority: false,
             epoch: 0,
             view: (1u64 << n) - 1,
             suspected: 0,
@@ -586,6 +590,7 @@ impl<M: Memory> McastEngine<M> {
             started: self.formed(),
             wedged: self.wedged,
             halted: self.halted,
+            minority: self.minority,
             epoch: self.epoch,
             view: self.view,
             suspected: self.suspected,
@@ -675,10 +680,22 @@ impl<M: Memory> McastEngine<M> {
         (MemberId(sender as u8), seq / v)
     }
 
-    /// The epoch's sequence number of `sender`'s message `index`.
+    /// The epoch's sequence number of `sender`'s message `index`
+    /// (saturating: an index comes from a peer's trim).
     fn seq_of(&self, sender: MemberId, index: u64) -> u64 {
         let pos = (self.view & ((1u64 << sender.0) - 1)).count_ones();
-        index * self.view_len() + u64::from(pos)
+        index
+            .saturating_mul(self.view_len())
+            .saturating_add(u64::from(pos))
+    }
+
+    /// The first sequence number outside trim `t`: where its delivery
+    /// stops.
+    fn trim_end(&self, t: &Trim) -> u64 {
+        self.view_members()
+            .map(|s| self.seq_of(MemberId(s as u8), t.counts[s]))
+            .min()
+            .unwrap_or(0)
     }
 
     /// Grows whenever the engine sends, receives or delivers anything
@@ -989,6 +1006,10 @@ impl<M: Memory> McastEngine<M> {
                 self.wedged = Some(WedgeCause::Suspicion(self.me));
             }
             self.row.set(&COL_WEDGED, 1);
+            // Said in our row: we suspect ourselves, so the others (in this
+            // epoch or a later one) suspect us and go on without us.
+            self.suspected |= 1 << self.me.0;
+            self.row.set(&COL_SUSPECTED, self.suspected);
         }
     }
 
@@ -1084,12 +1105,14 @@ impl<M: Memory> McastEngine<M> {
         };
         let me = self.me.index();
         let mut decided = None;
+        let mut left_behind = false;
         for m in 0..self.n {
             if m == me || self.view & (1 << m) == 0 {
                 continue;
             }
             let r = self.rows[m];
             if r.digest == digest {
+                // Suspicions spread (a member that stopped suspects itself).
                 let new = r.suspected & self.view & !self.suspected;
                 if new != 0 {
                     self.suspected |= new;
@@ -1105,33 +1128,51 @@ impl<M: Memory> McastEngine<M> {
                     Some(t) if t.epoch == self.epoch && r.epoch == self.epoch + 1 => {
                         decided = Some(t)
                     }
-                    _ => {
-                        self.halt(HaltCause::Excluded);
-                        return;
-                    }
+                    _ => left_behind = true,
                 }
+            } else if r.epoch < self.epoch && r.suspected & (1 << m) != 0 {
+                // It stopped for good in an earlier epoch (its row says
+                // so: it suspects itself) and will never join this one.
+                self.suspect(MemberId(m as u8));
+                self.wedge(WedgeCause::Suspicion(MemberId(m as u8)));
             }
         }
         if decided.is_none() {
-            if self.suspected & (1 << me) != 0 {
-                self.halt(HaltCause::Excluded);
-                return;
+            // A trim a majority of the view echoed (ours, or one we read:
+            // a member the next view leaves out learns it so) is decided.
+            let mut candidates = [None; MAX_MEMBERS + 1];
+            candidates[0] = self.trim;
+            for m in self.view_members() {
+                if m != me && self.row_current(m) {
+                    candidates[m + 1] = self.rows[m].trim;
+                }
             }
-            let live = self.view & !self.suspected;
-            if live.count_ones() * 2 <= self.view.count_ones() {
-                self.halt(HaltCause::Minority);
-                return;
-            }
-            decided = self.trim.filter(|t| self.echoes(t) * 2 > self.view_len());
+            decided = candidates
+                .into_iter()
+                .flatten()
+                .find(|t| t.epoch == self.epoch && self.echoes(t) * 2 > self.view_len());
         }
         if let Some(t) = decided {
+            // Acting on a decided trim is safe whatever we suspect.
             self.act_on(t);
+            return;
+        }
+        if left_behind || self.suspected & (1 << me) != 0 {
+            self.halt(HaltCause::Excluded);
             return;
         }
         if self.suspected == 0 {
             return;
         }
-        let leader = (self.view & !self.suspected).trailing_zeros() as usize;
+        let live = self.view & !self.suspected;
+        self.minority = live.count_ones() * 2 <= self.view.count_ones();
+        if self.minority {
+            // The split-brain guard: we may be the minority side of a
+            // partition; we neither lead nor echo, and only learn a trim
+            // the others decided.
+            return;
+        }
+        let leader = live.trailing_zeros() as usize;
         if leader == me {
             self.lead();
         } else if self.row_current(leader) {
@@ -1232,12 +1273,7 @@ impl<M: Memory> McastEngine<M> {
         // past its end (what we delivered was stable: every member,
         // those the trim was computed from included, had received it).
         let reachable = self.view_members().all(|s| self.received[s] >= t.counts[s]);
-        let trim_end = self
-            .view_members()
-            .map(|s| self.seq_of(MemberId(s as u8), t.counts[s]))
-            .min()
-            .unwrap_or(0);
-        if !reachable || self.delivered > trim_end {
+        if !reachable || self.delivered > self.trim_end(&t) {
             self.halt(HaltCause::TrimBehind);
             return;
         }
@@ -1252,8 +1288,13 @@ impl<M: Memory> McastEngine<M> {
             return;
         };
         let me = self.me.index();
-        // Our messages the trim left out are dropped.
-        self.status.trimmed_own += self.sent - t.counts[me].min(self.sent);
+        // Our messages the trim left out are dropped: those from our
+        // count in it, and those inside it past the delivery cut.
+        let v = self.view_len();
+        let pos = (self.view & ((1u64 << me) - 1)).count_ones() as u64;
+        let below_cut = self.trim_end(&t).saturating_sub(pos).div_ceil(v);
+        let kept = t.counts[me].min(below_cut).min(self.sent);
+        self.status.trimmed_own += self.sent - kept;
         self.status.view_changes += 1;
         self.last_trim = Some(t);
         self.ending = None;
@@ -1264,6 +1305,7 @@ impl<M: Memory> McastEngine<M> {
         self.received = [0; MAX_MEMBERS];
         self.delivered = 0;
         self.wedged = None;
+        self.minority = false;
         let mut carried = self.suspected & self.view;
         for (m, p) in self.peers.iter_mut().enumerate().take(self.n) {
             // Posts restart from the new epoch's first message.
@@ -1392,7 +1434,8 @@ impl<M: Memory> McastEngine<M> {
             return None;
         }
         if peer.posted < reported {
-            peer.posted = reported;
+            // A peer's count, bounded by what we sent.
+            peer.posted = reported.min(self.sent);
         }
         if peer.posted >= self.sent {
             return None;
@@ -1534,7 +1577,11 @@ impl<M: Memory> Engine for McastEngine<M> {
         self.seal_row();
         for p in 0..self.n {
             let peer = &mut self.peers[p];
-            if p != self.me.index() && peer.reconnect && !peer.down && peer.retry_at_ns <= self.now
+            if p != self.me.index()
+                && peer.reconnect
+                && !peer.down
+                && self.view & (1 << p) != 0
+                && peer.retry_at_ns <= self.now
             {
                 peer.reconnect = false;
                 return Some(Action::Reconnect {
@@ -1588,10 +1635,15 @@ impl<M: Memory> Engine for McastEngine<M> {
             .iter()
             .enumerate()
             .filter(|&(m, p)| {
+                // Only what `poll_action` would post: to members of the
+                // view, and no messages once halted.
                 m != self.me.index()
                     && !p.down
+                    && self.view & (1 << m) != 0
                     && (p.reconnect
-                        || (p.posted < self.sent && p.inflight < MCAST_INFLIGHT_MAX)
+                        || (self.halted.is_none()
+                            && p.posted < self.sent
+                            && p.inflight < MCAST_INFLIGHT_MAX)
                         || (p.row_acked_version < self.row.version() && !p.row_inflight))
             })
             .map(|(_, p)| p.retry_at_ns.max(self.now))

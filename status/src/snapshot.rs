@@ -121,6 +121,11 @@ pub struct MulticastState {
     /// Why this member left the group for good, if it did.
     #[serde(default)]
     pub halted: Option<String>,
+    /// It suspects a majority of its view: it waits (neither leads nor
+    /// echoes) until the others decide a trim, or for good if it is the
+    /// minority side of a partition.
+    #[serde(default)]
+    pub minority: bool,
     /// Views installed after the first.
     #[serde(default)]
     pub view_changes: u64,

@@ -496,15 +496,53 @@ fn a_new_leader_adopts_the_trim_its_dead_predecessor_proposed_and_others_echoed(
 }
 
 #[test]
-fn a_member_that_suspects_a_majority_stops() {
+fn a_member_that_suspects_a_majority_waits_without_leading() {
     let mut g = Group::new(3, 4);
     g.steps(3);
     let now = g.now;
     g.engine(0).handle_peer_down(now, MemberId(1));
     g.engine(0).handle_peer_down(now, MemberId(2));
-    g.steps(1);
-    assert_eq!(g.engine(0).halted(), Some(HaltCause::Minority));
-    assert_eq!(g.engine(0).send(b"x"), Err(SendError::Halted));
+    g.steps(3);
+    let e = g.engine(0);
+    assert!(e.status().minority);
+    assert_eq!(e.halted(), None);
+    assert_eq!(e.trim_for_test(), None, "it proposed although cut off");
+    assert_eq!(e.epoch(), 0);
+    assert_eq!(g.engine(0).send(b"x"), Err(SendError::Wedged));
+}
+
+/// A member that stops for good says so in its row (it suspects itself):
+/// members already in the next view suspect it and go on without it.
+#[test]
+fn a_member_that_stopped_in_the_ended_epoch_is_dropped_by_the_next_view() {
+    let mut g = Group::new(5, 4);
+    g.steps(3);
+    // Member 4 dies. Members 0, 1 and 2 get through the view change;
+    // member 3 hears nothing more until it has stopped.
+    g.held[3] = true;
+    kill(&mut g, 4);
+    let mut guard = 0;
+    while (0..3).any(|i| g.engine(i).epoch() == 0) {
+        g.steps(1);
+        guard += 1;
+        assert!(guard < 30, "members 0 to 2 did not install the next view");
+    }
+    assert_eq!(g.engine(0).view(), 0b01111);
+    // Member 3 stops (here: a trim it cannot reach) and says so.
+    let now = g.now;
+    let e3 = g.engine(3);
+    e3.halt(HaltCause::TrimUnreadable(MemberId(0)));
+    e3.handle_timeout(now);
+    g.release(3);
+    g.steps(12);
+    for i in 0..3 {
+        let e = g.engine(i);
+        assert_eq!((e.epoch(), e.view()), (2, 0b00111), "member {i}");
+        assert_eq!(e.halted(), None);
+    }
+    g.engine(0).send(b"on").unwrap();
+    g.steps(4);
+    assert_eq!(g.delivered[1].last().unwrap().2, b"on".to_vec());
 }
 
 #[test]

@@ -873,9 +873,6 @@ impl<F: HostFabric> Replica<F> {
                         verbatim_core::multicast::HaltCause::Excluded => {
                             "excluded: the others suspect this member".to_string()
                         }
-                        verbatim_core::multicast::HaltCause::Minority => {
-                            "cut off from a majority of the view".to_string()
-                        }
                         verbatim_core::multicast::HaltCause::TrimBehind => {
                             "the decided trim is behind what this member delivered or received"
                                 .to_string()
@@ -887,6 +884,7 @@ impl<F: HostFabric> Replica<F> {
                             )
                         }
                     }),
+                    minority: s.minority,
                     view_changes: s.view_changes,
                     last_trim: s.last_trim.map(|t| verbatim_status::McastTrim {
                         epoch: t.epoch,

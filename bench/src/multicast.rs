@@ -1,0 +1,662 @@
+//! `verbatim-bench multicast`: Derecho's small-message multicast (SMC) and
+//! its atomic (totally ordered) delivery, measured on the engine the
+//! replicas run ([`McastEngine`]) over the shared-memory fabric the
+//! replicas use ([`ShmFabric`]: `/dev/shm` segments, the initiator's CPU
+//! copying into the peer's mapping). Each member is a thread of this
+//! process with its own segment, memory and fabric endpoint, so the only
+//! thing left out of the replica's loop is the other engines (the log,
+//! heartbeats, views) and the gateways; one process keeps one clock for
+//! the timestamps, which is what per-message latency needs.
+//!
+//! Three measurements per group size:
+//!
+//! * **latency**: member 0 multicasts one message at a time (the next
+//!   once every member delivered it); per receiver, the time from the
+//!   send to its *receipt* (SMC: the slot is whole in the receiver's
+//!   ring) and to its *ordered delivery* (stable: every member's SST row
+//!   shows it received, Derecho's round-robin order);
+//! * **throughput**: every member multicasts 100-byte messages as fast as
+//!   its window lets it; messages received and delivered per second at
+//!   each member (every sender's messages count);
+//! * **view change**: the same full-rate sending, then the last member
+//!   stops dead (its thread ends, its peers' fabric sees it gone and their
+//!   engines get the death notice at once); the time from the kill to the
+//!   next view installed at every survivor, and whether every survivor
+//!   delivered the same sequence in the ended epoch (count and a hash of
+//!   every (sender, index) delivered).
+//!
+//! Threads poll without sleeping and yield the core when a pass did
+//! nothing, so a group larger than the machine's cores shares them; the
+//! report says how many cores there were.
+
+use crate::stats::{histogram, record, Summary};
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+use verbatim_core::config::Config;
+use verbatim_core::engine::Engine;
+use verbatim_core::fabric::{Fabric, MemberId};
+use verbatim_core::layout::Layout;
+use verbatim_core::multicast::{McastEngine, SendError};
+use verbatim_host::fabric::liveness::PeerLiveness;
+use verbatim_host::fabric::shm::{Segment, ShmFabric, ShmMemory};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct McastOptions {
+    /// Group sizes (members, the sender included) for latency.
+    pub latency_members: Vec<u8>,
+    /// Group sizes for throughput and the view change.
+    pub throughput_members: Vec<u8>,
+    /// Messages timed per latency run.
+    pub messages: u64,
+    /// Seconds of full-rate sending measured per throughput run.
+    pub seconds: f64,
+    /// View changes (each on a fresh group) per group size.
+    pub kills: u32,
+    /// Slots per sender ring.
+    pub window: u32,
+    /// Payload of the throughput messages.
+    pub payload_bytes: usize,
+    /// Cores to pin member `i` to (`cores[i % len]`); empty: not pinned.
+    pub cores: Vec<usize>,
+}
+
+/// One latency run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct McastLatency {
+    /// Members (the sender and `members − 1` receivers).
+    pub members: u8,
+    /// Send to receipt at a receiver (every receiver's samples).
+    pub receipt: Summary,
+    /// Send to ordered delivery at a receiver.
+    pub delivery: Summary,
+    /// Send to ordered delivery at the last receiver (per message).
+    pub delivery_all: Summary,
+}
+
+/// One throughput run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct McastThroughput {
+    /// Members, every one sending.
+    pub members: u8,
+    /// Payload bytes.
+    pub payload_bytes: usize,
+    /// Seconds measured.
+    pub seconds: f64,
+    /// Messages each member sent per second (data only).
+    pub sent_per_sec: Vec<f64>,
+    /// Messages each member received per second from the others' rings
+    /// (nulls included: the raw SMC rate).
+    pub received_per_sec: Vec<f64>,
+    /// Data messages each member delivered per second, in the total order.
+    pub delivered_per_sec: Vec<f64>,
+    /// Sends refused because the window was full (all members).
+    pub window_full: u64,
+}
+
+/// One view change.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct McastViewChange {
+    /// Members before the kill.
+    pub members: u8,
+    /// From the kill to the next view installed, per survivor (µs).
+    pub install_us: Vec<f64>,
+    /// Data messages delivered in the ended epoch, per survivor.
+    pub delivered_in_epoch: Vec<u64>,
+    /// Every survivor delivered the same sequence in the ended epoch.
+    pub same_sequence: bool,
+    /// Messages the trim left out, over the survivors (sent again by a
+    /// replica's publisher; dropped here).
+    pub trimmed: u64,
+}
+
+/// Results of `verbatim-bench multicast`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct McastReport {
+    /// Cores of the machine.
+    pub cores: usize,
+    /// Slots per sender ring.
+    pub window: u32,
+    /// Latency runs.
+    pub latency: Vec<McastLatency>,
+    /// Throughput runs.
+    pub throughput: Vec<McastThroughput>,
+    /// View changes.
+    pub view_changes: Vec<McastViewChange>,
+}
+
+impl McastReport {
+    /// The latency run with `members` members.
+    pub fn latency_of(&self, members: u8) -> Option<&McastLatency> {
+        self.latency.iter().find(|l| l.members == members)
+    }
+
+    /// The throughput run with `members` members.
+    pub fn throughput_of(&self, members: u8) -> Option<&McastThroughput> {
+        self.throughput.iter().find(|t| t.members == members)
+    }
+}
+
+/// What a member's thread does.
+const PHASE_IDLE: u8 = 0;
+const PHASE_LATENCY: u8 = 1;
+const PHASE_FLOOD: u8 = 2;
+const PHASE_STOP: u8 = 3;
+
+/// Send times of the latency run, by message index (one in flight).
+const SENT_AT_RING: usize = 64;
+
+/// State the member threads and the conductor share.
+struct Shared {
+    phase: AtomicU8,
+    origin: Instant,
+    /// Per member: data messages of member 0 delivered (latency run).
+    delivered_of_0: Vec<AtomicU64>,
+    /// Send times of member 0's messages (ns since `origin`).
+    sent_at: Vec<AtomicU64>,
+    /// Per member, totals: data sent, received (all senders), data
+    /// delivered, window full.
+    sent: Vec<AtomicU64>,
+    received: Vec<AtomicU64>,
+    delivered: Vec<AtomicU64>,
+    window_full: Vec<AtomicU64>,
+    /// The member to stop dead, and when it was stopped (ns).
+    victim: AtomicU64,
+    killed_at_ns: AtomicU64,
+    /// Per member: when it installed epoch 1 (ns, 0: not yet), data
+    /// messages delivered in epoch 0 and their hash, messages of its own
+    /// the trim left out.
+    installed_at_ns: Vec<AtomicU64>,
+    epoch0_count: Vec<AtomicU64>,
+    epoch0_hash: Vec<AtomicU64>,
+    trimmed: Vec<AtomicU64>,
+    /// Latency samples, per receiver.
+    samples: Vec<std::sync::Mutex<Samples>>,
+    failed: AtomicBool,
+}
+
+#[derive(Default)]
+struct Samples {
+    receipt: Vec<u64>,
+    delivery: Vec<(u64, u64)>,
+}
+
+impl Shared {
+    fn new(n: usize) -> Shared {
+        let counters = || (0..n).map(|_| AtomicU64::new(0)).collect::<Vec<_>>();
+        Shared {
+            phase: AtomicU8::new(PHASE_IDLE),
+            origin: Instant::now(),
+            delivered_of_0: counters(),
+            sent_at: (0..SENT_AT_RING).map(|_| AtomicU64::new(0)).collect(),
+            sent: counters(),
+            received: counters(),
+            delivered: counters(),
+            window_full: counters(),
+            victim: AtomicU64::new(u64::MAX),
+            killed_at_ns: AtomicU64::new(0),
+            installed_at_ns: counters(),
+            epoch0_count: counters(),
+            epoch0_hash: counters(),
+            trimmed: counters(),
+            samples: (0..n).map(|_| Default::default()).collect(),
+            failed: AtomicBool::new(false),
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.origin.elapsed().as_nanos() as u64
+    }
+
+    fn sum(v: &[AtomicU64]) -> u64 {
+        v.iter().map(|a| a.load(Ordering::Acquire)).sum()
+    }
+}
+
+/// A group of member threads over fresh segments.
+struct Group {
+    shared: Arc<Shared>,
+    threads: Vec<std::thread::JoinHandle<Result<()>>>,
+    paths: Vec<PathBuf>,
+}
+
+impl Group {
+    fn start(n: u8, o: &McastOptions, tag: &str) -> Result<Group> {
+        let mut config = Config::new(n, MemberId(0));
+        config.log_ring_bytes = 64 * 1024;
+        config.mcast_window = o.window;
+        config.mcast_payload_bytes_max = 128.max(o.payload_bytes as u32);
+        let layout = Layout::new(&config).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let dir = PathBuf::from("/dev/shm");
+        let paths: Vec<PathBuf> = (0..n)
+            .map(|i| {
+                dir.join(format!(
+                    "verbatim-bench-mcast-{}-{tag}-{i}",
+                    std::process::id()
+                ))
+            })
+            .collect();
+        let segments = paths
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                Segment::create(p, &layout, MemberId(i as u8))
+                    .map(Arc::new)
+                    .with_context(|| format!("creating {}", p.display()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let shared = Arc::new(Shared::new(usize::from(n)));
+        let ready = Arc::new(Barrier::new(usize::from(n) + 1));
+        let mut threads = Vec::new();
+        for (i, seg) in segments.into_iter().enumerate() {
+            let mut c = config.clone();
+            c.self_id = MemberId(i as u8);
+            c.incarnation = 1 + i as u64;
+            let (layout, paths, shared, ready) =
+                (layout, paths.clone(), shared.clone(), ready.clone());
+            let core = (!o.cores.is_empty()).then(|| o.cores[i % o.cores.len()]);
+            let payload_bytes = o.payload_bytes;
+            threads.push(std::thread::spawn(move || {
+                let r = member(c, layout, seg, paths, &shared, &ready, core, payload_bytes);
+                if r.is_err() {
+                    shared.failed.store(true, Ordering::Release);
+                }
+                r
+            }));
+        }
+        ready.wait();
+        Ok(Group {
+            shared,
+            threads,
+            paths,
+        })
+    }
+
+    fn stop(self) -> Result<()> {
+        self.shared.phase.store(PHASE_STOP, Ordering::Release);
+        let mut result = Ok(());
+        for t in self.threads {
+            match t.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => result = Err(e),
+                Err(_) => result = Err(anyhow::anyhow!("a member thread panicked")),
+            }
+        }
+        for p in &self.paths {
+            let _ = std::fs::remove_file(p);
+        }
+        result
+    }
+
+    /// Waits until `done` or `timeout`; fails if a member failed.
+    fn wait(&self, timeout: Duration, what: &str, done: impl Fn(&Shared) -> bool) -> Result<()> {
+        let began = Instant::now();
+        while !done(&self.shared) {
+            if self.shared.failed.load(Ordering::Acquire) {
+                bail!("a member failed while {what}");
+            }
+            if began.elapsed() > timeout {
+                bail!("{what}: not done within {timeout:?}");
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Ok(())
+    }
+}
+
+/// One member's loop: the engine over its fabric endpoint.
+#[allow(clippy::too_many_arguments)]
+fn member(
+    config: Config,
+    layout: Layout,
+    seg: Arc<Segment>,
+    paths: Vec<PathBuf>,
+    shared: &Shared,
+    ready: &Barrier,
+    core: Option<usize>,
+    payload_bytes: usize,
+) -> Result<()> {
+    if let Some(c) = core {
+        core_affinity::set_for_current(core_affinity::CoreId { id: c });
+    }
+    let me = config.self_id;
+    let i = me.index();
+    let memory = ShmMemory::new(seg.clone());
+    let liveness = Arc::new(PeerLiveness::default());
+    let mut fabric = ShmFabric::new(me, layout, seg, paths, liveness.clone());
+    let missing = fabric.connect_peers();
+    if let Some((m, e)) = missing.first() {
+        ready.wait();
+        bail!("member {i} could not map member {}: {e}", m.0);
+    }
+    let Some(mut engine) = McastEngine::new(&config, memory, shared.now_ns()) else {
+        ready.wait();
+        bail!("member {i}: multicast is off in the configuration");
+    };
+    ready.wait();
+    let mut buf = vec![0u8; engine.layout().payload_bytes_max as usize];
+    let mut payload = vec![0u8; payload_bytes.max(16)];
+    let mut latency_next = 0u64;
+    let mut receipts_of_0 = 0u64;
+    let mut hash = 0u64;
+    let mut count = 0u64;
+    let mut victim_seen = false;
+    let victim = |s: &Shared| s.victim.load(Ordering::Acquire);
+    loop {
+        let phase = shared.phase.load(Ordering::Acquire);
+        if phase == PHASE_STOP {
+            return Ok(());
+        }
+        if victim(shared) == i as u64 {
+            // Stopped dead: no more steps (the peers are told below).
+            while shared.phase.load(Ordering::Acquire) != PHASE_STOP {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            return Ok(());
+        }
+        let now = shared.now_ns();
+        let progress = engine.progress();
+        if !victim_seen && victim(shared) < u64::from(config.initial_members) {
+            // The death notice, at once (the replica's is a pidfd or the
+            // notice file; here the conductor's flag).
+            victim_seen = true;
+            let v = MemberId(victim(shared) as u8);
+            liveness.mark_dead(v);
+            engine.handle_peer_down(now, v);
+        }
+        while let Some(c) = fabric.poll_completion() {
+            engine.handle_completion(now, c);
+        }
+        let epoch_before = engine.epoch();
+        // Messages taken from the other members' rings.
+        let others = |e: &McastEngine<ShmMemory>| -> u64 {
+            (0..e.members())
+                .filter(|&s| s != i)
+                .map(|s| e.received(MemberId(s as u8)))
+                .sum()
+        };
+        let received_before = others(&engine);
+        engine.handle_timeout(now);
+        let received_after = others(&engine);
+        if engine.epoch() == epoch_before && received_after > received_before {
+            shared.received[i].fetch_add(received_after - received_before, Ordering::Relaxed);
+        }
+        if phase == PHASE_LATENCY && i != 0 {
+            let got = engine.received(MemberId(0));
+            while receipts_of_0 < got {
+                let sent =
+                    shared.sent_at[receipts_of_0 as usize % SENT_AT_RING].load(Ordering::Acquire);
+                let mut s = shared.samples[i].lock().expect("samples");
+                s.receipt.push(now.saturating_sub(sent));
+                receipts_of_0 += 1;
+            }
+        }
+        while let Some(d) = engine.poll_delivery(&mut buf) {
+            let now = shared.now_ns();
+            if d.epoch == 0 {
+                count += 1;
+                hash = hash
+                    .rotate_left(5)
+                    .wrapping_add((d.index << 8) | u64::from(d.sender.0))
+                    .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            }
+            shared.delivered[i].fetch_add(1, Ordering::Relaxed);
+            if phase == PHASE_LATENCY && d.sender == MemberId(0) && d.len >= 16 {
+                let sent = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
+                let k = u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes"));
+                if i != 0 {
+                    let mut s = shared.samples[i].lock().expect("samples");
+                    s.delivery.push((k, now.saturating_sub(sent)));
+                }
+                shared.delivered_of_0[i].store(k + 1, Ordering::Release);
+            }
+        }
+        if engine.epoch() > epoch_before && epoch_before == 0 {
+            shared.installed_at_ns[i].store(shared.now_ns().max(1), Ordering::Release);
+            shared.epoch0_count[i].store(count, Ordering::Relaxed);
+            shared.epoch0_hash[i].store(hash, Ordering::Relaxed);
+            shared.trimmed[i].store(engine.status().trimmed_own, Ordering::Release);
+        }
+        match phase {
+            PHASE_LATENCY if i == 0 => {
+                // The next message once every member delivered the last.
+                let all = shared
+                    .delivered_of_0
+                    .iter()
+                    .all(|d| d.load(Ordering::Acquire) >= latency_next);
+                if all {
+                    let at = shared.now_ns();
+                    payload[..8].copy_from_slice(&at.to_le_bytes());
+                    payload[8..16].copy_from_slice(&latency_next.to_le_bytes());
+                    shared.sent_at[latency_next as usize % SENT_AT_RING]
+                        .store(at, Ordering::Release);
+                    match engine.send(&payload[..16]) {
+                        Ok(_) => latency_next += 1,
+                        Err(SendError::WindowFull | SendError::NotStarted) => {}
+                        Err(e) => bail!("member 0 could not send: {e:?}"),
+                    }
+                }
+            }
+            PHASE_FLOOD => match engine.send(&payload[..payload_bytes]) {
+                Ok(_) => {
+                    shared.sent[i].fetch_add(1, Ordering::Relaxed);
+                }
+                Err(SendError::WindowFull) => {
+                    shared.window_full[i].fetch_add(1, Ordering::Relaxed);
+                }
+                Err(SendError::NotStarted | SendError::Wedged) => {}
+                Err(e) => bail!("member {i} stopped sending: {e:?}"),
+            },
+            _ => {}
+        }
+        while let Some(a) = engine.poll_action() {
+            if let Err(e) = fabric.execute(&a) {
+                engine.handle_action_failed(now, &a, e);
+            }
+        }
+        if engine.progress() == progress {
+            std::thread::yield_now();
+        }
+    }
+}
+
+fn summary(samples: &[u64]) -> Summary {
+    let mut h = histogram();
+    for &s in samples {
+        record(&mut h, s);
+    }
+    Summary::of(&h)
+}
+
+fn latency(n: u8, o: &McastOptions) -> Result<McastLatency> {
+    let g = Group::start(n, o, &format!("lat{n}"))?;
+    let warmup = (o.messages / 10).max(10);
+    let total = o.messages + warmup;
+    g.shared.phase.store(PHASE_LATENCY, Ordering::Release);
+    let timeout = Duration::from_secs(30) + Duration::from_micros(200 * total);
+    let result = g.wait(timeout, "timing single messages", |s| {
+        s.delivered_of_0
+            .iter()
+            .all(|d| d.load(Ordering::Acquire) >= total)
+    });
+    let mut receipt = Vec::new();
+    let mut delivery = Vec::new();
+    let mut last: Vec<u64> = vec![0; total as usize];
+    for m in 1..usize::from(n) {
+        let s = g.shared.samples[m].lock().expect("samples");
+        receipt.extend(s.receipt.iter().take(total as usize).skip(warmup as usize));
+        for &(k, ns) in &s.delivery {
+            if (warmup..total).contains(&k) {
+                delivery.push(ns);
+                last[k as usize] = last[k as usize].max(ns);
+            }
+        }
+    }
+    g.stop()?;
+    result?;
+    let all: Vec<u64> = last.into_iter().skip(warmup as usize).collect();
+    Ok(McastLatency {
+        members: n,
+        receipt: summary(&receipt),
+        delivery: summary(&delivery),
+        delivery_all: summary(&all),
+    })
+}
+
+/// Messages sent, received and delivered per member over a measured
+/// window, and its length in seconds.
+type Rates = (Vec<u64>, Vec<u64>, Vec<u64>, f64);
+
+fn flood(g: &Group, seconds: f64) -> Result<Rates> {
+    let snap = |v: &[AtomicU64]| {
+        v.iter()
+            .map(|a| a.load(Ordering::Acquire))
+            .collect::<Vec<_>>()
+    };
+    let s = &g.shared;
+    s.phase.store(PHASE_FLOOD, Ordering::Release);
+    std::thread::sleep(Duration::from_millis(200));
+    let (s0, r0, d0) = (snap(&s.sent), snap(&s.received), snap(&s.delivered));
+    let began = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(seconds));
+    let (s1, r1, d1) = (snap(&s.sent), snap(&s.received), snap(&s.delivered));
+    let took = began.elapsed().as_secs_f64();
+    if s.failed.load(Ordering::Acquire) {
+        bail!("a member failed while flooding");
+    }
+    let diff = |a: Vec<u64>, b: Vec<u64>| a.iter().zip(b).map(|(x, y)| y - x).collect();
+    Ok((diff(s0, s1), diff(r0, r1), diff(d0, d1), took))
+}
+
+fn throughput(n: u8, o: &McastOptions) -> Result<McastThroughput> {
+    let g = Group::start(n, o, &format!("tp{n}"))?;
+    let r = flood(&g, o.seconds);
+    let window_full = Shared::sum(&g.shared.window_full);
+    g.stop()?;
+    let (sent, received, delivered, took) = r?;
+    let rate = |v: Vec<u64>| v.into_iter().map(|x| x as f64 / took).collect();
+    Ok(McastThroughput {
+        members: n,
+        payload_bytes: o.payload_bytes,
+        seconds: took,
+        sent_per_sec: rate(sent),
+        received_per_sec: rate(received),
+        delivered_per_sec: rate(delivered),
+        window_full,
+    })
+}
+
+fn view_change(n: u8, o: &McastOptions, round: u32) -> Result<McastViewChange> {
+    let g = Group::start(n, o, &format!("vc{n}-{round}"))?;
+    let s = g.shared.clone();
+    s.phase.store(PHASE_FLOOD, Ordering::Release);
+    std::thread::sleep(Duration::from_millis(100));
+    let victim = u64::from(n) - 1;
+    s.killed_at_ns.store(s.now_ns(), Ordering::Release);
+    s.victim.store(victim, Ordering::Release);
+    let survivors: Vec<usize> = (0..usize::from(n) - 1).collect();
+    let r = g.wait(Duration::from_secs(10), "changing the view", |s| {
+        survivors
+            .iter()
+            .all(|&m| s.installed_at_ns[m].load(Ordering::Acquire) != 0)
+    });
+    let killed = s.killed_at_ns.load(Ordering::Acquire);
+    let out = McastViewChange {
+        members: n,
+        install_us: survivors
+            .iter()
+            .map(|&m| {
+                s.installed_at_ns[m]
+                    .load(Ordering::Acquire)
+                    .saturating_sub(killed) as f64
+                    / 1000.0
+            })
+            .collect(),
+        delivered_in_epoch: survivors
+            .iter()
+            .map(|&m| s.epoch0_count[m].load(Ordering::Acquire))
+            .collect(),
+        same_sequence: survivors.windows(2).all(|w| {
+            s.epoch0_count[w[0]].load(Ordering::Acquire)
+                == s.epoch0_count[w[1]].load(Ordering::Acquire)
+                && s.epoch0_hash[w[0]].load(Ordering::Acquire)
+                    == s.epoch0_hash[w[1]].load(Ordering::Acquire)
+        }),
+        trimmed: survivors
+            .iter()
+            .map(|&m| s.trimmed[m].load(Ordering::Acquire))
+            .sum(),
+    };
+    g.stop()?;
+    r?;
+    Ok(out)
+}
+
+/// Runs every measurement.
+pub fn run(o: &McastOptions, mut progress: impl FnMut(&str)) -> Result<McastReport> {
+    let mut report = McastReport {
+        cores: std::thread::available_parallelism().map_or(1, |c| c.get()),
+        window: o.window,
+        ..McastReport::default()
+    };
+    for &n in &o.latency_members {
+        progress(&format!("latency, {n} members"));
+        report.latency.push(latency(n, o)?);
+    }
+    for &n in &o.throughput_members {
+        progress(&format!("throughput, {n} members all sending"));
+        report.throughput.push(throughput(n, o)?);
+    }
+    for &n in &o.throughput_members {
+        for round in 0..o.kills {
+            progress(&format!(
+                "view change {}/{}, {n} members",
+                round + 1,
+                o.kills
+            ));
+            report.view_changes.push(view_change(n, o, round)?);
+        }
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small run of every measurement: the counts add up, every member
+    /// delivers, and the survivors of the view change agree.
+    #[test]
+    fn a_small_run_measures_every_part() {
+        let o = McastOptions {
+            latency_members: vec![3],
+            throughput_members: vec![3],
+            messages: 200,
+            seconds: 0.2,
+            kills: 1,
+            window: 32,
+            payload_bytes: 100,
+            cores: Vec::new(),
+        };
+        let r = run(&o, |_| {}).expect("the run");
+        let l = r.latency_of(3).expect("latency with 3 members");
+        // Two receivers, 200 timed messages each.
+        assert_eq!(l.receipt.count, 400);
+        assert_eq!(l.delivery.count, 400);
+        assert_eq!(l.delivery_all.count, 200);
+        assert!(l.receipt.p50_ns > 0 && l.receipt.p50_ns <= l.delivery.p99_ns);
+        let t = r.throughput_of(3).expect("throughput with 3 members");
+        assert_eq!(t.delivered_per_sec.len(), 3);
+        assert!(t.delivered_per_sec.iter().all(|&d| d > 0.0), "{t:?}");
+        assert!(t.sent_per_sec.iter().all(|&d| d > 0.0), "{t:?}");
+        let v = &r.view_changes[0];
+        assert!(v.same_sequence, "{v:?}");
+        assert_eq!(v.install_us.len(), 2);
+        assert!(v.install_us.iter().all(|&us| us > 0.0));
+        assert!(v.delivered_in_epoch[0] > 0);
+    }
+}
