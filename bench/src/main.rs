@@ -395,6 +395,13 @@ struct MulticastArgs {
     /// default: not pinned (a group larger than the machine shares it).
     #[arg(long)]
     member_cores: Option<String>,
+    /// Rounds of a SIGKILL of a replica process while every replica
+    /// publishes (3 replicas, subscribers on the survivors); 0: none.
+    #[arg(long, default_value_t = 3)]
+    sigkill: u32,
+    /// Publications per publisher in each SIGKILL round.
+    #[arg(long, default_value_t = 20_000)]
+    sigkill_messages: u64,
 }
 
 #[derive(Subcommand, Debug)]
@@ -702,7 +709,10 @@ fn run() -> anyhow::Result<()> {
                     window: a.window,
                     payload_bytes: a.payload,
                     cores,
+                    sigkill_rounds: a.sigkill,
+                    sigkill_messages: a.sigkill_messages.max(3),
                 },
+                Some(&spec),
                 |what| progress.stage(1, what),
             )?);
         }
@@ -915,6 +925,18 @@ fn run() -> anyhow::Result<()> {
         bail!("{f}");
     }
     if let Some(m) = &report.multicast {
+        if let Some(k) = m
+            .sigkill
+            .iter()
+            .find(|k| !k.same_sequence || k.publish_errors > 0)
+        {
+            bail!(
+                "after a SIGKILL the survivors' subscribers disagree or lost publications \
+                 (received {:?}, {} PUBLISH errors)",
+                k.received,
+                k.publish_errors
+            );
+        }
         if let Some(v) = m.view_changes.iter().find(|v| !v.same_sequence) {
             bail!(
                 "after a view change of {} members the survivors delivered different sequences: {:?}",

@@ -63,6 +63,11 @@ pub struct McastOptions {
     pub payload_bytes: usize,
     /// Cores to pin member `i` to (`cores[i % len]`); empty: not pinned.
     pub cores: Vec<usize>,
+    /// Rounds of the SIGKILL view change on replica processes, and the
+    /// publications per publisher in each.
+    pub sigkill_rounds: u32,
+    /// See `sigkill_rounds`.
+    pub sigkill_messages: u64,
 }
 
 /// One latency run.
@@ -127,6 +132,9 @@ pub struct McastReport {
     pub throughput: Vec<McastThroughput>,
     /// View changes.
     pub view_changes: Vec<McastViewChange>,
+    /// View changes after a SIGKILL of a replica process.
+    #[serde(default)]
+    pub sigkill: Vec<McastKill>,
 }
 
 impl McastReport {
@@ -596,8 +604,12 @@ fn view_change(n: u8, o: &McastOptions, round: u32) -> Result<McastViewChange> {
     Ok(out)
 }
 
-/// Runs every measurement.
-pub fn run(o: &McastOptions, mut progress: impl FnMut(&str)) -> Result<McastReport> {
+/// Runs every measurement (the SIGKILL rounds on clusters of `spec`).
+pub fn run(
+    o: &McastOptions,
+    spec: Option<&crate::cluster::ClusterSpec>,
+    mut progress: impl FnMut(&str),
+) -> Result<McastReport> {
     let mut report = McastReport {
         cores: std::thread::available_parallelism().map_or(1, |c| c.get()),
         window: o.window,
@@ -621,6 +633,18 @@ pub fn run(o: &McastOptions, mut progress: impl FnMut(&str)) -> Result<McastRepo
             report.view_changes.push(view_change(n, o, round)?);
         }
     }
+    if let Some(spec) = spec {
+        for round in 0..o.sigkill_rounds {
+            progress(&format!(
+                "SIGKILL of a replica while publishing {}/{}",
+                round + 1,
+                o.sigkill_rounds
+            ));
+            report
+                .sigkill
+                .push(sigkill_round(spec, o.window, o.sigkill_messages)?);
+        }
+    }
     Ok(report)
 }
 
@@ -641,8 +665,10 @@ mod tests {
             window: 32,
             payload_bytes: 100,
             cores: Vec::new(),
+            sigkill_rounds: 0,
+            sigkill_messages: 0,
         };
-        let r = run(&o, |_| {}).expect("the run");
+        let r = run(&o, None, |_| {}).expect("the run");
         let l = r.latency_of(3).expect("latency with 3 members");
         // Two receivers, 200 timed messages each.
         assert_eq!(l.receipt.count, 400);
@@ -659,4 +685,251 @@ mod tests {
         assert!(v.install_us.iter().all(|&us| us > 0.0));
         assert!(v.delivered_in_epoch[0] > 0);
     }
+}
+
+/// A view change after a SIGKILL of a replica process, with publishers
+/// on every replica (`--sigkill` rounds).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct McastKill {
+    /// Replicas before the kill.
+    pub replicas: u8,
+    /// From the SIGKILL to each survivor seen in the next view (µs, one
+    /// CLOCK_MONOTONIC: the replica's record against the bench's kill).
+    pub install_us: Vec<f64>,
+    /// Publications each survivor's publisher had answered when the kill
+    /// came, and in all.
+    pub published_before_kill: u64,
+    /// See `published_before_kill`.
+    pub published: u64,
+    /// PUBLISHes to survivors answered with an error (must be 0: a
+    /// publication a trim left out is sent again in the new view).
+    pub publish_errors: u64,
+    /// Messages each survivor's subscriber received.
+    pub received: Vec<u64>,
+    /// Both subscribers received one and the same sequence, every
+    /// survivor's publication exactly once, in its publisher's order.
+    pub same_sequence: bool,
+}
+
+/// Reads `message` pushes of a subscribed connection until `done` says
+/// so or `timeout`.
+fn read_pushes(
+    s: &mut std::net::TcpStream,
+    timeout: Duration,
+    done: impl Fn(&[Vec<u8>]) -> bool,
+) -> Result<Vec<Vec<u8>>> {
+    use crate::resp::{parse_reply, Reply};
+    use std::io::Read;
+    let mut inbuf: Vec<u8> = Vec::new();
+    let mut out = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    let began = Instant::now();
+    s.set_read_timeout(Some(Duration::from_millis(50)))?;
+    while !done(&out) {
+        if began.elapsed() > timeout {
+            let of = |p: &[u8]| out.iter().filter(|m| m.starts_with(p)).count();
+            bail!(
+                "a subscriber got {} messages ({} p0, {} p1, {} p2), not all, within {timeout:?}",
+                out.len(),
+                of(b"p0-"),
+                of(b"p1-"),
+                of(b"p2-")
+            );
+        }
+        while let Some((r, used)) =
+            parse_reply(&inbuf).map_err(|e| anyhow::anyhow!("subscriber: {e}"))?
+        {
+            inbuf.drain(..used);
+            if let Reply::Array(items) = r {
+                if let [Reply::Bulk(Some(kind)), _, Reply::Bulk(Some(m))] = items.as_slice() {
+                    if kind == b"message" {
+                        out.push(m.clone());
+                    }
+                }
+            }
+        }
+        match s.read(&mut chunk) {
+            Ok(0) => bail!("a subscriber's connection closed"),
+            Ok(n) => inbuf.extend_from_slice(&chunk[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(out)
+}
+
+/// Reads a subscribed connection until its `subscribe` confirmation.
+fn wait_subscribed(s: &mut std::net::TcpStream) -> Result<()> {
+    use crate::resp::{parse_reply, Reply};
+    use std::io::Read;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut inbuf: Vec<u8> = Vec::new();
+    let mut chunk = [0u8; 1024];
+    loop {
+        if let Some((r, used)) =
+            parse_reply(&inbuf).map_err(|e| anyhow::anyhow!("subscriber: {e}"))?
+        {
+            inbuf.drain(..used);
+            match r {
+                Reply::Array(items) if matches!(items.first(), Some(Reply::Bulk(Some(k))) if k == b"subscribe") =>
+                {
+                    anyhow::ensure!(inbuf.is_empty(), "a push before the confirmation");
+                    return Ok(());
+                }
+                other => bail!("SUBSCRIBE answered {other:?}"),
+            }
+        }
+        let n = s.read(&mut chunk).context("waiting for the subscription")?;
+        if n == 0 {
+            bail!("the subscriber's connection closed");
+        }
+        inbuf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// One round: 3 replicas with multicast, a subscriber on replicas 0 and
+/// 1, a pipelined publisher on every replica; replica 2 is SIGKILLed once
+/// the survivors' publishers are a third of the way through.
+pub fn sigkill_round(
+    spec: &crate::cluster::ClusterSpec,
+    window: u32,
+    per_publisher: u64,
+) -> Result<McastKill> {
+    use crate::cluster::{BenchCluster, LEADER_TIMEOUT};
+    use crate::resp::{Reply, RespConn};
+    use std::io::Write;
+    let mut spec = spec.clone();
+    spec.overrides.push(format!("multicast.window={window}"));
+    let mut cluster = BenchCluster::start(&spec, 3, true)?;
+    cluster.wait_leader(0, LEADER_TIMEOUT)?;
+    let addr = |m: u8| cluster.resp_addr(m).context("a RESP address");
+    let mut subs = Vec::new();
+    for m in [0u8, 1] {
+        let mut s = std::net::TcpStream::connect(addr(m)?)?;
+        s.write_all(b"SUBSCRIBE vc\r\n")?;
+        subs.push(s);
+    }
+    // The subscription confirmations: only then is a publication sure to
+    // reach the subscriber.
+    for s in &mut subs {
+        wait_subscribed(s)?;
+    }
+    let answered: Arc<Vec<AtomicU64>> = Arc::new((0..3).map(|_| AtomicU64::new(0)).collect());
+    let errors = Arc::new(AtomicU64::new(0));
+    let mut publishers = Vec::new();
+    for m in [0u8, 1, 2] {
+        let mut conn = RespConn::connect(&addr(m)?, false)?;
+        let (answered, errors) = (answered.clone(), errors.clone());
+        publishers.push(std::thread::spawn(move || {
+            const DEPTH: u64 = 16;
+            let mut k = 0;
+            while k < per_publisher {
+                let batch: Vec<Vec<u8>> = (k..(k + DEPTH).min(per_publisher))
+                    .map(|i| format!("p{m}-{i:09}").into_bytes())
+                    .collect();
+                let cmds: Vec<[&[u8]; 3]> = batch
+                    .iter()
+                    .map(|b| [b"PUBLISH".as_slice(), b"vc".as_slice(), b.as_slice()])
+                    .collect();
+                let refs: Vec<&[&[u8]]> = cmds.iter().map(|c| c.as_slice()).collect();
+                match conn.pipeline(&refs) {
+                    Ok(replies) => {
+                        let bad = replies
+                            .iter()
+                            .filter(|r| !matches!(r, Reply::Int(_)))
+                            .count() as u64;
+                        if m != 2 {
+                            errors.fetch_add(bad, Ordering::Relaxed);
+                        }
+                    }
+                    // The victim's connection dies with it.
+                    Err(_) if m == 2 => return,
+                    Err(_) => {
+                        errors.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                        return;
+                    }
+                }
+                k += batch.len() as u64;
+                answered[usize::from(m)].store(k, Ordering::Release);
+            }
+        }));
+    }
+    let began = Instant::now();
+    let third = per_publisher / 3;
+    while answered[0].load(Ordering::Acquire) < third || answered[1].load(Ordering::Acquire) < third
+    {
+        if began.elapsed() > Duration::from_secs(60) {
+            bail!("publishing stalled before the kill");
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let published_before_kill = answered[0].load(Ordering::Acquire);
+    let killed_ns = verbatim_client::process::monotonic_now_ns();
+    cluster
+        .local_mut()
+        .kill(2)
+        .map_err(|e| anyhow::anyhow!("kill: {e}"))?;
+    let mut install_us = vec![0.0; 2];
+    for (m, slot) in install_us.iter_mut().enumerate() {
+        let began = Instant::now();
+        loop {
+            let seen = cluster
+                .status_of(m as u8, Duration::from_millis(500))
+                .and_then(|s| s.multicast)
+                .filter(|mc| mc.epoch >= 1)
+                .and_then(|mc| mc.view_installed_mono_ns);
+            if let Some(at) = seen {
+                *slot = at.saturating_sub(killed_ns) as f64 / 1000.0;
+                break;
+            }
+            if began.elapsed() > Duration::from_secs(10) {
+                bail!("replica {m} installed no view without replica 2 within 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    for p in publishers {
+        p.join()
+            .map_err(|_| anyhow::anyhow!("a publisher panicked"))?;
+    }
+    let expected: Vec<Vec<u8>> = [0u8, 1]
+        .iter()
+        .flat_map(|&m| (0..per_publisher).map(move |i| format!("p{m}-{i:09}").into_bytes()))
+        .collect();
+    let survivors_done = |got: &[Vec<u8>]| {
+        got.iter().filter(|g| !g.starts_with(b"p2-")).count() as u64 >= 2 * per_publisher
+    };
+    let mut seen = Vec::new();
+    for s in &mut subs {
+        seen.push(read_pushes(s, Duration::from_secs(60), survivors_done)?);
+    }
+    let in_order = |got: &[Vec<u8>], m: u8| {
+        let mine: Vec<&Vec<u8>> = got
+            .iter()
+            .filter(|g| g.starts_with(format!("p{m}-").as_bytes()))
+            .collect();
+        mine.len() as u64 == per_publisher
+            && mine
+                .iter()
+                .zip(
+                    expected
+                        .iter()
+                        .skip(usize::from(m) * per_publisher as usize),
+                )
+                .all(|(a, b)| *a == b)
+    };
+    let same_sequence = seen[0] == seen[1] && in_order(&seen[0], 0) && in_order(&seen[0], 1);
+    Ok(McastKill {
+        replicas: 3,
+        install_us,
+        published_before_kill,
+        published: 2 * per_publisher,
+        publish_errors: errors.load(Ordering::Acquire),
+        received: seen.iter().map(|s| s.len() as u64).collect(),
+        same_sequence,
+    })
 }

@@ -493,6 +493,36 @@ pub fn render_multicast(m: &crate::multicast::McastReport) -> String {
         }
         out.push_str(&t.render());
     }
+    if !m.sigkill.is_empty() {
+        out.push_str(
+            "view change after a SIGKILL of replica 2 (3 replica processes, a pipelined publisher on each, subscribers on the survivors):\n",
+        );
+        let mut t = Table::new(&[
+            "kill → view installed, replicas 0 1 (µs)",
+            "published (before the kill)",
+            "PUBLISH errors",
+            "received per subscriber",
+            "same sequence",
+        ]);
+        for k in &m.sigkill {
+            t.row(vec![
+                k.install_us
+                    .iter()
+                    .map(|x| format!("{x:.0}"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                format!("{} ({})", k.published, 2 * k.published_before_kill),
+                k.publish_errors.to_string(),
+                k.received
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                if k.same_sequence { "yes" } else { "NO" }.into(),
+            ]);
+        }
+        out.push_str(&t.render());
+    }
     out
 }
 

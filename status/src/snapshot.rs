@@ -129,6 +129,11 @@ pub struct MulticastState {
     /// Views installed after the first.
     #[serde(default)]
     pub view_changes: u64,
+    /// When this replica was first seen in its current view, if that view
+    /// came from a view change (CLOCK_MONOTONIC ns, so that a benchmark
+    /// times it from its own kill of a member).
+    #[serde(default)]
+    pub view_installed_mono_ns: Option<u64>,
     /// The ragged trim that ended the previous epoch.
     #[serde(default)]
     pub last_trim: Option<McastTrim>,

@@ -242,6 +242,10 @@ struct Gateway {
     /// answered
     /// once this replica delivers them.
     published: VecDeque<((u64, u64), PublishRequest)>,
+    /// The multicast epoch last seen, and when (CLOCK_MONOTONIC ns) this
+    /// replica was seen in it after a view change.
+    mcast_epoch_seen: u64,
+    mcast_installed_mono_ns: Option<u64>,
 }
 
 impl Gateway {
@@ -885,6 +889,7 @@ impl<F: HostFabric> Replica<F> {
                         }
                     }),
                     minority: s.minority,
+                    view_installed_mono_ns: self.gw.mcast_installed_mono_ns,
                     view_changes: s.view_changes,
                     last_trim: s.last_trim.map(|t| verbatim_status::McastTrim {
                         epoch: t.epoch,
@@ -985,6 +990,12 @@ impl<F: HostFabric> Replica<F> {
             .multicast
             .as_ref()
             .map_or(0, |m| m.epoch());
+        if epoch != gw.mcast_epoch_seen {
+            // A view installed in the last step (a benchmark times it from
+            // its kill of a member, on the same clock).
+            gw.mcast_epoch_seen = epoch;
+            gw.mcast_installed_mono_ns = Some(verbatim_client::process::monotonic_now_ns());
+        }
         // Publications a view change trimmed (never delivered anywhere:
         // the trim is the same everywhere) go out again, first, in order.
         while gw.published.back().is_some_and(|((e, _), _)| *e < epoch) {
@@ -1352,6 +1363,8 @@ fn drive<F: HostFabric>(
             member_waiting: None,
             to_publish: VecDeque::new(),
             published: VecDeque::new(),
+            mcast_epoch_seen: 0,
+            mcast_installed_mono_ns: None,
         },
         layout,
         id,
