@@ -796,6 +796,10 @@ fn render_multicast(m: &verbatim_status::MulticastState, area: Rect, buf: &mut B
             format!("{view} · running · window {} slots", m.window),
             GOOD,
         ),
+        (None, None, false) if m.joining => Line::styled(
+            "joining the running group (the next view change adds this replica)",
+            DIM,
+        ),
         (None, None, false) => Line::styled(
             format!("{view} · forming (waiting for every member's row)"),
             DIM,

@@ -95,8 +95,19 @@
 //!   the same everywhere, so what it left out was delivered nowhere).
 //! * Members known dead that a trim still lists (a predecessor's trim,
 //!   adopted as is) are suspected at once in the new view, which ends it
-//!   in turn. A member is never added back: a restarted process stays
-//!   outside (joins with state transfer are a later step).
+//!   in turn.
+//! * **Joins.** A process that starts while the group runs past its first
+//!   view, or that the view went on without before it ever formed, asks to
+//!   join (`joining` in its row). Rows go to every running member, so it
+//!   reads the members' rows and they read its. A member that sees a
+//!   joiner wedges (wedges spread as suspicions do); the leader's fresh
+//!   trim names the joiner and its incarnation and adds it to the next
+//!   view (one joiner per view change; a trim adopted from a predecessor
+//!   keeps its own). The joiner installs that view once a member's row
+//!   shows it installed, with counters from zero. A process known gone
+//!   may leave its row in our memory with higher versions than its
+//!   successor's first rows: rows of a gone incarnation are forgotten
+//!   whenever read.
 //!
 //! A WRITE that fails (a broken channel) is posted again after
 //! `reconnect_backoff_ns`, once the engine has re-established the
@@ -178,7 +189,15 @@ pub const COL_TRIM_BALLOT: Column = Column::u64("trim_ballot", 15);
 pub const COL_TRIM_MEMBERS: Column = Column::u64("trim_members", 16);
 /// Per sender, the messages the ending epoch delivers (the ragged trim).
 pub const COL_TRIM_COUNTS: Column = Column::new("trim_counts", 17, MAX_MEMBERS as u16, Kind::U64);
-const COLUMNS: [Column; 11] = [
+/// The member the trim's next view adds (its id + 1; 0: none), and the
+/// incarnation it joins with.
+pub const COL_TRIM_JOIN: Column = Column::u64("trim_join", 25);
+/// See [`COL_TRIM_JOIN`].
+pub const COL_TRIM_JOIN_INCARNATION: Column = Column::u64("trim_join_incarnation", 26);
+/// 1 while the owner asks to join the running group (a process that
+/// started after the group formed, or whose predecessor was removed).
+pub const COL_JOINING: Column = Column::u64("joining", 27);
+const COLUMNS: [Column; 14] = [
     COL_RECEIVED,
     COL_DELIVERED,
     COL_INCARNATION,
@@ -190,8 +209,11 @@ const COLUMNS: [Column; 11] = [
     COL_TRIM_BALLOT,
     COL_TRIM_MEMBERS,
     COL_TRIM_COUNTS,
+    COL_TRIM_JOIN,
+    COL_TRIM_JOIN_INCARNATION,
+    COL_JOINING,
 ];
-const SCHEMA: Schema = Schema::new("multicast", DOMAIN_ROW, &[25], &COLUMNS);
+const SCHEMA: Schema = Schema::new("multicast", DOMAIN_ROW, &[28], &COLUMNS);
 const _: () = assert!(SCHEMA.row_words() * 8 <= MCAST_ROW_BYTES as usize);
 
 /// The multicast SST's row schema (Derecho's received and delivered
@@ -365,6 +387,11 @@ pub enum WedgeCause {
     SlotOverwritten(MemberId),
     /// Another member's row suspects this member.
     Suspicion(MemberId),
+    /// A process asks to join as this member: the epoch ends so that the
+    /// next view adds it.
+    Join(MemberId),
+    /// Another member of the view wedged (a view change it started).
+    Wedged(MemberId),
 }
 
 /// Why the engine stopped for good (it sends, receives and delivers
@@ -395,12 +422,18 @@ pub struct Trim {
     pub members: u64,
     /// Per sender (member id), the messages the ending epoch delivers.
     pub counts: [u64; MAX_MEMBERS],
+    /// The member the next view adds (`None`: none), and the incarnation
+    /// it joins with (its process's).
+    pub join: Option<(MemberId, u64)>,
 }
 
 impl Trim {
     /// The same decision (members and counts), whoever proposed it.
     fn same_value(&self, other: &Trim) -> bool {
-        self.epoch == other.epoch && self.members == other.members && self.counts == other.counts
+        self.epoch == other.epoch
+            && self.members == other.members
+            && self.counts == other.counts
+            && self.join == other.join
     }
 }
 
@@ -418,6 +451,9 @@ pub struct McastStatus {
     /// a partition): we propose and echo nothing, and only go on if the
     /// others decided a trim that keeps us (Derecho's split-brain guard).
     pub minority: bool,
+    /// We ask to join the running group (a process that started after the
+    /// group formed): the next view change adds us.
+    pub joining: bool,
     /// The current epoch (view number).
     pub epoch: u64,
     /// The view's members (a bit per member id).
@@ -461,6 +497,7 @@ struct PeerRow {
     suspected: u64,
     wedged: bool,
     trim: Option<Trim>,
+    joining: bool,
     /// Gone: its counts stay as they are (Derecho's frozen row).
     frozen: bool,
 }
@@ -515,6 +552,16 @@ pub struct McastEngine<M: Memory> {
     halted: Option<HaltCause>,
     /// We suspect a majority of the view: we wait to learn a trim.
     minority: bool,
+    /// We ask to join the running group (not pinned; waiting for a
+    /// decided trim that adds us).
+    joining: bool,
+    /// Per member, the incarnation of a process known gone (its row may
+    /// still sit in our memory, with higher versions than its successor's
+    /// first rows: it is forgotten whenever read).
+    gone_incarnation: [u64; MAX_MEMBERS],
+    /// The group formed with us in it at least once (a process that never
+    /// got in asks to join instead of stopping).
+    ever_formed: bool,
     /// The current epoch, its members, and those suspected in it.
     epoch: u64,
     view: u64,
@@ -566,6 +613,9 @@ impl<M: Memory> McastEngine<M> {
             wedged: None,
             halted: None,
             minority: false,
+            joining: false,
+            gone_incarnation: [0; MAX_MEMBERS],
+            ever_formed: false,
             epoch: 0,
             view: (1u64 << n) - 1,
             suspected: 0,
@@ -591,6 +641,7 @@ impl<M: Memory> McastEngine<M> {
             wedged: self.wedged,
             halted: self.halted,
             minority: self.minority,
+            joining: self.joining,
             epoch: self.epoch,
             view: self.view,
             suspected: self.suspected,
@@ -876,10 +927,17 @@ impl<M: Memory> McastEngine<M> {
         let Some(incarnation) = row.get(&COL_INCARNATION) else {
             return;
         };
+        if incarnation == self.gone_incarnation[m] {
+            // A row its gone predecessor left in our memory: forget it, so
+            // that the new process's rows are taken from their first.
+            self.table.clear(member);
+            return;
+        }
         if let Some((pinned, _)) = self.pinned {
-            if incarnation != pinned[m] {
-                // Another process in that member's place: what it says is
-                // not about this group.
+            if self.view & (1 << m) != 0 && incarnation != pinned[m] {
+                // Another process in a member's place: what it says is not
+                // about this view (it may ask to join once that member is
+                // removed).
                 self.status.rows_foreign += 1;
                 return;
             }
@@ -901,13 +959,21 @@ impl<M: Memory> McastEngine<M> {
             for (s, c) in counts.iter_mut().enumerate().take(self.n) {
                 *c = row.get_at(&COL_TRIM_COUNTS, s).unwrap_or(0);
             }
+            let join = row.get(&COL_TRIM_JOIN).unwrap_or(0);
             Trim {
                 epoch: row.get(&COL_TRIM_EPOCH).unwrap_or(0),
                 ballot,
                 members: row.get(&COL_TRIM_MEMBERS).unwrap_or(0) & members_mask,
                 counts,
+                join: (1..=MAX_MEMBERS as u64).contains(&join).then(|| {
+                    (
+                        MemberId((join - 1) as u8),
+                        row.get(&COL_TRIM_JOIN_INCARNATION).unwrap_or(0),
+                    )
+                }),
             }
         });
+        r.joining = row.get(&COL_JOINING).unwrap_or(0) != 0;
     }
 
     /// Whether our message `index` may take its slot: the message it
@@ -1028,6 +1094,9 @@ impl<M: Memory> McastEngine<M> {
         self.row.set(&COL_TRIM_EPOCH, t.epoch);
         self.row.set(&COL_TRIM_BALLOT, t.ballot);
         self.row.set(&COL_TRIM_MEMBERS, t.members);
+        let (join, join_incarnation) = t.join.map_or((0, 0), |(m, i)| (u64::from(m.0) + 1, i));
+        self.row.set(&COL_TRIM_JOIN, join);
+        self.row.set(&COL_TRIM_JOIN_INCARNATION, join_incarnation);
         for s in 0..self.n {
             self.row.set_at(&COL_TRIM_COUNTS, s, t.counts[s]);
         }
@@ -1063,7 +1132,12 @@ impl<M: Memory> McastEngine<M> {
 
     /// Pins every member's incarnation once each row was seen.
     fn try_start(&mut self) {
-        if self.pinned.is_some() {
+        if self.pinned.is_some() || self.joining {
+            return;
+        }
+        if (0..self.n).any(|m| m != self.me.index() && self.rows[m].epoch > 0) {
+            // The group runs past its first view: we can only join it.
+            self.become_joining();
             return;
         }
         let mut incarnations = [0u64; MAX_MEMBERS];
@@ -1097,12 +1171,19 @@ impl<M: Memory> McastEngine<M> {
     /// member that sees a row of a later epoch learns the trim that ended
     /// ours from it), and only then acted on.
     fn advance_epoch(&mut self) {
+        if self.joining {
+            self.try_join();
+            return;
+        }
         if self.halted.is_some() || self.ending.is_some() {
             return;
         }
         let Some((_, digest)) = self.pinned else {
             return;
         };
+        if self.formed() {
+            self.ever_formed = true;
+        }
         let me = self.me.index();
         let mut decided = None;
         let mut left_behind = false;
@@ -1118,6 +1199,10 @@ impl<M: Memory> McastEngine<M> {
                     self.suspected |= new;
                     self.row.set(&COL_SUSPECTED, self.suspected);
                     self.wedge(WedgeCause::Suspicion(MemberId(new.trailing_zeros() as u8)));
+                }
+                // So does a wedge (a view change started for a join).
+                if r.wedged {
+                    self.wedge(WedgeCause::Wedged(MemberId(m as u8)));
                 }
             } else if r.epoch > self.epoch {
                 // A member of our view moved on: it acted on a decided
@@ -1158,10 +1243,15 @@ impl<M: Memory> McastEngine<M> {
             return;
         }
         if left_behind || self.suspected & (1 << me) != 0 {
-            self.halt(HaltCause::Excluded);
+            self.excluded();
             return;
         }
-        if self.suspected == 0 {
+        if let Some((j, _)) = self.pending_joiner() {
+            // A process asks to join: end the epoch so that the next view
+            // adds it.
+            self.wedge(WedgeCause::Join(j));
+        }
+        if self.wedged.is_none() {
             return;
         }
         let live = self.view & !self.suspected;
@@ -1240,11 +1330,13 @@ impl<M: Memory> McastEngine<M> {
                 counts[s] = counts[s].min(r.received[s]);
             }
         }
+        let join = self.pending_joiner();
         let mut t = best.unwrap_or(Trim {
             epoch: self.epoch,
             ballot,
-            members: live,
+            members: live | join.map_or(0, |(j, _)| 1 << j.0),
             counts: [0; MAX_MEMBERS],
+            join,
         });
         if best.is_none() {
             for s in self.view_members() {
@@ -1256,11 +1348,121 @@ impl<M: Memory> McastEngine<M> {
         self.set_row_trim();
     }
 
+    /// The view goes on without us. A process that was in the group
+    /// stops for good; one that never got in (it started, or restarted,
+    /// while the group ran) asks to join instead.
+    fn excluded(&mut self) {
+        if self.ever_formed {
+            self.halt(HaltCause::Excluded);
+        } else {
+            self.become_joining();
+        }
+    }
+
+    /// Forgets any view and asks to join the running group: our row says
+    /// `joining`, the members add us in their next view change.
+    fn become_joining(&mut self) {
+        self.joining = true;
+        self.pinned = None;
+        self.epoch = 0;
+        self.view = (1u64 << self.n) - 1;
+        self.suspected = 0;
+        self.minority = false;
+        self.wedged = None;
+        self.trim = None;
+        self.ending = None;
+        self.last_trim = None;
+        self.sent = 0;
+        self.received = [0; MAX_MEMBERS];
+        self.delivered = 0;
+        for s in 0..self.n {
+            self.row.set_at(&COL_RECEIVED, s, 0);
+        }
+        self.row.set(&COL_DELIVERED, 0);
+        self.row.set(&COL_EPOCH, 0);
+        self.row.set(&COL_VIEW_DIGEST, 0);
+        self.row.set(&COL_SUSPECTED, 0);
+        self.row.set(&COL_WEDGED, 0);
+        self.row.set(&COL_JOINING, 1);
+        self.set_row_trim();
+        for p in self.peers.iter_mut() {
+            p.posted = 0;
+        }
+    }
+
+    /// As a joiner: installs the view a decided trim adds us to, once a
+    /// member shows it installed (its row is in the trim's next epoch) and
+    /// we know every member's incarnation.
+    fn try_join(&mut self) {
+        let me = self.me.index();
+        let found = (0..self.n).filter(|&m| m != me).find_map(|m| {
+            let r = &self.rows[m];
+            r.trim.filter(|t| {
+                t.join == Some((self.me, self.incarnation))
+                    && r.epoch == t.epoch + 1
+                    && t.members & (1 << m) != 0
+            })
+        });
+        let Some(t) = found else {
+            return;
+        };
+        let mut incarnations = [0u64; MAX_MEMBERS];
+        for (m, inc) in incarnations.iter_mut().enumerate().take(self.n) {
+            if t.members & (1 << m) == 0 {
+                continue;
+            }
+            *inc = if m == me {
+                self.incarnation
+            } else {
+                match self.rows[m].incarnation {
+                    0 => return,
+                    i => i,
+                }
+            };
+        }
+        self.joining = false;
+        self.epoch = t.epoch + 1;
+        self.view = t.members;
+        self.last_trim = Some(t);
+        self.status.view_changes += 1;
+        let digest = Self::view_digest_of(self.epoch, self.view, &incarnations);
+        self.pinned = Some((incarnations, digest));
+        for (m, p) in self.peers.iter_mut().enumerate().take(self.n) {
+            if t.members & (1 << m) != 0 {
+                p.posted = 0;
+            }
+        }
+        self.row.set(&COL_EPOCH, self.epoch);
+        self.row.set(&COL_VIEW_DIGEST, digest);
+        self.row.set(&COL_JOINING, 0);
+        self.set_row_trim();
+        self.deliver_due = true;
+    }
+
+    /// The lowest member outside the view whose process asks to join (one
+    /// per view change), with its incarnation.
+    fn pending_joiner(&self) -> Option<(MemberId, u64)> {
+        (0..self.n)
+            .filter(|&m| self.view & (1 << m) == 0)
+            .find(|&m| {
+                let r = &self.rows[m];
+                r.joining && r.incarnation != 0 && !self.peers[m].down
+            })
+            .map(|m| (MemberId(m as u8), self.rows[m].incarnation))
+    }
+
+    /// Members our row goes to: every member whose process runs, in our
+    /// view or not: a process that asks to join learns the trim that adds
+    /// it from our row, and one the view left out learns that.
+    fn audience(&self) -> u64 {
+        (1u64 << self.n) - 1
+    }
+
     /// Acts on the decided trim `t`: delivers up to it (then installs the
     /// next view), or stops if the next view leaves us out.
     fn act_on(&mut self, t: Trim) {
         if t.members & (1 << self.me.0) == 0 {
-            self.halt(HaltCause::Excluded);
+            self.excluded();
             return;
         }
         // Wedge for good in this epoch, echo what we act on (a laggard of
@@ -1284,9 +1486,24 @@ impl<M: Memory> McastEngine<M> {
     /// Installs the view after `t`: the next epoch, its members, counters
     /// from zero.
     fn install(&mut self, t: Trim) {
-        let Some((incarnations, _)) = self.pinned else {
+        let Some((mut incarnations, _)) = self.pinned else {
             return;
         };
+        if let Some((j, incarnation)) = t.join {
+            // The member the view adds: its new process, from scratch. Its
+            // predecessor's row (higher versions) must not hide its own.
+            let m = j.index();
+            if self.rows[m].incarnation != incarnation {
+                self.gone_incarnation[m] = self.rows[m].incarnation.max(incarnations[m]);
+                self.table.clear(j);
+                self.rows[m] = PeerRow::default();
+            }
+            incarnations[m] = incarnation;
+            self.rows[m].frozen = false;
+            let p = &mut self.peers[m];
+            p.down = false;
+            p.row_acked_version = 0;
+        }
         let me = self.me.index();
         // Our messages the trim left out are dropped: those from our
         // count in it, and those inside it past the delivery cut.
@@ -1387,9 +1604,8 @@ impl<M: Memory> McastEngine<M> {
     fn next_row_push(&mut self, p: usize) -> Option<Action> {
         let peer = &self.peers[p];
         let version = self.row.version();
-        // Rows go to the members of the view (a member that moves on
-        // needs ours no more; one we left out learns it from others).
-        if self.view & (1 << p) == 0
+        // Rows go to every running member (see `audience`).
+        if self.audience() & (1 << p) == 0
             || peer.down
             || peer.reconnect
             || peer.row_inflight
@@ -1570,17 +1786,53 @@ impl<M: Memory> Engine for McastEngine<M> {
         self.invariants();
     }
 
+    fn handle_peer_up(&mut self, now_ns: u64, peer: MemberId) {
+        // A new process in that member's place: its row starts over (its
+        // versions too), the channel to it must be re-established, and it
+        // may ask to join.
+        self.now = now_ns;
+        let m = peer.index();
+        if m < self.n && peer != self.me && !self.peers[m].down && self.view & (1 << m) != 0 {
+            // A late notice about the process our view already has (it
+            // joined before the notice came; its predecessor's death came
+            // first): only the channel is re-established.
+            self.peers[m].reconnect = true;
+            self.peers[m].retry_at_ns = now_ns;
+        } else if m < self.n && peer != self.me {
+            let known = self
+                .pinned_incarnation(peer)
+                .filter(|_| self.view & (1 << m) != 0)
+                .unwrap_or(self.rows[m].incarnation);
+            self.gone_incarnation[m] = known.max(1);
+            self.table.clear(peer);
+            self.rows[m] = PeerRow::default();
+            let p = &mut self.peers[m];
+            p.down = false;
+            p.reconnect = true;
+            p.retry_at_ns = now_ns;
+            p.row_inflight = false;
+            p.row_acked_version = 0;
+            p.posted = 0;
+            if self.view & (1 << m) != 0 {
+                // Still in our view as its predecessor: that one is gone.
+                self.rows[m].frozen = true;
+            }
+        }
+        self.invariants();
+    }
+
     fn poll_action(&mut self) -> Option<Action> {
         // A broken channel first, then rows (they free windows and make
         // messages stable), then messages, one peer after another so that
         // none starves.
         self.seal_row();
+        let audience = self.audience();
         for p in 0..self.n {
             let peer = &mut self.peers[p];
             if p != self.me.index()
                 && peer.reconnect
                 && !peer.down
-                && self.view & (1 << p) != 0
+                && audience & (1 << p) != 0
                 && peer.retry_at_ns <= self.now
             {
                 peer.reconnect = false;
@@ -1639,7 +1891,7 @@ impl<M: Memory> Engine for McastEngine<M> {
                 // view, and no messages once halted.
                 m != self.me.index()
                     && !p.down
-                    && self.view & (1 << m) != 0
+                    && self.audience() & (1 << m) != 0
                     && (p.reconnect
                         || (self.halted.is_none()
                             && p.posted < self.sent

@@ -446,6 +446,9 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             if let Some(v) = &mut self.engines.views {
                 v.handle_peer_up(now_ns, peer);
             }
+            if let Some(m) = &mut self.engines.multicast {
+                m.handle_peer_up(now_ns, peer);
+            }
             self.heartbeat_due_ns = 0;
             self.views_due_ns = 0;
             log_work = true;

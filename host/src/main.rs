@@ -565,6 +565,7 @@ fn main() -> Result<()> {
                             (Some(why), _, _) => format!("LEFT THE GROUP ({why})"),
                             (None, Some(why), _) => format!("WEDGED for a view change ({why})"),
                             (None, None, true) => "running".to_string(),
+                            (None, None, false) if m.joining => "joining".to_string(),
                             (None, None, false) => "forming".to_string(),
                         },
                         m.sent,

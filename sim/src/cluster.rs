@@ -485,6 +485,8 @@ pub struct RunReport {
     pub mcast_installs: u64,
     /// See `mcast_installs`.
     pub mcast_halted: u64,
+    /// Multicast: processes that joined a running group.
+    pub mcast_joins: u64,
     /// Suspicions of a leader whose heartbeat counter stood still (the
     /// second detector level acting), summed like `view_takeovers`.
     pub counter_suspicions: u64,
@@ -809,6 +811,8 @@ pub struct Cluster {
     /// The multicast history (deliveries checked as they happen).
     mcast: crate::check::multicast::McastOrder,
     mcast_rng: SplitMix64,
+    /// Processes that joined a running multicast group.
+    mcast_joins: u64,
 }
 
 impl Cluster {
@@ -987,6 +991,7 @@ impl Cluster {
             digest: Checksum::new(0x0053_494D),
             mcast: crate::check::multicast::McastOrder::new(),
             mcast_rng: SplitMix64::new(seed ^ 0x4D43_4153),
+            mcast_joins: 0,
         }
     }
 
@@ -1642,7 +1647,9 @@ impl Cluster {
             return;
         };
         // The view the step began in (an engine that started in this
-        // step began in the one it is in now).
+        // step began in the one it is in now: a process that joined a
+        // running group did, in a later epoch).
+        let joined = before.is_none() && after.epoch > 0;
         let before = before.unwrap_or(after);
         for s in 0..m.members() {
             let sender = MemberId(s as u8);
@@ -1702,6 +1709,15 @@ impl Cluster {
         }
         if !installed {
             found.extend(self.mcast_installed(i, inc, before, after, trim));
+        }
+        if joined {
+            self.mcast_joins += 1;
+            self.log(|| {
+                format!(
+                    "node {i}: joined the multicast group in view {} (members {:#b})",
+                    after.epoch, after.view
+                )
+            });
         }
         for v in found {
             self.violation(v);
@@ -3043,6 +3059,7 @@ impl Cluster {
                 .filter(|m| m.wedged().is_some())
                 .count() as u64,
             mcast_installs: self.mcast.installs,
+            mcast_joins: self.mcast_joins,
             mcast_halted: self
                 .nodes
                 .iter()

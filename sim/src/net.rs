@@ -249,6 +249,11 @@ pub struct Net {
     /// a revoke of the writer's access, and the rest of the copy lands
     /// when the writer resumes.
     stuck_copies: Vec<StuckCopy>,
+    /// Per writer: stuck WRITEs posted that have not landed yet. A writer
+    /// that resumes before its stuck WRITE reaches the target was not
+    /// stopped in the middle of placing it after all: that WRITE then
+    /// lands whole, and completes in order.
+    stuck_pending: Vec<u32>,
     /// Data of executed WRITEs not yet visible to the target's CPU
     /// (`reordering`).
     pending_places: Vec<PendingPlace>,
@@ -330,6 +335,7 @@ impl Net {
             late_cuts: Cuts::default(),
             rng: SplitMix64::new(seed ^ 0x4E45_5457),
             stuck_copies: Vec::new(),
+            stuck_pending: vec![0; n],
             pending_places: Vec::new(),
             next_place_id: 0,
         }
@@ -492,6 +498,9 @@ impl Net {
     /// whatever the target's access says now (the copy entered before any
     /// revoke), and then completes. Returns the targets written.
     pub fn release_stuck(&mut self, s: &mut impl Schedule, now: u64, writer: usize) -> Vec<usize> {
+        if let Some(p) = self.stuck_pending.get_mut(writer) {
+            *p = 0;
+        }
         let mut written = Vec::new();
         for c in std::mem::take(&mut self.stuck_copies) {
             if c.src != writer {
@@ -621,6 +630,9 @@ impl Net {
         wr: WorkRequest,
         stuck: bool,
     ) {
+        if stuck {
+            self.stuck_pending[src] += 1;
+        }
         let dst = wr.peer.index();
         let ch = wr.op.channel();
         let c = |status| Completion {
@@ -917,7 +929,8 @@ impl Net {
         };
         let mem = &self.nics[dst].mem;
         match wr.op {
-            Op::Write { .. } | Op::WriteInline { .. } if stuck => {
+            Op::Write { .. } | Op::WriteInline { .. } if stuck && self.stuck_pending[src] > 0 => {
+                self.stuck_pending[src] -= 1;
                 // The first half of the words lands; the writer stops; the
                 // rest and the completion wait for it to resume.
                 let bytes = data.expect("writes carry data");

@@ -126,6 +126,11 @@ pub struct MulticastState {
     /// minority side of a partition.
     #[serde(default)]
     pub minority: bool,
+    /// This replica's process asks to join the running group (it started
+    /// after the group formed, or its predecessor was removed); the next
+    /// view change adds it.
+    #[serde(default)]
+    pub joining: bool,
     /// Views installed after the first.
     #[serde(default)]
     pub view_changes: u64,

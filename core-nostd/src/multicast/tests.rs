@@ -642,3 +642,62 @@ fn nothing_is_due_while_idle_or_before_the_group_formed() {
         );
     }
 }
+
+/// Restarts member `i` as a new process: fresh memory, a new incarnation;
+/// the others are told it runs again.
+fn restart(g: &mut Group, i: usize, incarnation: u64) {
+    let layout = Layout::new(&g.config[i]).unwrap();
+    g.mems[i] = TestMemory::new(&layout);
+    g.config[i].incarnation = incarnation;
+    g.delivered[i].clear();
+    let now = g.now;
+    g.engines[i] = McastEngine::new(&g.config[i], g.mems[i].clone(), now);
+    for (k, e) in g.engines.iter_mut().enumerate() {
+        if k != i {
+            if let Some(e) = e {
+                e.handle_peer_up(now, MemberId(i as u8));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_restarted_member_joins_the_next_view_and_receives_from_then_on() {
+    let mut g = Group::new(3, 4);
+    g.steps(3);
+    g.engine(0).send(b"before").unwrap();
+    g.steps(3);
+    kill(&mut g, 2);
+    g.steps(8);
+    for i in 0..2 {
+        assert_eq!((g.engine(i).epoch(), g.engine(i).view()), (1, 0b011));
+    }
+    g.engine(1).send(b"while out").unwrap();
+    g.steps(3);
+    restart(&mut g, 2, 777);
+    g.steps(12);
+    // The removal, then the join: one view change each.
+    for i in 0..3 {
+        let e = g.engine(i);
+        assert_eq!((e.epoch(), e.view()), (2, 0b111), "member {i}");
+        assert!(!e.status().joining);
+    }
+    let t = g.engine(0).status().last_trim.unwrap();
+    assert_eq!(t.join, Some((MemberId(2), 777)));
+    // From the new view on, the new process receives and delivers as the
+    // others do; nothing from before it joined.
+    let before_join: Vec<usize> = (0..3).map(|i| g.delivered[i].len()).collect();
+    assert_eq!(before_join[2], 0);
+    g.engine(2).send(b"new").unwrap();
+    g.engine(0).send(b"hello").unwrap();
+    g.steps(4);
+    let tail = |i: usize| -> Vec<Vec<u8>> {
+        g.delivered[i][before_join[i]..]
+            .iter()
+            .map(|d| d.2.clone())
+            .collect()
+    };
+    assert_eq!(tail(0), vec![b"hello".to_vec(), b"new".to_vec()]);
+    assert_eq!(tail(1), tail(0));
+    assert_eq!(tail(2), tail(0));
+}

@@ -861,6 +861,12 @@ impl<F: HostFabric> Replica<F> {
                         verbatim_core::multicast::WedgeCause::Suspicion(p) => {
                             format!("member {} is suspected (view change)", p.0)
                         }
+                        verbatim_core::multicast::WedgeCause::Join(p) => {
+                            format!("a new process asks to join as member {}", p.0)
+                        }
+                        verbatim_core::multicast::WedgeCause::Wedged(p) => {
+                            format!("member {} started a view change", p.0)
+                        }
                     }),
                     window: e.layout().window,
                     sent: s.sent,
@@ -889,6 +895,7 @@ impl<F: HostFabric> Replica<F> {
                         }
                     }),
                     minority: s.minority,
+                    joining: s.joining,
                     view_installed_mono_ns: self.gw.mcast_installed_mono_ns,
                     view_changes: s.view_changes,
                     last_trim: s.last_trim.map(|t| verbatim_status::McastTrim {
