@@ -965,12 +965,19 @@ impl<M: Memory> McastEngine<M> {
                 ballot,
                 members: row.get(&COL_TRIM_MEMBERS).unwrap_or(0) & members_mask,
                 counts,
-                join: (1..=MAX_MEMBERS as u64).contains(&join).then(|| {
-                    (
-                        MemberId((join - 1) as u8),
-                        row.get(&COL_TRIM_JOIN_INCARNATION).unwrap_or(0),
-                    )
-                }),
+                // Only a member of the layout, listed in the trim's view,
+                // with an incarnation (a peer's row is not trusted).
+                join: (1..=self.n as u64)
+                    .contains(&join)
+                    .then(|| {
+                        (
+                            MemberId((join - 1) as u8),
+                            row.get(&COL_TRIM_JOIN_INCARNATION).unwrap_or(0),
+                        )
+                    })
+                    .filter(|&(j, inc)| {
+                        inc != 0 && row.get(&COL_TRIM_MEMBERS).unwrap_or(0) & (1 << j.0) != 0
+                    }),
             }
         });
         r.joining = row.get(&COL_JOINING).unwrap_or(0) != 0;
@@ -1365,7 +1372,9 @@ impl<M: Memory> McastEngine<M> {
         self.joining = true;
         self.pinned = None;
         self.epoch = 0;
-        self.view = (1u64 << self.n) - 1;
+        // Only us until a view adds us (a death heard meanwhile is not
+        // about our view).
+        self.view = 1u64 << self.me.0;
         self.suspected = 0;
         self.minority = false;
         self.wedged = None;
@@ -1397,13 +1406,15 @@ impl<M: Memory> McastEngine<M> {
         let me = self.me.index();
         let found = (0..self.n).filter(|&m| m != me).find_map(|m| {
             let r = &self.rows[m];
-            r.trim.filter(|t| {
-                t.join == Some((self.me, self.incarnation))
-                    && r.epoch == t.epoch + 1
-                    && t.members & (1 << m) != 0
-            })
+            r.trim
+                .filter(|t| {
+                    t.join == Some((self.me, self.incarnation))
+                        && r.epoch == t.epoch + 1
+                        && t.members & (1 << m) != 0
+                })
+                .map(|t| (t, r.digest))
         });
-        let Some(t) = found else {
+        let Some((t, members_digest)) = found else {
             return;
         };
         let mut incarnations = [0u64; MAX_MEMBERS];
@@ -1421,11 +1432,26 @@ impl<M: Memory> McastEngine<M> {
             };
         }
         self.joining = false;
+        self.ever_formed = true;
         self.epoch = t.epoch + 1;
         self.view = t.members;
         self.last_trim = Some(t);
+        self.wedged = None;
+        // Members known gone are suspected at once in the new view.
+        self.suspected = (0..self.n)
+            .filter(|&m| self.view & (1 << m) != 0 && self.peers[m].down)
+            .fold(0u64, |acc, m| acc | 1 << m);
+        self.row.set(&COL_SUSPECTED, self.suspected);
+        self.row.set(&COL_WEDGED, 0);
+        if self.suspected != 0 {
+            self.wedge(WedgeCause::Suspicion(MemberId(
+                self.suspected.trailing_zeros() as u8,
+            )));
+        }
         self.status.view_changes += 1;
-        let digest = Self::view_digest_of(self.epoch, self.view, &incarnations);
+        // The members' digest, as the row we install from shows it (our
+        // copies of other rows may already be of a successor process).
+        let digest = members_digest;
         self.pinned = Some((incarnations, digest));
         for (m, p) in self.peers.iter_mut().enumerate().take(self.n) {
             if t.members & (1 << m) != 0 {
@@ -1493,16 +1519,24 @@ impl<M: Memory> McastEngine<M> {
             // The member the view adds: its new process, from scratch. Its
             // predecessor's row (higher versions) must not hide its own.
             let m = j.index();
-            if self.rows[m].incarnation != incarnation {
-                self.gone_incarnation[m] = self.rows[m].incarnation.max(incarnations[m]);
-                self.table.clear(j);
-                self.rows[m] = PeerRow::default();
+            let held = self.rows[m].incarnation;
+            if held == incarnation && self.peers[m].down {
+                // The joiner itself died meanwhile: it stays down, and
+                // the new view suspects it at once.
+            } else {
+                if held != incarnation {
+                    if held != 0 {
+                        self.gone_incarnation[m] = held;
+                    }
+                    self.table.clear(j);
+                    self.rows[m] = PeerRow::default();
+                }
+                self.rows[m].frozen = false;
+                let p = &mut self.peers[m];
+                p.down = false;
+                p.row_acked_version = 0;
             }
             incarnations[m] = incarnation;
-            self.rows[m].frozen = false;
-            let p = &mut self.peers[m];
-            p.down = false;
-            p.row_acked_version = 0;
         }
         let me = self.me.index();
         // Our messages the trim left out are dropped: those from our
@@ -1513,6 +1547,7 @@ impl<M: Memory> McastEngine<M> {
         let kept = t.counts[me].min(below_cut).min(self.sent);
         self.status.trimmed_own += self.sent - kept;
         self.status.view_changes += 1;
+        self.ever_formed = true;
         self.last_trim = Some(t);
         self.ending = None;
         self.trim = None;
@@ -1523,6 +1558,14 @@ impl<M: Memory> McastEngine<M> {
         self.delivered = 0;
         self.wedged = None;
         self.minority = false;
+        for m in 0..self.n {
+            if self.view & (1 << m) == 0 && self.rows[m].frozen && !self.peers[m].down {
+                // Out of the view, and a new process runs there (it may
+                // ask to join): read its rows from their first.
+                self.rows[m].frozen = false;
+                self.table.clear(MemberId(m as u8));
+            }
+        }
         let mut carried = self.suspected & self.view;
         for (m, p) in self.peers.iter_mut().enumerate().take(self.n) {
             // Posts restart from the new epoch's first message.
@@ -1799,11 +1842,16 @@ impl<M: Memory> Engine for McastEngine<M> {
             self.peers[m].reconnect = true;
             self.peers[m].retry_at_ns = now_ns;
         } else if m < self.n && peer != self.me {
-            let known = self
-                .pinned_incarnation(peer)
-                .filter(|_| self.view & (1 << m) != 0)
-                .unwrap_or(self.rows[m].incarnation);
-            self.gone_incarnation[m] = known.max(1);
+            let known = match self.rows[m].incarnation {
+                0 => self
+                    .pinned_incarnation(peer)
+                    .filter(|_| self.view & (1 << m) != 0)
+                    .unwrap_or(0),
+                held => held,
+            };
+            if known != 0 {
+                self.gone_incarnation[m] = known;
+            }
             self.table.clear(peer);
             self.rows[m] = PeerRow::default();
             let p = &mut self.peers[m];

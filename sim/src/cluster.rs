@@ -1749,6 +1749,7 @@ impl Cluster {
                 digest: after.digest,
                 view: after.view,
                 trim: trim.counts.to_vec(),
+                joiner: trim.join.map(|(j, _)| j.index()),
             },
         )
     }

@@ -104,6 +104,9 @@ pub struct Installed {
     pub view: u64,
     /// The trim it ended with (per sender).
     pub trim: Vec<u64>,
+    /// The member the next view adds (a new process: it received nothing
+    /// of the ended epoch).
+    pub joiner: Option<usize>,
 }
 
 fn v(invariant: &'static str, time_ns: u64, detail: String) -> Violation {
@@ -305,7 +308,7 @@ impl McastOrder {
         }
         for m in self.in_trim.remove(&proc).unwrap_or_default() {
             let missing: Vec<usize> = members_of(i.view)
-                .filter(|&r| !self.received_by(r, m))
+                .filter(|&r| Some(r) != i.joiner && !self.received_by(r, m))
                 .collect();
             if !missing.is_empty() {
                 out.push(v(
@@ -510,6 +513,7 @@ mod tests {
             digest,
             view: 0b011,
             trim,
+            joiner: None,
         }
     }
 
