@@ -818,6 +818,20 @@ pub fn sigkill_round(
     for s in &mut subs {
         wait_subscribed(s)?;
     }
+    // Subscribers read while the publishers publish (a replica closes a
+    // subscriber that falls 65,536 messages behind).
+    let readers: Vec<_> = subs
+        .into_iter()
+        .map(|mut s| {
+            std::thread::spawn(move || {
+                let survivors_done = |got: &[Vec<u8>]| {
+                    got.iter().filter(|g| !g.starts_with(b"p2-")).count() as u64
+                        >= 2 * per_publisher
+                };
+                read_pushes(&mut s, Duration::from_secs(120), survivors_done)
+            })
+        })
+        .collect();
     let answered: Arc<Vec<AtomicU64>> = Arc::new((0..3).map(|_| AtomicU64::new(0)).collect());
     let errors = Arc::new(AtomicU64::new(0));
     let mut publishers = Vec::new();
@@ -900,12 +914,12 @@ pub fn sigkill_round(
         .iter()
         .flat_map(|&m| (0..per_publisher).map(move |i| format!("p{m}-{i:09}").into_bytes()))
         .collect();
-    let survivors_done = |got: &[Vec<u8>]| {
-        got.iter().filter(|g| !g.starts_with(b"p2-")).count() as u64 >= 2 * per_publisher
-    };
     let mut seen = Vec::new();
-    for s in &mut subs {
-        seen.push(read_pushes(s, Duration::from_secs(60), survivors_done)?);
+    for r in readers {
+        seen.push(
+            r.join()
+                .map_err(|_| anyhow::anyhow!("a subscriber thread panicked"))??,
+        );
     }
     let in_order = |got: &[Vec<u8>], m: u8| {
         let mine: Vec<&Vec<u8>> = got
