@@ -1,12 +1,13 @@
 //! `verbatim-bench multicast`: Derecho's small-message multicast (SMC) and
-//! its atomic (totally ordered) delivery, measured on the engine the
-//! replicas run ([`McastEngine`]) over the shared-memory fabric the
-//! replicas use ([`ShmFabric`]: `/dev/shm` segments, the initiator's CPU
-//! copying into the peer's mapping). Each member is a thread of this
-//! process with its own segment, memory and fabric endpoint, so the only
-//! thing left out of the replica's loop is the other engines (the log,
-//! heartbeats, views) and the gateways; one process keeps one clock for
-//! the timestamps, which is what per-message latency needs.
+//! its atomic (totally ordered) delivery, measured through the embeddable
+//! member applications use ([`Group`]: the engine the replicas run over
+//! the shared-memory fabric they use, `/dev/shm` segments, the
+//! initiator's CPU copying into the peer's mapping). Each member is a
+//! thread of this process with its own segment, memory and fabric
+//! endpoint, so the only thing left out of the replica's loop is the
+//! other engines (the log, heartbeats, views) and the gateways; one
+//! process keeps one clock for the timestamps, which is what per-message
+//! latency needs.
 //!
 //! Three measurements per group size:
 //!
@@ -32,17 +33,11 @@
 use crate::stats::{histogram, record, Summary};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
-use verbatim_core::config::Config;
-use verbatim_core::engine::Engine;
-use verbatim_core::fabric::{Fabric, MemberId};
-use verbatim_core::layout::Layout;
-use verbatim_core::multicast::{McastEngine, SendError};
-use verbatim_host::fabric::liveness::PeerLiveness;
-use verbatim_host::fabric::shm::{Segment, ShmFabric, ShmMemory};
+use verbatim_core::fabric::MemberId;
+use verbatim_host::group::{Group, GroupOptions};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -225,51 +220,27 @@ impl Shared {
     }
 }
 
-/// A group of member threads over fresh segments.
-struct Group {
+/// A group of member threads, each a [`Group`] member.
+struct Members {
     shared: Arc<Shared>,
     threads: Vec<std::thread::JoinHandle<Result<()>>>,
-    paths: Vec<PathBuf>,
 }
 
-impl Group {
-    fn start(n: u8, o: &McastOptions, tag: &str) -> Result<Group> {
-        let mut config = Config::new(n, MemberId(0));
-        config.log_ring_bytes = 64 * 1024;
-        config.mcast_window = o.window;
-        config.mcast_payload_bytes_max = 128.max(o.payload_bytes as u32);
-        let layout = Layout::new(&config).map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        let dir = PathBuf::from("/dev/shm");
-        let paths: Vec<PathBuf> = (0..n)
-            .map(|i| {
-                dir.join(format!(
-                    "verbatim-bench-mcast-{}-{tag}-{i}",
-                    std::process::id()
-                ))
-            })
-            .collect();
-        let segments = paths
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                Segment::create(p, &layout, MemberId(i as u8))
-                    .map(Arc::new)
-                    .with_context(|| format!("creating {}", p.display()))
-            })
-            .collect::<Result<Vec<_>>>()?;
+impl Members {
+    fn start(n: u8, o: &McastOptions, tag: &str) -> Result<Members> {
         let shared = Arc::new(Shared::new(usize::from(n)));
         let ready = Arc::new(Barrier::new(usize::from(n) + 1));
+        let name = format!("bench-{}-{tag}", std::process::id());
         let mut threads = Vec::new();
-        for (i, seg) in segments.into_iter().enumerate() {
-            let mut c = config.clone();
-            c.self_id = MemberId(i as u8);
-            c.incarnation = 1 + i as u64;
-            let (layout, paths, shared, ready) =
-                (layout, paths.clone(), shared.clone(), ready.clone());
-            let core = (!o.cores.is_empty()).then(|| o.cores[i % o.cores.len()]);
+        for i in 0..n {
+            let mut g = GroupOptions::new(&name, n, i);
+            g.window = o.window;
+            g.payload_bytes_max = 128.max(o.payload_bytes as u32);
+            let (shared, ready) = (shared.clone(), ready.clone());
+            let core = (!o.cores.is_empty()).then(|| o.cores[usize::from(i) % o.cores.len()]);
             let payload_bytes = o.payload_bytes;
             threads.push(std::thread::spawn(move || {
-                let r = member(c, layout, seg, paths, &shared, &ready, core, payload_bytes);
+                let r = member(&g, &shared, &ready, core, payload_bytes);
                 if r.is_err() {
                     shared.failed.store(true, Ordering::Release);
                 }
@@ -277,11 +248,7 @@ impl Group {
             }));
         }
         ready.wait();
-        Ok(Group {
-            shared,
-            threads,
-            paths,
-        })
+        Ok(Members { shared, threads })
     }
 
     fn stop(self) -> Result<()> {
@@ -293,9 +260,6 @@ impl Group {
                 Ok(Err(e)) => result = Err(e),
                 Err(_) => result = Err(anyhow::anyhow!("a member thread panicked")),
             }
-        }
-        for p in &self.paths {
-            let _ = std::fs::remove_file(p);
         }
         result
     }
@@ -316,13 +280,9 @@ impl Group {
     }
 }
 
-/// One member's loop: the engine over its fabric endpoint.
-#[allow(clippy::too_many_arguments)]
+/// One member's loop: a [`Group`] member, polled without sleeping.
 fn member(
-    config: Config,
-    layout: Layout,
-    seg: Arc<Segment>,
-    paths: Vec<PathBuf>,
+    options: &GroupOptions,
     shared: &Shared,
     ready: &Barrier,
     core: Option<usize>,
@@ -331,22 +291,17 @@ fn member(
     if let Some(c) = core {
         core_affinity::set_for_current(core_affinity::CoreId { id: c });
     }
-    let me = config.self_id;
-    let i = me.index();
-    let memory = ShmMemory::new(seg.clone());
-    let liveness = Arc::new(PeerLiveness::default());
-    let mut fabric = ShmFabric::new(me, layout, seg, paths, liveness.clone());
-    let missing = fabric.connect_peers();
-    if let Some((m, e)) = missing.first() {
-        ready.wait();
-        bail!("member {i} could not map member {}: {e}", m.0);
-    }
-    let Some(mut engine) = McastEngine::new(&config, memory, shared.now_ns()) else {
-        ready.wait();
-        bail!("member {i}: multicast is off in the configuration");
+    let i = usize::from(options.me);
+    let mut g = match Group::join(options) {
+        Ok(g) => g,
+        Err(e) => {
+            ready.wait();
+            return Err(e).with_context(|| format!("member {i} joining"));
+        }
     };
     ready.wait();
-    let mut buf = vec![0u8; engine.layout().payload_bytes_max as usize];
+    let n = usize::from(options.members);
+    let window = options.window as usize;
     let mut payload = vec![0u8; payload_bytes.max(16)];
     let mut latency_next = 0u64;
     let mut receipts_of_0 = 0u64;
@@ -354,9 +309,17 @@ fn member(
     let mut count = 0u64;
     let mut victim_seen = false;
     let victim = |s: &Shared| s.victim.load(Ordering::Acquire);
+    // Messages taken from the other members' rings.
+    let others = |g: &Group| -> u64 {
+        (0..n)
+            .filter(|&s| s != i)
+            .map(|s| g.received(MemberId(s as u8)))
+            .sum()
+    };
     loop {
         let phase = shared.phase.load(Ordering::Acquire);
         if phase == PHASE_STOP {
+            shared.window_full[i].store(g.status().window_full, Ordering::Release);
             return Ok(());
         }
         if victim(shared) == i as u64 {
@@ -366,35 +329,22 @@ fn member(
             }
             return Ok(());
         }
-        let now = shared.now_ns();
-        let progress = engine.progress();
-        if !victim_seen && victim(shared) < u64::from(config.initial_members) {
+        if !victim_seen && victim(shared) < n as u64 {
             // The death notice, at once (the replica's is a pidfd or the
             // notice file; here the conductor's flag).
             victim_seen = true;
-            let v = MemberId(victim(shared) as u8);
-            liveness.mark_dead(v);
-            engine.handle_peer_down(now, v);
+            g.report_dead(MemberId(victim(shared) as u8));
         }
-        while let Some(c) = fabric.poll_completion() {
-            engine.handle_completion(now, c);
-        }
-        let epoch_before = engine.epoch();
-        // Messages taken from the other members' rings.
-        let others = |e: &McastEngine<ShmMemory>| -> u64 {
-            (0..e.members())
-                .filter(|&s| s != i)
-                .map(|s| e.received(MemberId(s as u8)))
-                .sum()
-        };
-        let received_before = others(&engine);
-        engine.handle_timeout(now);
-        let received_after = others(&engine);
-        if engine.epoch() == epoch_before && received_after > received_before {
+        let epoch_before = g.epoch();
+        let received_before = others(&g);
+        let worked = g.poll();
+        let received_after = others(&g);
+        if g.epoch() == epoch_before && received_after > received_before {
             shared.received[i].fetch_add(received_after - received_before, Ordering::Relaxed);
         }
         if phase == PHASE_LATENCY && i != 0 {
-            let got = engine.received(MemberId(0));
+            let now = shared.now_ns();
+            let got = g.received(MemberId(0));
             while receipts_of_0 < got {
                 let sent =
                     shared.sent_at[receipts_of_0 as usize % SENT_AT_RING].load(Ordering::Acquire);
@@ -403,7 +353,7 @@ fn member(
                 receipts_of_0 += 1;
             }
         }
-        while let Some(d) = engine.poll_delivery(&mut buf) {
+        while let Some(d) = g.next_delivery() {
             let now = shared.now_ns();
             if d.epoch == 0 {
                 count += 1;
@@ -413,9 +363,9 @@ fn member(
                     .wrapping_mul(0x9E37_79B9_7F4A_7C15);
             }
             shared.delivered[i].fetch_add(1, Ordering::Relaxed);
-            if phase == PHASE_LATENCY && d.sender == MemberId(0) && d.len >= 16 {
-                let sent = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
-                let k = u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes"));
+            if phase == PHASE_LATENCY && d.sender == MemberId(0) && d.payload.len() >= 16 {
+                let sent = u64::from_le_bytes(d.payload[..8].try_into().expect("8 bytes"));
+                let k = u64::from_le_bytes(d.payload[8..16].try_into().expect("8 bytes"));
                 if i != 0 {
                     let mut s = shared.samples[i].lock().expect("samples");
                     s.delivery.push((k, now.saturating_sub(sent)));
@@ -423,11 +373,11 @@ fn member(
                 shared.delivered_of_0[i].store(k + 1, Ordering::Release);
             }
         }
-        if engine.epoch() > epoch_before && epoch_before == 0 {
+        if g.epoch() > epoch_before && epoch_before == 0 {
             shared.installed_at_ns[i].store(shared.now_ns().max(1), Ordering::Release);
             shared.epoch0_count[i].store(count, Ordering::Relaxed);
             shared.epoch0_hash[i].store(hash, Ordering::Relaxed);
-            shared.trimmed[i].store(engine.status().trimmed_own, Ordering::Release);
+            shared.trimmed[i].store(g.status().trimmed_own, Ordering::Release);
         }
         match phase {
             PHASE_LATENCY if i == 0 => {
@@ -436,37 +386,27 @@ fn member(
                     .delivered_of_0
                     .iter()
                     .all(|d| d.load(Ordering::Acquire) >= latency_next);
-                if all {
+                if all && g.formed() {
                     let at = shared.now_ns();
                     payload[..8].copy_from_slice(&at.to_le_bytes());
                     payload[8..16].copy_from_slice(&latency_next.to_le_bytes());
                     shared.sent_at[latency_next as usize % SENT_AT_RING]
                         .store(at, Ordering::Release);
-                    match engine.send(&payload[..16]) {
-                        Ok(_) => latency_next += 1,
-                        Err(SendError::WindowFull | SendError::NotStarted) => {}
-                        Err(e) => bail!("member 0 could not send: {e:?}"),
-                    }
+                    g.send(&payload[..16])
+                        .with_context(|| "member 0 could not send".to_string())?;
+                    latency_next += 1;
                 }
             }
-            PHASE_FLOOD => match engine.send(&payload[..payload_bytes]) {
-                Ok(_) => {
-                    shared.sent[i].fetch_add(1, Ordering::Relaxed);
-                }
-                Err(SendError::WindowFull) => {
-                    shared.window_full[i].fetch_add(1, Ordering::Relaxed);
-                }
-                Err(SendError::NotStarted | SendError::Wedged) => {}
-                Err(e) => bail!("member {i} stopped sending: {e:?}"),
-            },
+            // Keep the window full, with a window's worth waiting behind
+            // it (the group holds what it has not delivered).
+            PHASE_FLOOD if g.pending() < 2 * window => {
+                g.send(&payload[..payload_bytes])
+                    .with_context(|| format!("member {i} stopped sending"))?;
+                shared.sent[i].fetch_add(1, Ordering::Relaxed);
+            }
             _ => {}
         }
-        while let Some(a) = engine.poll_action() {
-            if let Err(e) = fabric.execute(&a) {
-                engine.handle_action_failed(now, &a, e);
-            }
-        }
-        if engine.progress() == progress {
+        if !worked {
             std::thread::yield_now();
         }
     }
@@ -481,7 +421,7 @@ fn summary(samples: &[u64]) -> Summary {
 }
 
 fn latency(n: u8, o: &McastOptions) -> Result<McastLatency> {
-    let g = Group::start(n, o, &format!("lat{n}"))?;
+    let g = Members::start(n, o, &format!("lat{n}"))?;
     let warmup = (o.messages / 10).max(10);
     let total = o.messages + warmup;
     g.shared.phase.store(PHASE_LATENCY, Ordering::Release);
@@ -519,7 +459,7 @@ fn latency(n: u8, o: &McastOptions) -> Result<McastLatency> {
 /// window, and its length in seconds.
 type Rates = (Vec<u64>, Vec<u64>, Vec<u64>, f64);
 
-fn flood(g: &Group, seconds: f64) -> Result<Rates> {
+fn flood(g: &Members, seconds: f64) -> Result<Rates> {
     let snap = |v: &[AtomicU64]| {
         v.iter()
             .map(|a| a.load(Ordering::Acquire))
@@ -541,10 +481,11 @@ fn flood(g: &Group, seconds: f64) -> Result<Rates> {
 }
 
 fn throughput(n: u8, o: &McastOptions) -> Result<McastThroughput> {
-    let g = Group::start(n, o, &format!("tp{n}"))?;
+    let g = Members::start(n, o, &format!("tp{n}"))?;
     let r = flood(&g, o.seconds);
-    let window_full = Shared::sum(&g.shared.window_full);
+    let shared = g.shared.clone();
     g.stop()?;
+    let window_full = Shared::sum(&shared.window_full);
     let (sent, received, delivered, took) = r?;
     let rate = |v: Vec<u64>| v.into_iter().map(|x| x as f64 / took).collect();
     Ok(McastThroughput {
@@ -559,7 +500,7 @@ fn throughput(n: u8, o: &McastOptions) -> Result<McastThroughput> {
 }
 
 fn view_change(n: u8, o: &McastOptions, round: u32) -> Result<McastViewChange> {
-    let g = Group::start(n, o, &format!("vc{n}-{round}"))?;
+    let g = Members::start(n, o, &format!("vc{n}-{round}"))?;
     let s = g.shared.clone();
     s.phase.store(PHASE_FLOOD, Ordering::Release);
     std::thread::sleep(Duration::from_millis(100));

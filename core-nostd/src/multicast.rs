@@ -1477,13 +1477,6 @@ impl<M: Memory> McastEngine<M> {
             .map(|m| (MemberId(m as u8), self.rows[m].incarnation))
     }
 
-    /// Members our row goes to: every member whose process runs, in our
-    /// view or not: a process that asks to join learns the trim that adds
-    /// it from our row, and one the view left out learns that.
-    fn audience(&self) -> u64 {
-        (1u64 << self.n) - 1
-    }
-
     /// Acts on the decided trim `t`: delivers up to it (then installs the
     /// next view), or stops if the next view leaves us out.
     fn act_on(&mut self, t: Trim) {
@@ -1647,9 +1640,10 @@ impl<M: Memory> McastEngine<M> {
     fn next_row_push(&mut self, p: usize) -> Option<Action> {
         let peer = &self.peers[p];
         let version = self.row.version();
-        // Rows go to every running member (see `audience`).
-        if self.audience() & (1 << p) == 0
-            || peer.down
+        // Rows go to every running member, in our view or not: a process
+        // that asks to join learns the trim that adds it from our row, and
+        // one the view left out learns that.
+        if peer.down
             || peer.reconnect
             || peer.row_inflight
             || peer.row_acked_version >= version
@@ -1874,14 +1868,9 @@ impl<M: Memory> Engine for McastEngine<M> {
         // messages stable), then messages, one peer after another so that
         // none starves.
         self.seal_row();
-        let audience = self.audience();
         for p in 0..self.n {
             let peer = &mut self.peers[p];
-            if p != self.me.index()
-                && peer.reconnect
-                && !peer.down
-                && audience & (1 << p) != 0
-                && peer.retry_at_ns <= self.now
+            if p != self.me.index() && peer.reconnect && !peer.down && peer.retry_at_ns <= self.now
             {
                 peer.reconnect = false;
                 return Some(Action::Reconnect {
@@ -1935,11 +1924,10 @@ impl<M: Memory> Engine for McastEngine<M> {
             .iter()
             .enumerate()
             .filter(|&(m, p)| {
-                // Only what `poll_action` would post: to members of the
-                // view, and no messages once halted.
+                // Only what `poll_action` would post: to running members,
+                // and no messages once halted.
                 m != self.me.index()
                     && !p.down
-                    && self.audience() & (1 << m) != 0
                     && (p.reconnect
                         || (self.halted.is_none()
                             && p.posted < self.sent

@@ -237,7 +237,7 @@ pub enum McastSendError {
         verbatim_core::multicast::SendError::NotStarted => "multicast group not formed yet: a member's row was not seen, or shows other incarnations",
         verbatim_core::multicast::SendError::WindowFull => "every slot of this sender's ring is in use: try again",
         verbatim_core::multicast::SendError::Wedged => "the multicast group is changing its view (a member is gone): try again once the next view is installed",
-        verbatim_core::multicast::SendError::Halted => "this member left the multicast group for good (excluded by the others, cut off from a majority, or unable to deliver a decided trim): restart it",
+        verbatim_core::multicast::SendError::Halted => "this member left the multicast group for good (excluded by the others or by the next view, or unable to deliver a decided trim): restart it",
     })]
     Engine(verbatim_core::multicast::SendError),
 }

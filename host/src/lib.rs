@@ -10,6 +10,8 @@
 //!   driver, storage for the services, failover records, status endpoint;
 //! * [`topology`]: cores, NUMA placement and scheduling of the process's
 //!   threads;
+//! * [`group`]: an embeddable multicast group member (`Group::send`,
+//!   `Group::next_delivery`, `Group::view`) for Rust applications;
 //! * [`cli`]: what the binary's commands need beyond the library (`demo`,
 //!   `mcast`).
 //!
@@ -20,5 +22,6 @@
 pub mod cli;
 pub mod fabric;
 pub mod gateway;
+pub mod group;
 pub mod replica;
 pub mod topology;

@@ -119,7 +119,8 @@ enum Cmd {
     },
     /// The group's atomic multicast (Derecho): publish, or print what is
     /// delivered, through a replica's RESP listener (needs `[multicast]
-    /// window > 0`, e.g. `verbatim up --set multicast.window=64`).
+    /// window > 0`, e.g. `verbatim up --set multicast.window=64`); or
+    /// `join` an embedded group of processes without replicas.
     Mcast {
         /// The cluster manifest (default: the one `verbatim up` wrote).
         #[arg(long)]
@@ -181,6 +182,33 @@ enum McastCmd {
         /// Stop after this many messages.
         #[arg(long)]
         count: Option<u64>,
+    },
+    /// Become a member of an embedded group (no replica; the others run
+    /// the same command with their own --me): multicast each stdin line,
+    /// print `<view> <seq> <sender> <message>` per delivered message and
+    /// `# view <epoch>: members <ids>` per view.
+    Join {
+        /// The group's name (its members' segments are
+        /// `<dir>/verbatim-group-<group>-<member>`).
+        group: String,
+        /// Members of the group (2 to 8).
+        #[arg(long)]
+        members: u8,
+        /// This member's id (0 to members - 1).
+        #[arg(long)]
+        me: u8,
+        /// Slots per sender ring.
+        #[arg(long, default_value_t = 64)]
+        window: u32,
+        /// Longest line, bytes.
+        #[arg(long, default_value_t = 256)]
+        payload_bytes_max: u32,
+        /// Where the segments are.
+        #[arg(long, default_value = "/dev/shm")]
+        dir: PathBuf,
+        /// How long to wait for the other members' segments at start (ms).
+        #[arg(long, default_value_t = 10_000)]
+        connect_timeout_ms: u64,
     },
 }
 
@@ -433,6 +461,27 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
+        Cmd::Mcast {
+            op:
+                McastCmd::Join {
+                    group,
+                    members,
+                    me,
+                    window,
+                    payload_bytes_max,
+                    dir,
+                    connect_timeout_ms,
+                },
+            ..
+        } => {
+            init_tracing("warn");
+            let mut o = verbatim_host::group::GroupOptions::new(&group, members, me);
+            o.window = window;
+            o.payload_bytes_max = payload_bytes_max;
+            o.dir = dir;
+            o.connect_timeout = Duration::from_millis(connect_timeout_ms);
+            verbatim_host::cli::mcast::join(&o)
+        }
         Cmd::Mcast { config, member, op } => {
             init_tracing("warn");
             let manifest = default_manifest(config)?;
@@ -443,6 +492,7 @@ fn main() -> Result<()> {
                 McastCmd::Tail { channels, count } => {
                     verbatim_host::cli::mcast::tail(&manifest, member, &channels, count)
                 }
+                McastCmd::Join { .. } => unreachable!("handled above"),
             }
         }
         Cmd::Member {

@@ -133,3 +133,96 @@ pub fn tail(
     }
     Ok(())
 }
+
+/// `verbatim mcast join <group> --members N --me I`: this process becomes
+/// member `I` of an embedded group (no replica: [`crate::group::Group`]
+/// over shared memory). Every line read from stdin is multicast; every
+/// delivered message is printed as `<view> <seq> <sender> <message>`, in
+/// the group's total order (the same at every member), and every view
+/// as `# view <epoch>: members <ids>`. Ends on SIGINT/SIGTERM, or at the
+/// end of stdin once its lines are delivered.
+pub fn join(options: &crate::group::GroupOptions) -> Result<()> {
+    use crate::group::{Group, GroupError};
+    use std::io::BufRead;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::mpsc::{sync_channel, TryRecvError};
+    use std::sync::Arc;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
+    }
+    let mut g = Group::join(options)?;
+    // Lines come from a thread so the member's loop never blocks on
+    // stdin; the channel is bounded (a reader far ahead waits).
+    let (lines_tx, lines) = sync_channel::<Vec<u8>>(1024);
+    std::thread::Builder::new()
+        .name("stdin".into())
+        .spawn(move || {
+            for line in std::io::stdin().lock().split(b'\n') {
+                let Ok(mut line) = line else { break };
+                if line.last() == Some(&b'\r') {
+                    line.pop();
+                }
+                if lines_tx.send(line).is_err() {
+                    break;
+                }
+            }
+        })
+        .context("starting the stdin thread")?;
+    let stdout = std::io::stdout();
+    let mut held: Option<Vec<u8>> = None;
+    let mut eof = false;
+    let mut shown_view: Option<u64> = None;
+    while !stop.load(Ordering::Acquire) {
+        loop {
+            if held.is_none() && !eof {
+                match lines.try_recv() {
+                    Ok(l) => held = Some(l),
+                    Err(TryRecvError::Empty) => {}
+                    Err(TryRecvError::Disconnected) => eof = true,
+                }
+            }
+            let Some(line) = held.as_deref() else { break };
+            match g.send(line) {
+                Ok(()) => held = None,
+                Err(GroupError::Backlog(_)) => break,
+                Err(e @ GroupError::TooLarge { .. }) => {
+                    eprintln!("verbatim mcast join: line not sent: {e}");
+                    held = None;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let worked = g.poll();
+        let mut out = stdout.lock();
+        while let Some(d) = g.next_delivery() {
+            writeln!(
+                out,
+                "{} {} {} {}",
+                d.epoch,
+                d.seq,
+                d.sender.0,
+                String::from_utf8_lossy(d.payload)
+            )?;
+        }
+        if g.formed() && shown_view != Some(g.epoch()) {
+            let v = g.view();
+            shown_view = Some(v.epoch);
+            let ids: Vec<String> = v.members.iter().map(|m| m.0.to_string()).collect();
+            writeln!(out, "# view {}: members {}", v.epoch, ids.join(" "))?;
+        }
+        out.flush()?;
+        drop(out);
+        if let Some(cause) = g.status().halted {
+            bail!("this member left the group for good ({cause:?})");
+        }
+        if eof && held.is_none() && g.pending() == 0 {
+            break;
+        }
+        if !worked {
+            std::thread::yield_now();
+        }
+    }
+    Ok(())
+}

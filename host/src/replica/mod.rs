@@ -15,6 +15,7 @@ use crate::fabric::HostFabric;
 use crate::gateway::queue::{
     PublishRequest, ServiceHandle, ServiceQueue, ServiceReply, ServiceRequest,
 };
+use crate::group::{Outbox, Refused};
 use crate::replica::failover::FailoverTracker;
 use crate::replica::status_server::{MemberRequest, StatusServer, StatusSlot};
 use crate::replica::storage::{HashBackend, StreamMap};
@@ -236,12 +237,9 @@ struct Gateway {
     /// The operator's change of the group this leader carries out, and
     /// where its confirmation goes once the last CONFIG entry commits.
     member_waiting: Option<(ReconfigOp, std::sync::mpsc::Sender<MemberReply>)>,
-    /// Publications not multicast yet (the window was full), in order.
-    to_publish: VecDeque<PublishRequest>,
-    /// Publications multicast, by their epoch and index in our stream,
-    /// answered
-    /// once this replica delivers them.
-    published: VecDeque<((u64, u64), PublishRequest)>,
+    /// Publications not multicast yet (the window was full), in order,
+    /// and those multicast, answered once this replica delivers them.
+    publications: Outbox<PublishRequest>,
     /// The multicast epoch last seen, and when (CLOCK_MONOTONIC ns) this
     /// replica was seen in it after a view change.
     mcast_epoch_seen: u64,
@@ -634,14 +632,10 @@ impl Host<ShmMemory, Kv> for Gateway {
             }
         };
         if d.sender == self.id {
-            let id = (d.epoch, d.index);
-            while self.published.front().is_some_and(|(i, _)| *i <= id) {
-                let (i, p) = self.published.pop_front().expect("front checked");
-                if i == id {
-                    let _ = p
-                        .reply
-                        .send((p.tag, ServiceReply::Ok(reached.to_le_bytes().to_vec())));
-                }
+            if let Some(p) = self.publications.delivered((d.epoch, d.index)) {
+                let _ = p
+                    .reply
+                    .send((p.tag, ServiceReply::Ok(reached.to_le_bytes().to_vec())));
             }
         }
     }
@@ -989,7 +983,7 @@ impl<F: HostFabric> Replica<F> {
             let Some(p) = gw.queue.try_next_publish() else {
                 break;
             };
-            gw.to_publish.push_back(p);
+            gw.publications.push(p);
         }
         let epoch = self
             .driver
@@ -1005,40 +999,43 @@ impl<F: HostFabric> Replica<F> {
         }
         // Publications a view change trimmed (never delivered anywhere:
         // the trim is the same everywhere) go out again, first, in order.
-        while gw.published.back().is_some_and(|((e, _), _)| *e < epoch) {
-            let (_, p) = gw.published.pop_back().expect("back checked");
-            gw.to_publish.push_front(p);
+        for _ in 0..gw.publications.requeue_trimmed(epoch) {
             gw.count("multicast_republished");
         }
-        while let Some(p) = gw.to_publish.front() {
-            match self.driver.multicast_send(&p.payload) {
-                Ok(index) => {
-                    let p = gw.to_publish.pop_front().expect("front checked");
-                    gw.published.push_back(((epoch, index), p));
-                    work = true;
-                }
-                // Not started: the group's rows are not all seen yet (start
-                // up, or a new view forming); a full window frees as the
-                // group delivers; a wedged group installs its next view.
-                Err(McastSendError::Engine(
-                    McastError::WindowFull | McastError::NotStarted | McastError::Wedged,
-                )) => break,
-                Err(e) => {
-                    let p = gw.to_publish.pop_front().expect("front checked");
-                    let _ = p.reply.send((p.tag, ServiceReply::Error(e.to_string())));
-                    work = true;
-                }
-            }
+        loop {
+            let driver = &mut self.driver;
+            let (sent, refused) =
+                gw.publications
+                    .flush(epoch, |p| match driver.multicast_send(&p.payload) {
+                        Ok(index) => Ok(index),
+                        // Not started: the group's rows are not all seen yet
+                        // (start up, or a new view forming); a full window
+                        // frees as the group delivers; a wedged group
+                        // installs its next view.
+                        Err(McastSendError::Engine(
+                            McastError::WindowFull | McastError::NotStarted | McastError::Wedged,
+                        )) => Err(Refused::Later),
+                        Err(e) => Err(Refused::Never((), e)),
+                    });
+            work |= sent > 0;
+            let Some((p, e)) = refused else {
+                break;
+            };
+            let _ = p.reply.send((p.tag, ServiceReply::Error(e.to_string())));
+            work = true;
         }
         let expired = |p: &PublishRequest| p.deadline <= now_i;
-        while gw.to_publish.front().is_some_and(expired) {
-            let p = gw.to_publish.pop_front().expect("front checked");
+        while gw.publications.oldest_waiting().is_some_and(expired) {
+            let p = gw
+                .publications
+                .pop_oldest_waiting()
+                .expect("oldest checked");
             let why = "multicast not started or its window still full: the group delivers slower than it is published to, or a member is missing";
             let _ = p.reply.send((p.tag, ServiceReply::Error(why.into())));
             work = true;
         }
-        while gw.published.front().is_some_and(|(_, p)| expired(p)) {
-            let (_, p) = gw.published.pop_front().expect("front checked");
+        while gw.publications.oldest_sent().is_some_and(expired) {
+            let p = gw.publications.pop_oldest_sent().expect("oldest checked");
             let why = "multicast sent but not delivered in time (a member stopped, or the group could not install a view without the one that is gone)";
             let _ = p.reply.send((p.tag, ServiceReply::Error(why.into())));
             work = true;
@@ -1368,8 +1365,7 @@ fn drive<F: HostFabric>(
                 verbatim_client::manifest::FabricKind::Verbs => snapshot::SnapshotWriter::Inline,
             },
             member_waiting: None,
-            to_publish: VecDeque::new(),
-            published: VecDeque::new(),
+            publications: Outbox::default(),
             mcast_epoch_seen: 0,
             mcast_installed_mono_ns: None,
         },
@@ -1582,7 +1578,7 @@ fn mask_members(mask: u64) -> Vec<u8> {
 /// engine ties this member's messages and row to it, so that a restarted
 /// replica never passes for the one it replaces. Random where the kernel
 /// gives randomness; otherwise the clock, which a restart moves anyway.
-fn draw_incarnation() -> u64 {
+pub(crate) fn draw_incarnation() -> u64 {
     let mut bytes = [0u8; 8];
     let drawn = match getrandom::fill(&mut bytes) {
         Ok(()) => u64::from_le_bytes(bytes),
