@@ -94,7 +94,8 @@ pub struct McastThroughput {
     pub received_per_sec: Vec<f64>,
     /// Data messages each member delivered per second, in the total order.
     pub delivered_per_sec: Vec<f64>,
-    /// Sends refused because the window was full (all members).
+    /// The engine's refusals of a send because the window was full, all
+    /// members (each retry of a waiting message counts).
     pub window_full: u64,
 }
 
@@ -109,8 +110,8 @@ pub struct McastViewChange {
     pub delivered_in_epoch: Vec<u64>,
     /// Every survivor delivered the same sequence in the ended epoch.
     pub same_sequence: bool,
-    /// Messages the trim left out, over the survivors (sent again by a
-    /// replica's publisher; dropped here).
+    /// Messages the trim left out, over the survivors (their senders send
+    /// them again in the next view).
     pub trimmed: u64,
 }
 
@@ -235,6 +236,8 @@ impl Members {
         for i in 0..n {
             let mut g = GroupOptions::new(&name, n, i);
             g.window = o.window;
+            // Room for what the flood keeps waiting behind the window.
+            g.outbox_messages = 4 * o.window as usize;
             g.payload_bytes_max = 128.max(o.payload_bytes as u32);
             let (shared, ready) = (shared.clone(), ready.clone());
             let core = (!o.cores.is_empty()).then(|| o.cores[usize::from(i) % o.cores.len()]);
@@ -337,13 +340,15 @@ fn member(
         }
         let epoch_before = g.epoch();
         let received_before = others(&g);
+        // Receipt is timed from before the step that took the message.
+        let step_began = shared.now_ns();
         let worked = g.poll();
         let received_after = others(&g);
         if g.epoch() == epoch_before && received_after > received_before {
             shared.received[i].fetch_add(received_after - received_before, Ordering::Relaxed);
         }
         if phase == PHASE_LATENCY && i != 0 {
-            let now = shared.now_ns();
+            let now = step_began;
             let got = g.received(MemberId(0));
             while receipts_of_0 < got {
                 let sent =

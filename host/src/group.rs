@@ -67,7 +67,7 @@ use verbatim_core::multicast::{
 
 /// How often a member looks for peers whose segment it has not mapped
 /// (not started yet, or restarted after a death).
-const RECONNECT_EVERY: Duration = Duration::from_millis(10);
+const RECONNECT_EVERY: Duration = Duration::from_millis(50);
 
 /// How a member joins its group.
 #[derive(Clone, Debug)]
@@ -143,9 +143,9 @@ impl GroupOptions {
                 self.members - 1
             ));
         }
-        if !(1..=MCAST_WINDOW_CAP).contains(&self.window) {
+        if !(2..=MCAST_WINDOW_CAP).contains(&self.window) {
             return bad(format!(
-                "window = {}: use 1 to {MCAST_WINDOW_CAP} slots",
+                "window = {}: use 2 to {MCAST_WINDOW_CAP} slots",
                 self.window
             ));
         }
@@ -465,35 +465,48 @@ impl Group {
         let segment = Arc::new(Segment::create(&path, &layout, me)?);
         let liveness = Arc::new(PeerLiveness::default());
         let clock = Instant::now();
-        spawn_watcher(liveness.clone(), segment.waker(), clock).map_err(|source| {
-            GroupError::Io {
-                what: "the pidfd watcher",
-                source,
-            }
-        })?;
-        let paths = (0..opts.members).map(|m| opts.segment_path(m)).collect();
-        let mut fabric = ShmFabric::new(me, layout, segment.clone(), paths, liveness.clone());
-        let began = Instant::now();
-        let missing = loop {
-            let missing = HostFabric::connect_peers(&mut fabric);
-            if let Some((m, p)) = missing.iter().find(|(_, p)| !p.retry) {
+        let started = (|| {
+            spawn_watcher(liveness.clone(), segment.waker(), clock).map_err(|source| {
+                GroupError::Io {
+                    what: "the pidfd watcher",
+                    source,
+                }
+            })?;
+            let paths = (0..opts.members).map(|m| opts.segment_path(m)).collect();
+            let mut fabric = ShmFabric::new(me, layout, segment.clone(), paths, liveness.clone());
+            let began = Instant::now();
+            let missing = loop {
+                let missing = HostFabric::connect_peers(&mut fabric);
+                if let Some((m, p)) = missing.iter().find(|(_, p)| !p.retry) {
+                    return Err(GroupError::Peer {
+                        member: m.0,
+                        message: p.message.clone(),
+                    });
+                }
+                if missing.is_empty() || began.elapsed() > opts.connect_timeout {
+                    break missing;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            };
+            let memory = ShmMemory::new(segment.clone());
+            let engine = McastEngine::new(&config, memory, 0).ok_or_else(|| {
+                GroupError::Options("the multicast engine refused these options".into())
+            })?;
+            Ok((fabric, missing, engine))
+        })();
+        let (fabric, missing, engine) = match started {
+            Ok(s) => s,
+            Err(e) => {
+                // Nothing of a member that never ran stays behind (the
+                // notices go with their holder).
                 liveness.stop();
                 segment.unlink();
-                return Err(GroupError::Peer {
-                    member: m.0,
-                    message: p.message.clone(),
-                });
+                return Err(e);
             }
-            if missing.is_empty() || began.elapsed() > opts.connect_timeout {
-                break missing;
-            }
-            std::thread::sleep(Duration::from_millis(2));
         };
-        let memory = ShmMemory::new(segment.clone());
-        let engine = McastEngine::new(&config, memory, 0).ok_or_else(|| {
-            GroupError::Options("the multicast engine refused these options".into())
-        })?;
-        let buf = vec![0u8; opts.payload_bytes_max as usize];
+        // The engine rounds the payload limit up to whole words: delivery
+        // takes a buffer of its size.
+        let buf = vec![0u8; engine.layout().payload_bytes_max as usize];
         if !missing.is_empty() {
             tracing::warn!(group = %opts.name, missing = ?missing.iter().map(|(m, _)| m.0).collect::<Vec<_>>(), "joined without every member's segment; looking for them while running");
         }
@@ -604,9 +617,21 @@ impl Group {
         self.clock.elapsed().as_nanos() as u64
     }
 
-    /// Hands waiting messages to the engine while its window has room.
+    /// Hands waiting messages to the engine while its window has room,
+    /// after the ones a view change left out.
     fn flush(&mut self) {
+        // The view may have changed in `next_delivery` (the end of a
+        // trim): what the trim left out goes first, before anything is
+        // sent in the new view.
         let epoch = self.engine.epoch();
+        if epoch != self.epoch_seen {
+            self.epoch_seen = epoch;
+            self.requeued += self.outbox.requeue_trimmed(epoch) as u64;
+        }
+        if self.engine.halted().is_some() {
+            // Kept: `send` says why nothing goes out any more.
+            return;
+        }
         let engine = &mut self.engine;
         let (_, refused) = self.outbox.flush(epoch, |p| match engine.send(p) {
             Ok(index) => Ok(index),
@@ -616,8 +641,7 @@ impl Group {
             Err(e) => Err(Refused::Never((), e)),
         });
         if let Some((_, e)) = refused {
-            // Only a halt (checked by `send`) or a size the options
-            // exclude gets here.
+            // Only a size the options exclude gets here (`send` checks).
             tracing::warn!(group = %self.opts.name, error = ?e, "a message could not be multicast");
         }
     }
@@ -654,11 +678,6 @@ impl Group {
             work = true;
         }
         self.engine.handle_timeout(now);
-        let epoch = self.engine.epoch();
-        if epoch != self.epoch_seen {
-            self.epoch_seen = epoch;
-            self.requeued += self.outbox.requeue_trimmed(epoch) as u64;
-        }
         self.flush();
         while let Some(a) = self.engine.poll_action() {
             if let Err(e) = self.fabric.execute(&a) {

@@ -209,6 +209,10 @@ enum McastCmd {
         /// How long to wait for the other members' segments at start (ms).
         #[arg(long, default_value_t = 10_000)]
         connect_timeout_ms: u64,
+        /// Keep running after stdin ends (a listener: `< /dev/null`);
+        /// only a signal ends it.
+        #[arg(long)]
+        stay: bool,
     },
 }
 
@@ -471,6 +475,7 @@ fn main() -> Result<()> {
                     payload_bytes_max,
                     dir,
                     connect_timeout_ms,
+                    stay,
                 },
             ..
         } => {
@@ -480,7 +485,7 @@ fn main() -> Result<()> {
             o.payload_bytes_max = payload_bytes_max;
             o.dir = dir;
             o.connect_timeout = Duration::from_millis(connect_timeout_ms);
-            verbatim_host::cli::mcast::join(&o)
+            verbatim_host::cli::mcast::join(&o, stay)
         }
         Cmd::Mcast { config, member, op } => {
             init_tracing("warn");

@@ -140,10 +140,10 @@ pub fn tail(
 /// delivered message is printed as `<view> <seq> <sender> <message>`, in
 /// the group's total order (the same at every member), and every view
 /// as `# view <epoch>: members <ids>`. Ends on SIGINT/SIGTERM, or at the
-/// end of stdin once its lines are delivered.
-pub fn join(options: &crate::group::GroupOptions) -> Result<()> {
+/// end of stdin once its lines are delivered (with `stay`, only on a
+/// signal).
+pub fn join(options: &crate::group::GroupOptions, stay: bool) -> Result<()> {
     use crate::group::{Group, GroupError};
-    use std::io::BufRead;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::mpsc::{sync_channel, TryRecvError};
     use std::sync::Arc;
@@ -156,16 +156,22 @@ pub fn join(options: &crate::group::GroupOptions) -> Result<()> {
     // Lines come from a thread so the member's loop never blocks on
     // stdin; the channel is bounded (a reader far ahead waits).
     let (lines_tx, lines) = sync_channel::<Vec<u8>>(1024);
+    let line_max = options.payload_bytes_max as usize;
     std::thread::Builder::new()
         .name("stdin".into())
         .spawn(move || {
-            for line in std::io::stdin().lock().split(b'\n') {
-                let Ok(mut line) = line else { break };
-                if line.last() == Some(&b'\r') {
-                    line.pop();
-                }
-                if lines_tx.send(line).is_err() {
-                    break;
+            let mut stdin = std::io::stdin().lock();
+            while let Some(line) = read_line_capped(&mut stdin, line_max) {
+                match line {
+                    Ok(line) => {
+                        if lines_tx.send(line).is_err() {
+                            break;
+                        }
+                    }
+                    Err(len) => eprintln!(
+                        "verbatim mcast join: a line of {len} bytes or more not sent: \
+                         longer than --payload-bytes-max {line_max}"
+                    ),
                 }
             }
         })
@@ -174,6 +180,7 @@ pub fn join(options: &crate::group::GroupOptions) -> Result<()> {
     let mut held: Option<Vec<u8>> = None;
     let mut eof = false;
     let mut shown_view: Option<u64> = None;
+    let mut idle_polls = 0u32;
     while !stop.load(Ordering::Acquire) {
         loop {
             if held.is_none() && !eof {
@@ -217,12 +224,90 @@ pub fn join(options: &crate::group::GroupOptions) -> Result<()> {
         if let Some(cause) = g.status().halted {
             bail!("this member left the group for good ({cause:?})");
         }
-        if eof && held.is_none() && g.pending() == 0 {
+        if eof && !stay && held.is_none() && g.pending() == 0 {
             break;
         }
-        if !worked {
-            std::thread::yield_now();
+        // Not a pinned replica: an idle member gives the core back.
+        if worked {
+            idle_polls = 0;
+        } else {
+            idle_polls = idle_polls.saturating_add(1);
+            if idle_polls > 1024 {
+                std::thread::sleep(Duration::from_micros(200));
+            } else {
+                std::thread::yield_now();
+            }
         }
     }
     Ok(())
+}
+
+/// The next line of `r` without its `\n` (and `\r`), or `Err(len)` for a
+/// line longer than `max` bytes (skipped, never held whole: `len` is
+/// what was read of it, at most `max + 1`); `None` at the end.
+fn read_line_capped(r: &mut impl std::io::BufRead, max: usize) -> Option<Result<Vec<u8>, usize>> {
+    let mut line = Vec::new();
+    let mut too_long = false;
+    let mut any = false;
+    loop {
+        let buf = match r.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => &[],
+        };
+        if buf.is_empty() {
+            break;
+        }
+        any = true;
+        let (part, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (&buf[..i], Some(i + 1)),
+            None => (buf, None),
+        };
+        if !too_long {
+            let room = (max + 2).saturating_sub(line.len());
+            line.extend_from_slice(&part[..part.len().min(room)]);
+            // One byte more than the limit, plus a possible '\r'.
+            too_long = line.len() > max + 1;
+        }
+        let used = done.unwrap_or(buf.len());
+        r.consume(used);
+        if done.is_some() {
+            break;
+        }
+    }
+    if !any {
+        return None;
+    }
+    if line.last() == Some(&b'\r') && !too_long {
+        line.pop();
+    }
+    if too_long || line.len() > max {
+        return Some(Err(line.len().min(max + 1)));
+    }
+    Some(Ok(line))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read_line_capped;
+
+    #[test]
+    fn lines_are_read_whole_up_to_the_limit_and_longer_ones_skipped() {
+        let input = b"short\r\nexactly8\nmuch too long a line\n\nlast".to_vec();
+        let mut r = std::io::BufReader::with_capacity(4, &input[..]);
+        let mut got = Vec::new();
+        while let Some(l) = read_line_capped(&mut r, 8) {
+            got.push(l);
+        }
+        assert_eq!(
+            got,
+            vec![
+                Ok(b"short".to_vec()),
+                Ok(b"exactly8".to_vec()),
+                Err(9),
+                Ok(Vec::new()),
+                Ok(b"last".to_vec()),
+            ]
+        );
+    }
 }
