@@ -52,6 +52,17 @@ fn run_until(
     }
 }
 
+/// Sends our messages `next .. count` while the group holds them.
+fn send_up_to(g: &mut Group, me: u8, next: &mut u32, count: u32) {
+    while *next < count {
+        match g.send(&message(me, *next)) {
+            Ok(()) => *next += 1,
+            Err(GroupError::Backlog(_)) => break,
+            Err(e) => panic!("send: {e}"),
+        }
+    }
+}
+
 /// Each sender's messages appear once each, in send order, and all of
 /// them: `m<s>-0 .. m<s>-<count>`.
 fn assert_each_once_in_order(out: &Delivered, sender: u8, count: u32) {
@@ -84,13 +95,7 @@ fn every_member_delivers_every_message_in_the_same_order() {
                 // Send while delivering: the window is smaller than what
                 // each sends, so sends wait for deliveries.
                 run_until(&mut g, &mut out, |g, out| {
-                    while next < PER_SENDER {
-                        match g.send(&message(me, next)) {
-                            Ok(()) => next += 1,
-                            Err(GroupError::Backlog(_)) => break,
-                            Err(e) => panic!("send: {e}"),
-                        }
-                    }
+                    send_up_to(g, me, &mut next, PER_SENDER);
                     out.len() >= total
                 });
                 // Stay until every member delivered everything (a member
@@ -160,13 +165,7 @@ fn a_member_that_leaves_is_removed_and_the_others_lose_no_message() {
                 let mut next = 0;
                 let ours = |out: &Delivered| out.iter().filter(|(_, s, _)| *s < 2).count();
                 run_until(&mut g, &mut out, |g, out| {
-                    while next < PER_SURVIVOR {
-                        match g.send(&message(me, next)) {
-                            Ok(()) => next += 1,
-                            Err(GroupError::Backlog(_)) => break,
-                            Err(e) => panic!("send: {e}"),
-                        }
-                    }
+                    send_up_to(g, me, &mut next, PER_SURVIVOR);
                     ours(out) >= 2 * PER_SURVIVOR as usize
                 });
                 // The other survivor may still need our rows.
