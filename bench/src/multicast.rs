@@ -342,7 +342,7 @@ fn member(
         let received_before = others(&g);
         // Receipt is timed from before the step that took the message.
         let step_began = shared.now_ns();
-        let worked = g.poll();
+        let mut worked = g.poll();
         let received_after = others(&g);
         if g.epoch() == epoch_before && received_after > received_before {
             shared.received[i].fetch_add(received_after - received_before, Ordering::Relaxed);
@@ -359,6 +359,7 @@ fn member(
             }
         }
         while let Some(d) = g.next_delivery() {
+            worked = true;
             let now = shared.now_ns();
             if d.epoch == 0 {
                 count += 1;
@@ -400,6 +401,7 @@ fn member(
                     g.send(&payload[..16])
                         .with_context(|| "member 0 could not send".to_string())?;
                     latency_next += 1;
+                    worked = true;
                 }
             }
             // Keep the window full, with a window's worth waiting behind
@@ -408,6 +410,7 @@ fn member(
                 g.send(&payload[..payload_bytes])
                     .with_context(|| format!("member {i} stopped sending"))?;
                 shared.sent[i].fetch_add(1, Ordering::Relaxed);
+                worked = true;
             }
             _ => {}
         }

@@ -179,6 +179,10 @@ pub enum Mutation {
     /// suspicions (so it may miss a predecessor's trim that is being
     /// echoed, and count receipts that still grow).
     IgnoreSuspicions,
+    /// Multicast persistent mode: report a message locally stable on
+    /// receipt, before the host has it on disk, so a message may be
+    /// delivered that some member would lose in a crash.
+    DeliverBeforePersisted,
 }
 
 /// Configuration of one member. Construct with [`Config::new`], adjust
@@ -327,6 +331,12 @@ pub struct Config {
     /// Multicast engine: largest message payload, in bytes, at most
     /// [`crate::multicast::MCAST_PAYLOAD_BYTES_CAP`].
     pub mcast_payload_bytes_max: u32,
+    /// Multicast engine, Derecho's persistent mode: a message is locally
+    /// stable (counted in our row, so that it may be delivered) only once
+    /// the host reports it on disk ([`crate::multicast::McastEngine::poll_persist`],
+    /// [`crate::multicast::McastEngine::mark_persisted`]); false: on
+    /// receipt (volatile mode).
+    pub mcast_persistent: bool,
     /// This process's incarnation: a number that differs from one process
     /// start to the next (the host draws it at random, the simulator
     /// counts restarts). The multicast engine ties a member's messages
@@ -383,6 +393,7 @@ impl Config {
             mode: Mode::Log,
             mcast_window: 0,
             mcast_payload_bytes_max: 256,
+            mcast_persistent: false,
             incarnation: 1,
             #[cfg(feature = "mutation-testing")]
             mutation: Mutation::None,

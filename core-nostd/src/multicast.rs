@@ -109,6 +109,16 @@
 //!   successor's first rows: rows of a gone incarnation are forgotten
 //!   whenever read.
 //!
+//! # Persistent mode
+//!
+//! With [`Config::mcast_persistent`] a message is *locally stable* once
+//! the host reports it on disk, not on receipt (Derecho's persistent
+//! mode): [`McastEngine::poll_persist`] hands out what was received, the
+//! host syncs and returns [`McastEngine::persist_mark`] through
+//! [`McastEngine::mark_persisted`]. Our row reports locally stable counts,
+//! so stability, window reuse and ragged trims all count only what is on
+//! the members' disks.
+//!
 //! A WRITE that fails (a broken channel) is posted again after
 //! `reconnect_backoff_ns`, once the engine has re-established the
 //! channel.
@@ -359,6 +369,34 @@ pub struct McastDelivery {
     pub len: usize,
 }
 
+/// A received message to put on disk (persistent mode): the host writes
+/// it, syncs, then reports the [`PersistMark`] taken after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct McastPersist {
+    /// The epoch it was sent in.
+    pub epoch: u64,
+    /// Its sender.
+    pub sender: MemberId,
+    /// Its index in the sender's stream of the epoch (nulls count).
+    pub index: u64,
+    /// A null message (no payload; it still takes its place).
+    pub null: bool,
+    /// Payload bytes (copied into the caller's buffer).
+    pub len: usize,
+}
+
+/// How much of each sender's stream of an epoch was handed to the host
+/// to persist ([`McastEngine::persist_mark`]); once the host's sync
+/// covering them completed, it hands the mark back
+/// ([`McastEngine::mark_persisted`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PersistMark {
+    /// The epoch.
+    pub epoch: u64,
+    /// Per sender (member id), messages handed out.
+    pub counts: [u64; MAX_MEMBERS],
+}
+
 /// Why a message was not sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SendError {
@@ -538,6 +576,11 @@ pub struct McastEngine<M: Memory> {
     pinned: Option<([u64; MAX_MEMBERS], u64)>,
     sent: u64,
     received: [u64; MAX_MEMBERS],
+    /// Persistent mode: per sender, messages handed to the host to
+    /// persist, and those it reported on disk (locally stable).
+    persistent: bool,
+    handed: [u64; MAX_MEMBERS],
+    persisted: [u64; MAX_MEMBERS],
     delivered: u64,
     peers: [PeerPost; MAX_MEMBERS],
     /// Next peer `poll_action` looks at first (fair posting).
@@ -604,6 +647,9 @@ impl<M: Memory> McastEngine<M> {
             pinned: None,
             sent: 0,
             received: [0; MAX_MEMBERS],
+            persistent: config.mcast_persistent,
+            handed: [0; MAX_MEMBERS],
+            persisted: [0; MAX_MEMBERS],
             delivered: 0,
             peers: [PeerPost::default(); MAX_MEMBERS],
             next_peer: 0,
@@ -656,6 +702,97 @@ impl<M: Memory> McastEngine<M> {
     /// Messages received from `sender` (in its order).
     pub fn received(&self, sender: MemberId) -> u64 {
         self.received[sender.index()]
+    }
+
+    /// Messages of sender `s` that are locally stable: received
+    /// (volatile mode) or on disk (persistent mode). Our row reports it,
+    /// and a message is delivered once every member's row shows it.
+    fn locally_stable(&self, s: usize) -> u64 {
+        #[cfg(feature = "mutation-testing")]
+        if self.mutation == crate::config::Mutation::DeliverBeforePersisted {
+            return self.received[s];
+        }
+        if self.persistent {
+            self.persisted[s]
+        } else {
+            self.received[s]
+        }
+    }
+
+    /// Derecho's persistent mode ([`Config::mcast_persistent`]).
+    pub fn persistent(&self) -> bool {
+        self.persistent
+    }
+
+    /// Persistent mode: the next received message to put on disk (ours
+    /// included, every sender's in its order), its payload copied into
+    /// `out` (at least `mcast_payload_bytes_max` bytes). `None`: nothing
+    /// new, or volatile mode. It stays in our ring until every member
+    /// delivered it, which needs it on disk everywhere, so it is whole
+    /// here.
+    pub fn poll_persist(&mut self, out: &mut [u8]) -> Option<McastPersist> {
+        if !self.persistent || self.halted.is_some() {
+            return None;
+        }
+        assert!(out.len() as u64 >= self.lay.payload_bytes_max);
+        let (incarnations, _) = self.pinned?;
+        for (s, &incarnation) in incarnations.iter().enumerate().take(self.n) {
+            let index = self.handed[s];
+            if index >= self.received[s] {
+                continue;
+            }
+            let sender = MemberId(s as u8);
+            let Some((kind, len)) = self.read_slot(sender, index, incarnation, out) else {
+                // Received (validated) and not delivered: only a sender
+                // that broke the window rule changes it.
+                self.wedge(WedgeCause::SlotOverwritten(sender));
+                self.suspect(sender);
+                self.seal_row();
+                return None;
+            };
+            self.handed[s] = index + 1;
+            return Some(McastPersist {
+                epoch: self.epoch,
+                sender,
+                index,
+                null: kind == KIND_NULL,
+                len,
+            });
+        }
+        None
+    }
+
+    /// What [`McastEngine::poll_persist`] handed out so far in this
+    /// epoch: the host hands it back once its sync covering them
+    /// completed.
+    pub fn persist_mark(&self) -> PersistMark {
+        PersistMark {
+            epoch: self.epoch,
+            counts: self.handed,
+        }
+    }
+
+    /// The host's sync covering `mark` completed: those messages are
+    /// locally stable. A mark of another epoch (the view changed during
+    /// the sync) is ignored; so is anything past what was handed out.
+    /// While wedged our row's counts stay put (the ragged trim is
+    /// computed from them).
+    pub fn mark_persisted(&mut self, mark: PersistMark) {
+        if !self.persistent || mark.epoch != self.epoch || self.halted.is_some() {
+            return;
+        }
+        if self.wedged.is_some() {
+            return;
+        }
+        for s in 0..self.n {
+            let upto = mark.counts[s].min(self.handed[s]);
+            if upto > self.persisted[s] {
+                self.persisted[s] = upto;
+                self.row.set_at(&COL_RECEIVED, s, self.locally_stable(s));
+                self.deliver_due = true;
+            }
+        }
+        self.invariants();
     }
 
     /// The incarnation of `member` this engine pinned (`None` before it
@@ -886,7 +1023,7 @@ impl<M: Memory> McastEngine<M> {
     /// from its last good row, 0 unless it shows our view).
     fn received_by(&self, member: MemberId, sender: MemberId) -> u64 {
         if member == self.me {
-            return self.received[sender.index()];
+            return self.locally_stable(sender.index());
         }
         self.peer_row_value(member, |row| row.received[sender.index()])
     }
@@ -1014,7 +1151,11 @@ impl<M: Memory> McastEngine<M> {
             self.status.sent_nulls += 1;
         }
         self.received[self.me.index()] = self.sent;
-        self.row.set_at(&COL_RECEIVED, self.me.index(), self.sent);
+        self.row.set_at(
+            &COL_RECEIVED,
+            self.me.index(),
+            self.locally_stable(self.me.index()),
+        );
         self.deliver_due = true;
     }
 
@@ -1316,7 +1457,10 @@ impl<M: Memory> McastEngine<M> {
         let live = self.view & !self.suspected;
         let below = self.view & ((1u64 << me) - 1);
         let mut best = self.trim;
-        let mut counts = self.received;
+        let mut counts = [0u64; MAX_MEMBERS];
+        for (s, c) in counts.iter_mut().enumerate().take(self.n) {
+            *c = self.locally_stable(s);
+        }
         for m in self.view_members() {
             if m == me || live & (1 << m) == 0 {
                 continue;
@@ -1383,6 +1527,8 @@ impl<M: Memory> McastEngine<M> {
         self.last_trim = None;
         self.sent = 0;
         self.received = [0; MAX_MEMBERS];
+        self.handed = [0; MAX_MEMBERS];
+        self.persisted = [0; MAX_MEMBERS];
         self.delivered = 0;
         for s in 0..self.n {
             self.row.set_at(&COL_RECEIVED, s, 0);
@@ -1548,6 +1694,8 @@ impl<M: Memory> McastEngine<M> {
         self.view = t.members;
         self.sent = 0;
         self.received = [0; MAX_MEMBERS];
+        self.handed = [0; MAX_MEMBERS];
+        self.persisted = [0; MAX_MEMBERS];
         self.delivered = 0;
         self.wedged = None;
         self.minority = false;
@@ -1614,7 +1762,7 @@ impl<M: Memory> McastEngine<M> {
                     break;
                 }
                 self.received[s] = next + 1;
-                self.row.set_at(&COL_RECEIVED, s, next + 1);
+                self.row.set_at(&COL_RECEIVED, s, self.locally_stable(s));
                 self.deliver_due = true;
             }
         }
@@ -1717,7 +1865,13 @@ impl<M: Memory> McastEngine<M> {
     /// Invariants, checked at the end of every entry point.
     fn invariants(&self) {
         assert!(self.received[self.me.index()] == self.sent);
-        assert!(self.row.get_at(&COL_RECEIVED, self.me.index()) == self.sent);
+        for s in 0..self.n {
+            // What our row reports is what is locally stable: received
+            // (volatile), or on disk and never more than received
+            // (persistent).
+            assert!(self.row.get_at(&COL_RECEIVED, s) == self.locally_stable(s));
+            assert!(self.persisted[s] <= self.handed[s] && self.handed[s] <= self.received[s]);
+        }
         assert!(self.row.get(&COL_DELIVERED) == self.delivered);
         assert!(self.row.get(&COL_EPOCH) == self.epoch);
         assert!(self.view & (1 << self.me.0) != 0 && self.suspected & !self.view == 0);

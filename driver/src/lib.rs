@@ -59,7 +59,7 @@ use std::collections::{HashMap, VecDeque};
 use verbatim_core::engine::{Engine, EngineTag};
 use verbatim_core::fabric::{Action, Fabric, FabricError, MemberId};
 use verbatim_core::heartbeat::{CounterEvent, HeartbeatEngine};
-pub use verbatim_core::multicast::{McastDelivery, McastEngine};
+pub use verbatim_core::multicast::{McastDelivery, McastEngine, McastPersist, PersistMark};
 use verbatim_core::node::{Event, Role, SubmitError, Submitted};
 use verbatim_core::sm::{ReadError, RequestError};
 use verbatim_core::views::{View, ViewEngine, ViewEvent};
@@ -216,6 +216,23 @@ pub trait Host<M: Memory, S: StateMachine> {
     /// are never delivered). Dropped by default.
     fn multicast_delivered(&mut self, now_ns: u64, delivery: &McastDelivery, payload: &[u8]) {
         let _ = (now_ns, delivery, payload);
+    }
+
+    /// Persistent multicast (`mcast_persistent`): a received message to
+    /// put on disk (ours included, each sender's in its order). Dropped
+    /// by default.
+    fn multicast_persist(&mut self, now_ns: u64, record: &McastPersist, payload: &[u8]) {
+        let _ = (now_ns, record, payload);
+    }
+
+    /// Persistent multicast: `mark` covers every message handed to
+    /// [`Host::multicast_persist`] so far; returns the latest mark whose
+    /// sync has completed (those messages are on disk), if any. Called
+    /// every step. By default everything is on disk at once (a host
+    /// without a disk).
+    fn multicast_sync(&mut self, now_ns: u64, mark: PersistMark) -> Option<PersistMark> {
+        let _ = now_ns;
+        Some(mark)
     }
 
     /// An action was executed on the fabric, with its result.
@@ -578,6 +595,17 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
         };
         let before = m.progress();
         m.handle_timeout(now_ns);
+        if m.persistent() {
+            // Derecho's persistent mode: what arrived goes to disk; a
+            // message is locally stable (and may become deliverable) once
+            // the host's sync covering it completed.
+            while let Some(r) = m.poll_persist(&mut self.mcast_buf) {
+                host.multicast_persist(now_ns, &r, &self.mcast_buf[..r.len]);
+            }
+            if let Some(done) = host.multicast_sync(now_ns, m.persist_mark()) {
+                m.mark_persisted(done);
+            }
+        }
         while let Some(d) = m.poll_delivery(&mut self.mcast_buf) {
             host.multicast_delivered(now_ns, &d, &self.mcast_buf[..d.len]);
         }

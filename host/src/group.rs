@@ -601,7 +601,23 @@ impl Group {
         copy.extend_from_slice(payload);
         self.outbox.push(copy);
         self.flush();
+        // Its WRITEs go out now, not at the next poll: a sender that
+        // yields the core in between would delay them.
+        let now = self.now_ns();
+        self.post(now);
         Ok(())
+    }
+
+    /// Posts every WRITE the engine has due.
+    fn post(&mut self, now: u64) -> bool {
+        let mut posted = false;
+        while let Some(a) = self.engine.poll_action() {
+            if let Err(e) = self.fabric.execute(&a) {
+                self.engine.handle_action_failed(now, &a, e);
+            }
+            posted = true;
+        }
+        posted
     }
 
     /// Tells the member that `member`'s process is gone (an application's
@@ -679,12 +695,7 @@ impl Group {
         }
         self.engine.handle_timeout(now);
         self.flush();
-        while let Some(a) = self.engine.poll_action() {
-            if let Err(e) = self.fabric.execute(&a) {
-                self.engine.handle_action_failed(now, &a, e);
-            }
-            work = true;
-        }
+        work |= self.post(now);
         work || self.engine.progress() != before
     }
 

@@ -42,7 +42,7 @@ use verbatim_core::stream::{
 };
 use verbatim_core::{Config, Layout, MemberId};
 use verbatim_driver::{
-    Answer, Driver, DriverEvent, Engines, Host, Incoming, McastDelivery, Refusal,
+    Answer, Driver, DriverEvent, Engines, Host, Incoming, McastDelivery, PersistMark, Refusal,
 };
 
 /// With interleaving, one read by a member's CPU in this many lets a piece
@@ -339,6 +339,9 @@ pub struct ClusterOptions {
     /// Multicast workload (with `config.mcast_window > 0`): about this
     /// often, a random member multicasts a message. 0: none.
     pub mcast_send_period_ns: u64,
+    /// Persistent multicast (`config.mcast_persistent`): how long a
+    /// member's disk takes to sync what it was handed.
+    pub mcast_sync_ns: u64,
 }
 
 impl ClusterOptions {
@@ -391,6 +394,7 @@ impl ClusterOptions {
             trace: false,
             ops_limit: None,
             mcast_send_period_ns: 0,
+            mcast_sync_ns: 0,
         }
     }
 
@@ -694,6 +698,11 @@ struct SimNode {
     inbox: VecDeque<ClientRequest>,
     peer_down: Vec<MemberId>,
     peer_up: Vec<MemberId>,
+    /// Persistent multicast: syncs under way (done at, local time; what
+    /// they cover), lost if the process crashes.
+    syncs: VecDeque<(u64, PersistMark)>,
+    /// The last mark a sync was started for.
+    sync_covered: Option<PersistMark>,
     /// False suspicions its log engine counted so far.
     false_suspicions: u64,
     /// The log engine's `lease_reads` after the last step observed.
@@ -810,6 +819,7 @@ pub struct Cluster {
     payload_buf: Vec<u8>,
     /// The multicast history (deliveries checked as they happen).
     mcast: crate::check::multicast::McastOrder,
+    mcast_durable: crate::check::multicast::McastDurable,
     mcast_rng: SplitMix64,
     /// Processes that joined a running multicast group.
     mcast_joins: u64,
@@ -851,6 +861,8 @@ impl Cluster {
                 inbox: VecDeque::new(),
                 peer_down: Vec::new(),
                 peer_up: Vec::new(),
+                syncs: VecDeque::new(),
+                sync_covered: None,
                 false_suspicions: 0,
                 lease_reads_seen: 0,
                 executed_ahead: Vec::new(),
@@ -990,6 +1002,7 @@ impl Cluster {
             trace: Vec::new(),
             digest: Checksum::new(0x0053_494D),
             mcast: crate::check::multicast::McastOrder::new(),
+            mcast_durable: crate::check::multicast::McastDurable::default(),
             mcast_rng: SplitMix64::new(seed ^ 0x4D43_4153),
             mcast_joins: 0,
         }
@@ -1506,6 +1519,10 @@ impl Cluster {
         n.inbox.clear();
         n.peer_down.clear();
         n.peer_up.clear();
+        // Syncs under way died with the process (what they covered may
+        // or may not be on disk: the checker counts only completed ones).
+        n.syncs.clear();
+        n.sync_covered = None;
         n.false_suspicions = 0;
         n.lease_reads_seen = 0;
         n.executed_ahead.clear();
@@ -1659,6 +1676,7 @@ impl Cluster {
             }
         }
         let trim = m.status().last_trim;
+        let ending = m.ending();
         let mut found = Vec::new();
         let unreachable = match m.halted() {
             Some(HaltCause::TrimUnreadable(s)) => Some(format!(
@@ -1691,6 +1709,27 @@ impl Cluster {
             } else {
                 after
             };
+            if self.opts.config.mcast_persistent {
+                // On disk where it must be: at every member of the view
+                // (stable), or inside a trim at every member of the ended
+                // view that the next one keeps.
+                let required = if d.in_trim {
+                    let t = if after.epoch > d.epoch { trim } else { ending };
+                    t.map_or(seen.view, |t| {
+                        t.members & seen.view & !t.join.map_or(0, |(j, _)| 1 << j.0)
+                    })
+                } else {
+                    seen.view
+                };
+                found.extend(self.mcast_durable.delivered(
+                    self.now,
+                    i,
+                    d.epoch,
+                    d.sender.index(),
+                    d.index,
+                    required,
+                ));
+            }
             found.extend(self.mcast.delivered(
                 self.now,
                 crate::check::multicast::Delivered {
@@ -1775,6 +1814,7 @@ impl Cluster {
         let mut answers = Vec::new();
         let mut events = Vec::new();
         let mut mcast_delivered = Vec::new();
+        let mut mcast_synced = Vec::new();
         let mcast_before = self.nodes[i]
             .driver
             .engines()
@@ -1787,6 +1827,8 @@ impl Cluster {
                 inbox,
                 peer_down,
                 peer_up,
+                syncs,
+                sync_covered,
                 ..
             } = &mut self.nodes[i];
             let mut fabric = SimEndpoint {
@@ -1801,8 +1843,15 @@ impl Cluster {
                 answers: &mut answers,
                 events: &mut events,
                 mcast: &mut mcast_delivered,
+                syncs,
+                sync_covered,
+                sync_ns: self.opts.mcast_sync_ns,
+                synced: &mut mcast_synced,
             };
             driver.step(local, &mut fabric, &mut host);
+        }
+        for mark in mcast_synced {
+            self.mcast_durable.synced(i, mark.epoch, &mark.counts);
         }
         self.observe_multicast(i, mcast_before, mcast_delivered);
         let mut depart = t + self.opts.net.poll_ns as u64;
@@ -1903,7 +1952,12 @@ impl Cluster {
                 return;
             }
         }
-        let deadline = self.nodes[i].driver.next_deadline();
+        let mut deadline = self.nodes[i].driver.next_deadline();
+        if let Some(&(done, _)) = self.nodes[i].syncs.front() {
+            // The disk's completion wakes the member, as an io_uring
+            // completion would.
+            deadline = deadline.min(done);
+        }
         let g = self.global(i, deadline);
         self.wake(i, g.max(depart));
     }
@@ -3168,6 +3222,12 @@ struct SimHost<'a> {
     answers: &'a mut Vec<(SimRoute, SentAnswer)>,
     events: &'a mut Vec<DriverEvent>,
     mcast: &'a mut Vec<(McastDelivery, Vec<u8>)>,
+    /// Persistent multicast: the member's disk (syncs under way, how long
+    /// one takes) and the syncs that completed in this step.
+    syncs: &'a mut VecDeque<(u64, PersistMark)>,
+    sync_covered: &'a mut Option<PersistMark>,
+    sync_ns: u64,
+    synced: &'a mut Vec<PersistMark>,
 }
 
 impl Host<SimMemory, RecordingKv> for SimHost<'_> {
@@ -3227,6 +3287,23 @@ impl Host<SimMemory, RecordingKv> for SimHost<'_> {
 
     fn multicast_delivered(&mut self, _now_ns: u64, delivery: &McastDelivery, payload: &[u8]) {
         self.mcast.push((*delivery, payload.to_vec()));
+    }
+
+    /// A sync starts whenever the engine handed out more than the last
+    /// one covers, and completes `sync_ns` later (a disk that takes its
+    /// time: meanwhile the message is received but not locally stable).
+    fn multicast_sync(&mut self, now_ns: u64, mark: PersistMark) -> Option<PersistMark> {
+        if *self.sync_covered != Some(mark) && mark.counts.iter().any(|&c| c > 0) {
+            *self.sync_covered = Some(mark);
+            self.syncs.push_back((now_ns + self.sync_ns, mark));
+        }
+        let mut done = None;
+        while self.syncs.front().is_some_and(|(at, _)| *at <= now_ns) {
+            let (_, m) = self.syncs.pop_front().expect("front checked");
+            self.synced.push(m);
+            done = Some(m);
+        }
+        done
     }
 }
 

@@ -33,7 +33,7 @@ fn usage() -> ExitCode {
 }
 
 /// Every mutation's name (the soak script runs each).
-const MUTATIONS: [&str; 30] = [
+const MUTATIONS: [&str; 31] = [
     "commit-on-minority",
     "vote-without-log-check",
     "read-without-term-check",
@@ -64,6 +64,7 @@ const MUTATIONS: [&str; 30] = [
     "deliver-before-stable",
     "trim-before-echo",
     "ignore-suspicions",
+    "deliver-before-persisted",
 ];
 
 fn parse_mutation(s: &str) -> Option<Mutation> {
@@ -99,6 +100,7 @@ fn parse_mutation(s: &str) -> Option<Mutation> {
         "deliver-before-stable" => Mutation::DeliverBeforeStable,
         "trim-before-echo" => Mutation::TrimBeforeEcho,
         "ignore-suspicions" => Mutation::IgnoreSuspicions,
+        "deliver-before-persisted" => Mutation::DeliverBeforePersisted,
         _ => return None,
     })
 }

@@ -125,13 +125,18 @@ pub fn options_for_seed(seed: u64) -> ClusterOptions {
 /// third of the seeds run the multicast engine beside the log, with a
 /// window of 2 to 32 slots and a member multicasting every 5 to 100 µs on
 /// average, under the seed's faults (a crash wedges the group; partitions
-/// and pauses delay it).
+/// and pauses delay it). Half of those run the persistent mode, with a
+/// disk that takes 1 to 40 µs to sync.
 fn multicast(seed: u64, o: &mut ClusterOptions) {
     let mut c = SplitMix64::new(seed ^ 0x004D_4341_5354); // "MCAST"
     if c.chance(1, 3) {
         o.config.mcast_window = [2u32, 4, 8, 32][c.range_inclusive(0, 3) as usize];
         o.config.mcast_payload_bytes_max = 64;
         o.mcast_send_period_ns = c.range_inclusive(5, 100) * US;
+        if c.chance(1, 2) {
+            o.config.mcast_persistent = true;
+            o.mcast_sync_ns = c.range_inclusive(1, 40) * US;
+        }
     }
 }
 

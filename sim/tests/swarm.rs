@@ -1572,6 +1572,44 @@ fn multicast_members_deliver_the_same_messages_in_the_same_order() {
     }
 }
 
+/// Derecho's persistent mode: with a disk that takes 30 µs to sync, every
+/// member still delivers every message in one order, and only what is on
+/// every member's disk.
+#[test]
+fn persistent_members_deliver_only_what_every_member_has_on_disk() {
+    for seed in 0..3 {
+        let mut o = multicast_scenario(seed, Mutation::None);
+        o.config.mcast_persistent = true;
+        o.mcast_sync_ns = 30_000;
+        let r = run(o);
+        assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+        assert!(r.mcast_sent > 200, "seed {seed}: {} sent", r.mcast_sent);
+        assert!(
+            r.mcast_delivered >= 3 * (r.mcast_sent - 8 * 3),
+            "seed {seed}: {} of {} delivered",
+            r.mcast_delivered,
+            3 * r.mcast_sent
+        );
+    }
+}
+
+#[test]
+fn delivering_before_every_disk_has_it_is_caught() {
+    for seed in 0..2 {
+        let mut o = multicast_scenario(seed, Mutation::DeliverBeforePersisted);
+        o.config.mcast_persistent = true;
+        o.mcast_sync_ns = 30_000;
+        let r = run(o);
+        assert!(
+            r.violations
+                .iter()
+                .any(|v| v.invariant == "multicast delivers only persisted messages"),
+            "seed {seed}: a delivery before the disks had it went unnoticed: {:?}",
+            r.violations
+        );
+    }
+}
+
 #[test]
 fn delivering_before_stable_is_caught() {
     for seed in 0..2 {
@@ -1713,6 +1751,22 @@ fn a_leader_that_dies_during_a_view_change_is_succeeded_without_breaking_virtual
         }
     }
 }
+/// The same leader failures in the persistent mode: what a trim delivers
+/// is on the disk of every member the next view keeps.
+#[test]
+fn a_persistent_group_changes_views_with_only_persisted_messages_in_the_trim() {
+    for gap_us in (0..=60).step_by(6) {
+        let mut o = leader_dies_during_view_change(gap_us, gap_us * 1_000, false, Mutation::None);
+        o.config.mcast_persistent = true;
+        o.mcast_sync_ns = 20_000;
+        let r = run(o);
+        let at = format!("gap {gap_us} µs");
+        assert!(r.violations.is_empty(), "{at}: {:?}", r.violations);
+        assert!(r.mcast_installs >= 3, "{at}: {} installs", r.mcast_installs);
+        assert_eq!(r.mcast_halted, 0, "{at}");
+    }
+}
+
 /// A member restarts (its memory lost, a new incarnation) while the
 /// others multicast, with and without death notices: the new process
 /// never joins the running group, and nothing is delivered that the old

@@ -701,3 +701,74 @@ fn a_restarted_member_joins_the_next_view_and_receives_from_then_on() {
     assert_eq!(tail(1), tail(0));
     assert_eq!(tail(2), tail(0));
 }
+
+/// Hands member `i`'s received messages to its "disk"; returns them and
+/// the mark that covers them.
+fn hand_to_disk(g: &mut Group, i: usize) -> (Vec<(McastPersist, Vec<u8>)>, PersistMark) {
+    let mut out = [0u8; 64];
+    let mut records = Vec::new();
+    while let Some(r) = g.engine(i).poll_persist(&mut out) {
+        records.push((r, out[..r.len].to_vec()));
+    }
+    (records, g.engine(i).persist_mark())
+}
+
+#[test]
+fn persistent_mode_delivers_only_what_every_member_reported_on_disk() {
+    let mut g = Group::new(3, 8);
+    for c in &mut g.config {
+        c.mcast_persistent = true;
+    }
+    let layout = Layout::new(&g.config[0]).unwrap();
+    g.mems = (0..3).map(|_| TestMemory::new(&layout)).collect();
+    g.engines = (0..3)
+        .map(|i| McastEngine::new(&g.config[i], g.mems[i].clone(), 0))
+        .collect();
+    g.steps(3);
+    assert!(g.engine(0).persistent());
+    g.engine(0).send(b"a").unwrap();
+    g.engine(1).send(b"b").unwrap();
+    g.steps(4);
+    // Received everywhere, on no disk: nothing is delivered.
+    for m in 0..3 {
+        assert_eq!(g.engine(m).received(MemberId(0)), 1);
+        assert!(g.delivered[m].is_empty(), "member {m}");
+    }
+    let mut marks = Vec::new();
+    for m in 0..3 {
+        let (records, mark) = hand_to_disk(&mut g, m);
+        let data: Vec<(u8, u64, Vec<u8>)> = records
+            .iter()
+            .filter(|(r, _)| !r.null)
+            .map(|(r, p)| (r.sender.0, r.index, p.clone()))
+            .collect();
+        assert_eq!(data, vec![(0, 0, b"a".to_vec()), (1, 0, b"b".to_vec())]);
+        assert!(records.iter().all(|(r, _)| r.epoch == 0));
+        marks.push(mark);
+    }
+    // Members 0 and 1 synced; member 2's disk is slow.
+    g.engine(0).mark_persisted(marks[0]);
+    g.engine(1).mark_persisted(marks[1]);
+    g.steps(4);
+    for m in 0..3 {
+        assert!(g.delivered[m].is_empty(), "member {m}: not on 2's disk yet");
+    }
+    // A mark of another epoch, or past what was handed out, counts for
+    // nothing more.
+    let mut stale = marks[2];
+    stale.epoch = 7;
+    g.engine(2).mark_persisted(stale);
+    g.steps(4);
+    assert!(g.delivered[0].is_empty());
+    let mut inflated = marks[2];
+    inflated.counts[0] = 50;
+    g.engine(2).mark_persisted(inflated);
+    g.steps(4);
+    for m in 0..3 {
+        assert_eq!(order(&g, m), vec![(0, 0), (1, 0)], "member {m}");
+    }
+    assert!(
+        g.engine(2).poll_persist(&mut [0u8; 64]).is_none(),
+        "nothing new to persist"
+    );
+}

@@ -640,3 +640,83 @@ mod tests {
         );
     }
 }
+
+/// Derecho's persistent mode: a message is delivered only once it is on
+/// disk at every member whose row counted it (every member of its view,
+/// or for a delivery inside a ragged trim, every member of the ended view
+/// that the next view keeps). Fed each member's completed syncs (what a
+/// crash cannot take back) and every delivery.
+#[derive(Default)]
+pub struct McastDurable {
+    /// (member, epoch, sender) → messages on that member's disk.
+    durable: BTreeMap<(usize, u64, usize), u64>,
+}
+
+impl McastDurable {
+    /// A sync of `member` completed: per sender, the first `counts[s]`
+    /// messages of `epoch` are on its disk.
+    pub fn synced(&mut self, member: usize, epoch: u64, counts: &[u64]) {
+        for (s, &c) in counts.iter().enumerate() {
+            if c > 0 {
+                let d = self.durable.entry((member, epoch, s)).or_insert(0);
+                *d = (*d).max(c);
+            }
+        }
+    }
+
+    /// `member` delivered message `index` of `sender` in `epoch`; every
+    /// member in `required` (a bit per member) must have it on disk.
+    pub fn delivered(
+        &self,
+        time_ns: u64,
+        member: usize,
+        epoch: u64,
+        sender: usize,
+        index: u64,
+        required: u64,
+    ) -> Option<Violation> {
+        let missing: Vec<usize> = members_of(required)
+            .filter(|&m| {
+                self.durable
+                    .get(&(m, epoch, sender))
+                    .is_none_or(|&c| c <= index)
+            })
+            .collect();
+        (!missing.is_empty()).then(|| {
+            v(
+                "multicast delivers only persisted messages",
+                time_ns,
+                format!(
+                    "node {member} delivered message {index} of node {sender} in epoch {epoch}, \
+                     not on the disk of node(s) {missing:?}"
+                ),
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod durable_tests {
+    use super::McastDurable;
+
+    #[test]
+    fn a_delivery_before_every_member_synced_it_is_a_violation() {
+        let mut d = McastDurable::default();
+        d.synced(0, 3, &[2, 5, 0]);
+        d.synced(1, 3, &[2, 4, 0]);
+        // Message 4 of node 1: on node 0's disk, not yet on node 1's.
+        let v = d.delivered(10, 0, 3, 1, 4, 0b011).expect("a violation");
+        assert!(v.detail.contains("node(s) [1]"), "{}", v.detail);
+        // Message 3 is on both.
+        assert!(d.delivered(10, 0, 3, 1, 3, 0b011).is_none());
+        // Another epoch's syncs do not count; a member never synced is
+        // missing.
+        assert!(d.delivered(10, 0, 4, 1, 0, 0b001).is_some());
+        assert!(d.delivered(10, 0, 3, 0, 1, 0b111).is_some());
+        // Syncs only add: an older mark after a newer one keeps the newer.
+        d.synced(1, 3, &[1, 1, 0]);
+        assert!(d.delivered(10, 0, 3, 1, 3, 0b011).is_none());
+        // Outside the required members nothing is asked.
+        assert!(d.delivered(10, 0, 3, 1, 4, 0b001).is_none());
+    }
+}
