@@ -778,6 +778,10 @@ pub struct Cluster {
     suspicions: FalseSuspicionAccuracy,
     leases: crate::check::leases::LeaseSafety,
     view_agreement: crate::check::view_agreement::ViewAgreement,
+    /// The newest view any member was seen to know: a record that only
+    /// moves forward (a member's memory does not survive its restart, a
+    /// decided view does).
+    newest_view_seen: Option<(u64, verbatim_core::views::View)>,
     view_leaders: crate::check::view_leaders::ViewLeaders,
     counters: CounterAccuracy,
     committed: CommittedLog,
@@ -971,6 +975,7 @@ impl Cluster {
             suspicions: FalseSuspicionAccuracy::default(),
             leases: Default::default(),
             view_agreement: Default::default(),
+            newest_view_seen: None,
             view_leaders: Default::default(),
             counters: CounterAccuracy::default(),
             committed: CommittedLog::default(),
@@ -2316,6 +2321,17 @@ impl Cluster {
 
     fn observe(&mut self, i: usize) {
         self.check_votes(i);
+        if let Some((epoch, view)) = self.nodes[i]
+            .driver
+            .engines()
+            .views
+            .as_ref()
+            .and_then(|v| v.latest())
+        {
+            if self.newest_view_seen.is_none_or(|(e, _)| epoch > e) {
+                self.newest_view_seen = Some((epoch, view));
+            }
+        }
         {
             let log = self.nodes[i].driver.log();
             if log.role() == Role::Leader {
@@ -2480,11 +2496,16 @@ impl Cluster {
         self.check_electable_logs(logs);
     }
 
-    /// The newest view any member knows, with its epoch.
+    /// The newest view decided, with its epoch: the newest any member
+    /// knows, or knew before a restart wiped its memory (a decided view
+    /// stays decided: the checker must not fall back to an older one that
+    /// only the restarted member's loss hides).
     fn newest_view(&self) -> Option<(u64, verbatim_core::views::View)> {
         self.nodes
             .iter()
             .filter_map(|n| n.driver.engines().views.as_ref()?.latest())
+            .chain(self.newest_view_seen)
+            .chain(self.view_agreement.newest())
             .max_by_key(|(epoch, _)| *epoch)
     }
 

@@ -1810,6 +1810,24 @@ fn a_leader_that_ignores_the_others_suspicions_is_caught() {
     assert_sweep_catches(Mutation::IgnoreSuspicions);
 }
 
+/// Seed 200069 (primary-backup): the primary wins view 2 without a cut-off
+/// minority, commits under it, and crashes; it restarts with empty memory
+/// before any other member learned view 2. The completeness checker used
+/// to take the newest view from the members' memories, fell back to view
+/// 1 (everyone) and flagged the cut-off minority, which can never take
+/// over (view 2 stays decided on its coordinators). The newest view
+/// decided only moves forward.
+#[test]
+fn a_view_known_only_to_a_restarted_primary_stays_the_newest() {
+    let r = run_seed(200069, Mutation::None, false);
+    assert!(
+        r.report.violations.is_empty(),
+        "{}: {:?}",
+        describe(&r.options),
+        r.report.violations
+    );
+}
+
 /// Seed 100190 stops the leader in the middle of a log copy and resumes it
 /// 1.4 µs later, before the stuck WRITE even reached the follower. That
 /// WRITE used to land half-placed for good while the tail WRITE behind it

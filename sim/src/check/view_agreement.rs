@@ -18,6 +18,11 @@ pub struct ViewAgreement {
 }
 
 impl ViewAgreement {
+    /// The newest view reported decided, with its epoch.
+    pub fn newest(&self) -> Option<(u64, View)> {
+        self.first.last_key_value().map(|(&e, &(v, _, _))| (e, v))
+    }
+
     /// Member `node` reports `view` decided for `epoch` at `time_ns`.
     pub fn observe(
         &mut self,
@@ -80,6 +85,18 @@ mod tests {
         assert!(c.observe(2, 1, 1, view(0, 2)).is_none());
         assert!(c.observe(3, 2, 2, view(1, 3)).is_none());
         assert_eq!(c.len(), 2);
+    }
+
+    #[test]
+    fn the_newest_view_reported_never_goes_back() {
+        let mut c = ViewAgreement::default();
+        assert_eq!(c.newest(), None);
+        c.observe(1, 0, 3, view(0, 2));
+        c.observe(2, 1, 1, view(1, 1));
+        assert_eq!(c.newest(), Some((3, view(0, 2))));
+        c.observe(3, 2, 4, view(2, 3));
+        c.observe(4, 0, 2, view(0, 1));
+        assert_eq!(c.newest(), Some((4, view(2, 3))));
     }
 
     #[test]
