@@ -407,6 +407,14 @@ pub struct MulticastSection {
     /// Largest message (channel name and payload together), at most 1024
     /// bytes: the small-message protocol.
     pub payload_bytes_max: u32,
+    /// Derecho's persistent mode: every replica appends what it receives
+    /// to its multicast log (`<log_dir>/mcast-<id>.log`) and syncs it
+    /// before counting it, so a message is delivered only once it is on
+    /// every member's disk.
+    pub persistent: bool,
+    /// Where the multicast logs are (a directory on a disk; needed with
+    /// `persistent`).
+    pub log_dir: Option<PathBuf>,
 }
 
 impl Default for MulticastSection {
@@ -414,6 +422,8 @@ impl Default for MulticastSection {
         MulticastSection {
             window: 0,
             payload_bytes_max: 512,
+            persistent: false,
+            log_dir: None,
         }
     }
 }
@@ -749,6 +759,7 @@ impl Manifest {
         cfg.initial_members = c.initial_members.unwrap_or(self.member_count());
         cfg.mcast_window = self.multicast.window;
         cfg.mcast_payload_bytes_max = self.multicast.payload_bytes_max;
+        cfg.mcast_persistent = self.multicast.persistent;
         cfg
     }
 
@@ -928,6 +939,18 @@ impl Manifest {
                 "multicast runs on fabric = \"shm\" only for now (its region is not exchanged over verbs yet); set it to 0",
             ));
         }
+        if self.multicast.persistent && self.multicast.window == 0 {
+            return Err(ConfigError::new(
+                "multicast.persistent",
+                "needs multicast on: set multicast.window (e.g. 64) or remove persistent",
+            ));
+        }
+        if self.multicast.persistent && self.multicast.log_dir.is_none() {
+            return Err(ConfigError::new(
+                "multicast.log_dir",
+                "is not set: the persistent mode writes each replica's multicast log there; set it to a directory on a disk (not /dev/shm)",
+            ));
+        }
         for id in 0..n as u8 {
             self.core_config(id)
                 .validate()
@@ -1065,6 +1088,33 @@ id = 2
         let e = Manifest::parse(BASE, &["=x".into()]).unwrap_err();
         assert_eq!(e.field, "--set");
         assert!(e.message.contains("key=value"), "{e}");
+    }
+
+    #[test]
+    fn the_persistent_multicast_needs_multicast_and_a_log_directory() {
+        let e = Manifest::parse(BASE, &["multicast.persistent=true".into()]).unwrap_err();
+        assert_eq!(e.field, "multicast.persistent");
+        assert!(e.message.contains("multicast.window"), "{e}");
+        let e = Manifest::parse(
+            BASE,
+            &[
+                "multicast.persistent=true".into(),
+                "multicast.window=8".into(),
+            ],
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "multicast.log_dir");
+        assert!(e.message.contains("directory on a disk"), "{e}");
+        let m = Manifest::parse(
+            BASE,
+            &[
+                "multicast.persistent=true".into(),
+                "multicast.window=8".into(),
+                "multicast.log_dir=/var/lib/verbatim".into(),
+            ],
+        )
+        .unwrap();
+        assert!(m.core_config(0).mcast_persistent);
     }
 
     /// Redis's protected mode: a RESP address other hosts can reach needs

@@ -375,6 +375,8 @@ pub struct McastDelivery {
 pub struct McastPersist {
     /// The epoch it was sent in.
     pub epoch: u64,
+    /// That epoch's members (a bit per member id).
+    pub view: u64,
     /// Its sender.
     pub sender: MemberId,
     /// Its index in the sender's stream of the epoch (nulls count).
@@ -753,6 +755,7 @@ impl<M: Memory> McastEngine<M> {
             self.handed[s] = index + 1;
             return Some(McastPersist {
                 epoch: self.epoch,
+                view: self.view,
                 sender,
                 index,
                 null: kind == KIND_NULL,

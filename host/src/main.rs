@@ -183,6 +183,12 @@ enum McastCmd {
         #[arg(long)]
         count: Option<u64>,
     },
+    /// Print a replica's multicast log (`[multicast] persistent`): the
+    /// views, messages received and messages delivered on its disk.
+    Log {
+        /// The log file (`<log_dir>/mcast-<id>.log`).
+        path: PathBuf,
+    },
     /// Become a member of an embedded group (no replica; the others run
     /// the same command with their own --me): multicast each stdin line,
     /// print `<view> <seq> <sender> <message>` per delivered message and
@@ -487,6 +493,10 @@ fn main() -> Result<()> {
             o.connect_timeout = Duration::from_millis(connect_timeout_ms);
             verbatim_host::cli::mcast::join(&o, stay)
         }
+        Cmd::Mcast {
+            op: McastCmd::Log { path },
+            ..
+        } => verbatim_host::cli::mcast::print_log(&path),
         Cmd::Mcast { config, member, op } => {
             init_tracing("warn");
             let manifest = default_manifest(config)?;
@@ -497,7 +507,7 @@ fn main() -> Result<()> {
                 McastCmd::Tail { channels, count } => {
                     verbatim_host::cli::mcast::tail(&manifest, member, &channels, count)
                 }
-                McastCmd::Join { .. } => unreachable!("handled above"),
+                McastCmd::Join { .. } | McastCmd::Log { .. } => unreachable!("handled above"),
             }
         }
         Cmd::Member {

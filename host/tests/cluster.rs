@@ -2435,3 +2435,90 @@ fn a_killed_member_is_removed_by_a_view_change_and_no_publication_is_lost() {
     assert_eq!(read_messages(&mut sub2, "news", 10), expected);
     assert_eq!(read_messages(&mut subs[0], "news", 10), expected);
 }
+
+/// Derecho's persistent mode: a message is delivered only once it is on
+/// every member's disk, so after every replica is SIGKILLed, each one's
+/// multicast log holds every message a subscriber received.
+#[test]
+fn a_persistent_group_has_every_delivered_message_on_every_disk_after_a_total_kill() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let base = free_port_base();
+    let dir = std::env::temp_dir().join(format!("verbatim-itmcastdisk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut cluster = start_with(
+        "itmcastdisk",
+        base,
+        vec![
+            "multicast.window=16".into(),
+            "multicast.persistent=true".into(),
+            format!("multicast.log_dir={}", dir.display()),
+        ],
+    );
+    cluster
+        .wait_leader(0, Duration::from_secs(10))
+        .expect("a leader");
+    let connect = |m: u8| {
+        let s = TcpStream::connect(("127.0.0.1", base + u16::from(m))).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    };
+    let mut sub = connect(1);
+    assert_eq!(
+        resp_lines(&mut sub, b"SUBSCRIBE news\r\n", 6),
+        "*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n"
+    );
+    const COUNT: usize = 100;
+    let mut publishers: Vec<TcpStream> = [0u8, 2].iter().map(|&m| connect(m)).collect();
+    for i in 0..COUNT {
+        let p = &mut publishers[i % 2];
+        let reply = resp(p, format!("PUBLISH news d{i:03}\r\n").as_bytes());
+        assert!(reply.starts_with(':'), "PUBLISH d{i:03}: {reply:?}");
+    }
+    let received = read_messages(&mut sub, "news", COUNT);
+    assert_eq!(received.len(), COUNT, "the subscriber got every message");
+    cluster.kill_all(&[0, 1, 2]).expect("SIGKILL every replica");
+    for r in 0..3u8 {
+        let path = verbatim_host::replica::mcast_log::path(&dir, r);
+        let log = verbatim_host::replica::mcast_log::read(&path, 1024).expect("read the log");
+        let on_disk: std::collections::HashSet<String> = log
+            .records
+            .iter()
+            .filter_map(|rec| match rec {
+                verbatim_host::replica::mcast_log::Record::Message { payload, .. } => {
+                    verbatim_client::pubsub::decode(payload)
+                        .map(|(_, m)| String::from_utf8_lossy(m).into_owned())
+                }
+                _ => None,
+            })
+            .collect();
+        for m in &received {
+            assert!(
+                on_disk.contains(m),
+                "replica {r} delivered-everywhere message {m} is not on its disk ({} records)",
+                log.records.len()
+            );
+        }
+        assert!(
+            log.records.iter().any(|rec| matches!(
+                rec,
+                verbatim_host::replica::mcast_log::Record::View {
+                    epoch: 0,
+                    members: 0b111
+                }
+            )),
+            "replica {r}: the first view is logged"
+        );
+        // What an operator reads of it.
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_verbatim"))
+            .args(["mcast", "log"])
+            .arg(&path)
+            .output()
+            .expect("verbatim mcast log");
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.starts_with("view 0 members 0 1 2\n"), "{text}");
+        assert!(text.contains(" news d000\n"), "{text}");
+        assert!(text.contains("\ndelivered 0 "), "{text}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

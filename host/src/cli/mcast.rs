@@ -287,6 +287,67 @@ fn read_line_capped(r: &mut impl std::io::BufRead, max: usize) -> Option<Result<
     Some(Ok(line))
 }
 
+/// `verbatim mcast log <path>`: one line per record of a replica's
+/// multicast log: `view <epoch> members <ids>`, `message <epoch> <sender>
+/// <index> <channel> <message>` (or `null ...`), `delivered <epoch>
+/// <seq> <sender> <index>`; then what is torn at its end, if anything.
+pub fn print_log(path: &std::path::Path) -> Result<()> {
+    use crate::replica::mcast_log::{read, Record};
+    let contents = read(
+        path,
+        verbatim_core::multicast::MCAST_PAYLOAD_BYTES_CAP as usize,
+    )
+    .with_context(|| format!("reading {}", path.display()))?;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    for r in &contents.records {
+        match r {
+            Record::View { epoch, members } => {
+                let ids: Vec<String> = (0..64)
+                    .filter(|m| members & (1u64 << m) != 0)
+                    .map(|m| m.to_string())
+                    .collect();
+                writeln!(out, "view {epoch} members {}", ids.join(" "))?;
+            }
+            Record::Message {
+                epoch,
+                sender,
+                index,
+                payload,
+                null,
+            } => {
+                if *null {
+                    writeln!(out, "null {epoch} {sender} {index}")?;
+                } else {
+                    let text = match verbatim_client::pubsub::decode(payload) {
+                        Some((channel, message)) => format!(
+                            "{} {}",
+                            String::from_utf8_lossy(channel),
+                            String::from_utf8_lossy(message)
+                        ),
+                        None => format!("(not a publication: {} bytes)", payload.len()),
+                    };
+                    writeln!(out, "message {epoch} {sender} {index} {text}")?;
+                }
+            }
+            Record::Delivered {
+                epoch,
+                seq,
+                sender,
+                index,
+            } => writeln!(out, "delivered {epoch} {seq} {sender} {index}")?,
+        }
+    }
+    if contents.torn_bytes > 0 {
+        writeln!(
+            out,
+            "# {} bytes at the end are not a whole record (a write cut short by a crash)",
+            contents.torn_bytes
+        )?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::read_line_capped;

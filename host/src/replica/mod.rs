@@ -5,6 +5,7 @@
 //! spins between steps.
 
 pub mod failover;
+pub mod mcast_log;
 pub mod snapshot;
 pub mod status_server;
 pub mod storage;
@@ -37,7 +38,8 @@ use verbatim_core::service::KvAndStreams;
 use verbatim_core::stream::StreamStateMachine;
 use verbatim_core::Layout;
 use verbatim_driver::{
-    Answer, Driver, DriverEvent, Engines, Host, Incoming, McastDelivery, McastSendError,
+    Answer, Driver, DriverEvent, Engines, Host, Incoming, McastDelivery, McastPersist,
+    McastSendError, PersistMark,
 };
 use verbatim_status::{
     ConfigSnapshot, EventRecord, GroupConfiguration, LatencySummary, LogPointers, MemberChange,
@@ -244,9 +246,31 @@ struct Gateway {
     /// replica was seen in it after a view change.
     mcast_epoch_seen: u64,
     mcast_installed_mono_ns: Option<u64>,
+    /// The multicast log (`[multicast] persistent`).
+    mcast_log: Option<mcast_log::McastLog>,
+    /// A write or sync of it failed: nothing more counts as on disk
+    /// (the group stops delivering rather than count what may be lost).
+    mcast_log_failed: bool,
 }
 
 impl Gateway {
+    /// A multicast log operation failed: said once, and the log is no
+    /// longer trusted.
+    fn mcast_log_error(&mut self, what: &str, e: std::io::Error) {
+        if !self.mcast_log_failed {
+            let path = self
+                .mcast_log
+                .as_ref()
+                .map(|l| l.path().display().to_string())
+                .unwrap_or_default();
+            tracing::error!(path, error = %e, "multicast log {what} failed: this replica counts nothing more as on disk, so the group stops delivering; fix the disk and restart the replica");
+            self.event(
+                "multicast-log-failed",
+                format!("multicast log {what} failed: {e}"),
+            );
+        }
+        self.mcast_log_failed = true;
+    }
     fn event(&mut self, kind: &str, detail: String) {
         tracing::info!(kind, %detail, "event");
         if self.events.len() == EVENTS_KEPT {
@@ -623,7 +647,41 @@ impl Host<ShmMemory, Kv> for Gateway {
         self.slots.recycle(payload);
     }
 
+    fn multicast_persist(&mut self, _now_ns: u64, r: &McastPersist, payload: &[u8]) {
+        if self.mcast_log_failed {
+            return;
+        }
+        if let Some(log) = self.mcast_log.as_mut() {
+            if let Err(e) = log.message(r, payload) {
+                self.mcast_log_error("write", e);
+            }
+        }
+    }
+
+    fn multicast_sync(&mut self, _now_ns: u64, mark: PersistMark) -> Option<PersistMark> {
+        if self.mcast_log_failed {
+            return None;
+        }
+        let log = self.mcast_log.as_mut()?;
+        if !log.dirty() {
+            // Everything handed out is on disk already.
+            return Some(mark);
+        }
+        match log.sync() {
+            Ok(()) => Some(mark),
+            Err(e) => {
+                self.mcast_log_error("sync", e);
+                None
+            }
+        }
+    }
+
     fn multicast_delivered(&mut self, _now_ns: u64, d: &McastDelivery, payload: &[u8]) {
+        if let (Some(log), false) = (self.mcast_log.as_mut(), self.mcast_log_failed) {
+            if let Err(e) = log.delivered(d.epoch, d.seq, d.sender.0, d.index) {
+                self.mcast_log_error("write", e);
+            }
+        }
         let reached = match verbatim_client::pubsub::decode(payload) {
             Some((channel, message)) => self.queue.subscribers().deliver(channel, message),
             None => {
@@ -1262,6 +1320,7 @@ fn drive<F: HostFabric>(
     let id = MemberId(opts.id);
     let member = m.members[usize::from(opts.id)].clone();
     let mut cfg = m.core_config(opts.id);
+    let in_mcast_group = opts.id < cfg.initial_members;
     cfg.incarnation = draw_incarnation();
     let io = |what: String| move |source| ReplicaError::Io { what, source };
     // Readiness barrier: start once every peer's segment is mapped, or
@@ -1313,6 +1372,14 @@ fn drive<F: HostFabric>(
                 .map_err(io(format!("metrics listener {addr}")))?,
         ),
         None => None,
+    };
+    let mcast_log = match (&m.multicast.log_dir, m.multicast.persistent) {
+        // Only members of the multicast group receive anything.
+        (Some(dir), true) if in_mcast_group => Some(
+            mcast_log::McastLog::open(dir, opts.id)
+                .map_err(io(format!("multicast log in {}", dir.display())))?,
+        ),
+        _ => None,
     };
     let (handle, queue) = ServiceHandle::new(segment.clone());
     let _resp = match &member.resp_addr {
@@ -1366,6 +1433,8 @@ fn drive<F: HostFabric>(
             },
             member_waiting: None,
             publications: Outbox::default(),
+            mcast_log,
+            mcast_log_failed: false,
             mcast_epoch_seen: 0,
             mcast_installed_mono_ns: None,
         },

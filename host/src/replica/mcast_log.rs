@@ -1,0 +1,313 @@
+//! The replica's multicast log, for Derecho's persistent mode
+//! (`[multicast] persistent = true`): every message the replica receives
+//! is appended here and synced before the engine counts it locally stable,
+//! so a message any replica delivered is on the disk of every member of
+//! its view (Derecho §3.4). Views installed and messages delivered are
+//! journalled beside them (synced with the next batch).
+//!
+//! One file per replica, `<log_dir>/mcast-<id>.log`, a sequence of
+//! records:
+//!
+//! ```text
+//! magic u32 | kind u8 | 0 0 0 | payload_len u32 | epoch u64 | a u64 | b u64 | payload | checksum u64
+//! message (1) / null (2): a = sender, b = index in the sender's stream of the epoch
+//! view (3):               a = the view's members (a bit per member id), b = 0
+//! delivered (4):          a = sequence number in the epoch, b = sender << 56 | index
+//! ```
+//!
+//! A record is whole only if its checksum matches: a crash in the middle
+//! of a write leaves a torn tail, which [`read`] stops at.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use verbatim_core::checksum::Checksum;
+use verbatim_core::multicast::McastPersist;
+
+const MAGIC: u32 = 0x4C43_4D56; // "VMCL"
+const HEADER_BYTES: usize = 4 + 4 + 4 + 8 + 8 + 8;
+/// Checksum domain of a record.
+const DOMAIN: u64 = 0x4D43_4C4F_4752_4543; // "MCLOGREC"
+
+const KIND_MESSAGE: u8 = 1;
+const KIND_NULL: u8 = 2;
+const KIND_VIEW: u8 = 3;
+const KIND_DELIVERED: u8 = 4;
+
+/// One record of the log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record {
+    /// A received message (ours included), on disk before it counted.
+    Message {
+        /// Its epoch.
+        epoch: u64,
+        /// Its sender.
+        sender: u8,
+        /// Its index in the sender's stream of the epoch.
+        index: u64,
+        /// Its payload (empty for a null message).
+        payload: Vec<u8>,
+        /// A null message (it only takes its place in the order).
+        null: bool,
+    },
+    /// A view installed (its epoch and members).
+    View {
+        /// The epoch.
+        epoch: u64,
+        /// Its members, a bit per member id.
+        members: u64,
+    },
+    /// A message delivered, in the group's order.
+    Delivered {
+        /// Its epoch.
+        epoch: u64,
+        /// Its sequence number in the epoch.
+        seq: u64,
+        /// Its sender.
+        sender: u8,
+        /// Its index in the sender's stream.
+        index: u64,
+    },
+}
+
+/// The path of replica `id`'s log in `dir`.
+pub fn path(dir: &Path, id: u8) -> PathBuf {
+    dir.join(format!("mcast-{id}.log"))
+}
+
+/// An open log, appended to by the replica's loop.
+pub struct McastLog {
+    file: BufWriter<File>,
+    path: PathBuf,
+    /// Written since the last sync.
+    dirty: bool,
+    /// The epoch of the last view record.
+    view_epoch: Option<u64>,
+}
+
+impl McastLog {
+    /// Opens (creating) replica `id`'s log in `dir`, appending after what
+    /// a previous process left.
+    pub fn open(dir: &Path, id: u8) -> std::io::Result<McastLog> {
+        std::fs::create_dir_all(dir)?;
+        let path = path(dir, id);
+        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        Ok(McastLog {
+            file: BufWriter::with_capacity(1 << 16, file),
+            path,
+            dirty: false,
+            view_epoch: None,
+        })
+    }
+
+    /// Where it is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn append(
+        &mut self,
+        kind: u8,
+        epoch: u64,
+        a: u64,
+        b: u64,
+        payload: &[u8],
+    ) -> std::io::Result<()> {
+        let mut header = [0u8; HEADER_BYTES];
+        header[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        header[4] = kind;
+        header[8..12].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        header[12..20].copy_from_slice(&epoch.to_le_bytes());
+        header[20..28].copy_from_slice(&a.to_le_bytes());
+        header[28..36].copy_from_slice(&b.to_le_bytes());
+        let sum = checksum(&header, payload);
+        self.file.write_all(&header)?;
+        self.file.write_all(payload)?;
+        self.file.write_all(&sum.to_le_bytes())?;
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// A received message, with a view record first when its view is new
+    /// to the log.
+    pub fn message(&mut self, r: &McastPersist, payload: &[u8]) -> std::io::Result<()> {
+        if self.view_epoch != Some(r.epoch) {
+            self.view_epoch = Some(r.epoch);
+            self.append(KIND_VIEW, r.epoch, r.view, 0, &[])?;
+        }
+        let kind = if r.null { KIND_NULL } else { KIND_MESSAGE };
+        self.append(kind, r.epoch, u64::from(r.sender.0), r.index, payload)
+    }
+
+    /// A message delivered (journalled; synced with the next batch).
+    pub fn delivered(
+        &mut self,
+        epoch: u64,
+        seq: u64,
+        sender: u8,
+        index: u64,
+    ) -> std::io::Result<()> {
+        self.append(
+            KIND_DELIVERED,
+            epoch,
+            seq,
+            (u64::from(sender) << 56) | (index & ((1 << 56) - 1)),
+            &[],
+        )
+    }
+
+    /// Whether anything was written since the last sync.
+    pub fn dirty(&self) -> bool {
+        self.dirty
+    }
+
+    /// Writes out and syncs (`fdatasync`) what was appended.
+    pub fn sync(&mut self) -> std::io::Result<()> {
+        if self.dirty {
+            self.file.flush()?;
+            self.file.get_ref().sync_data()?;
+            self.dirty = false;
+        }
+        Ok(())
+    }
+}
+
+fn checksum(header: &[u8], payload: &[u8]) -> u64 {
+    let mut c = Checksum::new(DOMAIN);
+    c.bytes(header);
+    c.bytes(payload);
+    c.finish()
+}
+
+/// What [`read`] found.
+#[derive(Debug, Default)]
+pub struct Contents {
+    /// The whole records, in order.
+    pub records: Vec<Record>,
+    /// Bytes after the last whole record (a write torn by a crash).
+    pub torn_bytes: usize,
+}
+
+/// Reads a log; a record of more than `payload_max` bytes, a bad magic
+/// or checksum ends it (the rest counts as torn).
+pub fn read(path: &Path, payload_max: usize) -> std::io::Result<Contents> {
+    let mut bytes = Vec::new();
+    File::open(path)?.read_to_end(&mut bytes)?;
+    let mut out = Contents::default();
+    let mut at = 0;
+    while bytes.len() - at >= HEADER_BYTES + 8 {
+        let h = &bytes[at..at + HEADER_BYTES];
+        let word =
+            |r: std::ops::Range<usize>| u64::from_le_bytes(h[r].try_into().expect("8 bytes"));
+        let magic = u32::from_le_bytes(h[0..4].try_into().expect("4 bytes"));
+        let kind = h[4];
+        let len = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes")) as usize;
+        if magic != MAGIC || len > payload_max || bytes.len() - at < HEADER_BYTES + len + 8 {
+            break;
+        }
+        let payload = &bytes[at + HEADER_BYTES..at + HEADER_BYTES + len];
+        let sum_at = at + HEADER_BYTES + len;
+        let sum = u64::from_le_bytes(bytes[sum_at..sum_at + 8].try_into().expect("8 bytes"));
+        if sum != checksum(h, payload) {
+            break;
+        }
+        let (epoch, a, b) = (word(12..20), word(20..28), word(28..36));
+        let record = match kind {
+            KIND_MESSAGE | KIND_NULL => Record::Message {
+                epoch,
+                sender: a as u8,
+                index: b,
+                payload: payload.to_vec(),
+                null: kind == KIND_NULL,
+            },
+            KIND_VIEW => Record::View { epoch, members: a },
+            KIND_DELIVERED => Record::Delivered {
+                epoch,
+                seq: a,
+                sender: (b >> 56) as u8,
+                index: b & ((1 << 56) - 1),
+            },
+            _ => break,
+        };
+        out.records.push(record);
+        at = sum_at + 8;
+    }
+    out.torn_bytes = bytes.len() - at;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use verbatim_core::fabric::MemberId;
+
+    #[test]
+    fn records_read_back_and_a_torn_tail_is_cut_off() {
+        let dir = std::env::temp_dir().join(format!("verbatim-mcast-log-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut log = McastLog::open(&dir, 1).unwrap();
+        let m = |index, null, len| McastPersist {
+            epoch: 2,
+            view: 0b101,
+            sender: MemberId(2),
+            index,
+            null,
+            len,
+        };
+        log.message(&m(0, false, 5), b"hello").unwrap();
+        log.message(&m(1, true, 0), b"").unwrap();
+        log.delivered(2, 7, 2, 0).unwrap();
+        assert!(log.dirty());
+        log.sync().unwrap();
+        assert!(!log.dirty());
+        drop(log);
+        let want = vec![
+            Record::View {
+                epoch: 2,
+                members: 0b101,
+            },
+            Record::Message {
+                epoch: 2,
+                sender: 2,
+                index: 0,
+                payload: b"hello".to_vec(),
+                null: false,
+            },
+            Record::Message {
+                epoch: 2,
+                sender: 2,
+                index: 1,
+                payload: Vec::new(),
+                null: true,
+            },
+            Record::Delivered {
+                epoch: 2,
+                seq: 7,
+                sender: 2,
+                index: 0,
+            },
+        ];
+        let p = path(&dir, 1);
+        let c = read(&p, 64).unwrap();
+        assert_eq!(c.records, want);
+        assert_eq!(c.torn_bytes, 0);
+        // A write torn by a crash: half a record at the end.
+        let whole = std::fs::metadata(&p).unwrap().len();
+        let mut log = McastLog::open(&dir, 1).unwrap();
+        log.message(&m(2, false, 3), b"abc").unwrap();
+        log.sync().unwrap();
+        drop(log);
+        let f = OpenOptions::new().write(true).open(&p).unwrap();
+        f.set_len(whole + 20).unwrap();
+        let c = read(&p, 64).unwrap();
+        assert_eq!(c.records, want);
+        assert_eq!(c.torn_bytes, 20);
+        // A flipped payload byte fails the checksum.
+        let mut bytes = std::fs::read(&p).unwrap();
+        bytes[HEADER_BYTES * 2 + 8 + 1] ^= 1;
+        std::fs::write(&p, &bytes).unwrap();
+        let c = read(&p, 64).unwrap();
+        assert_eq!(c.records.len(), 1, "the view record only");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
