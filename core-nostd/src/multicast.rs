@@ -446,6 +446,9 @@ pub enum HaltCause {
     /// more of a sender than we received (only a leader that computed it
     /// from counts that were not final gets there).
     TrimBehind,
+    /// The host asked it to leave ([`McastEngine::leave`]): e.g. its
+    /// persistent log can no longer be written.
+    Left,
 }
 
 /// A proposal to end an epoch: Derecho's ragged trim, with the next
@@ -719,6 +722,16 @@ impl<M: Memory> McastEngine<M> {
         } else {
             self.received[s]
         }
+    }
+
+    /// Leaves the group for good: the engine stops, and its row says so
+    /// (it suspects itself), so the others end the epoch without it
+    /// instead of waiting for counts it will never raise (a persistent
+    /// member whose disk failed).
+    pub fn leave(&mut self) {
+        self.halt(HaltCause::Left);
+        self.seal_row();
+        self.invariants();
     }
 
     /// Derecho's persistent mode ([`Config::mcast_persistent`]).

@@ -235,6 +235,13 @@ pub trait Host<M: Memory, S: StateMachine> {
         Some(mark)
     }
 
+    /// Persistent multicast: the host can no longer put messages on disk
+    /// (a write or sync failed): the member leaves the group, so the
+    /// others go on without it. False by default.
+    fn multicast_failed(&self) -> bool {
+        false
+    }
+
     /// An action was executed on the fabric, with its result.
     fn action_executed(&mut self, action: &Action, result: Result<(), FabricError>) {
         let _ = (action, result);
@@ -604,6 +611,9 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             }
             if let Some(done) = host.multicast_sync(now_ns, m.persist_mark()) {
                 m.mark_persisted(done);
+            }
+            if host.multicast_failed() && m.halted().is_none() {
+                m.leave();
             }
         }
         while let Some(d) = m.poll_delivery(&mut self.mcast_buf) {

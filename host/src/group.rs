@@ -681,6 +681,9 @@ impl Group {
                 tracing::info!(group = %self.opts.name, member = m.0, "member gone");
                 self.engine.handle_peer_down(now, m);
                 self.peers_missing = true;
+                // Its successor is looked for later, not in the middle of
+                // the view change (mapping a segment takes tens of µs).
+                self.next_reconnect = Instant::now() + RECONNECT_EVERY;
                 work = true;
             }
         }

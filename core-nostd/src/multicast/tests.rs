@@ -772,3 +772,26 @@ fn persistent_mode_delivers_only_what_every_member_reported_on_disk() {
         "nothing new to persist"
     );
 }
+
+#[test]
+fn a_member_that_leaves_is_dropped_by_the_next_view() {
+    let mut g = Group::new(3, 8);
+    g.steps(3);
+    g.engine(2).leave();
+    assert_eq!(g.engine(2).halted(), Some(HaltCause::Left));
+    assert_eq!(g.engine(2).send(b"x"), Err(SendError::Halted));
+    g.steps(20);
+    for m in 0..2 {
+        let e = g.engine(m);
+        assert_eq!(e.epoch(), 1, "member {m}");
+        assert_eq!(e.view(), 0b011, "member {m}");
+    }
+    g.engine(0).send(b"after").unwrap();
+    g.steps(6);
+    for m in 0..2 {
+        assert_eq!(
+            g.delivered[m].last().map(|d| d.2.clone()),
+            Some(b"after".to_vec())
+        );
+    }
+}

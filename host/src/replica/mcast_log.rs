@@ -87,11 +87,30 @@ pub struct McastLog {
 
 impl McastLog {
     /// Opens (creating) replica `id`'s log in `dir`, appending after what
-    /// a previous process left.
+    /// a previous process left. A torn end (a write a crash cut short) is
+    /// cut off first, or every record after it would be unreadable.
     pub fn open(dir: &Path, id: u8) -> std::io::Result<McastLog> {
         std::fs::create_dir_all(dir)?;
         let path = path(dir, id);
+        let existed = path.exists();
+        if existed {
+            let contents = read(
+                &path,
+                verbatim_core::multicast::MCAST_PAYLOAD_BYTES_CAP as usize,
+            )?;
+            if contents.torn_bytes > 0 {
+                let f = OpenOptions::new().write(true).open(&path)?;
+                let whole = f.metadata()?.len() - contents.torn_bytes as u64;
+                f.set_len(whole)?;
+                f.sync_all()?;
+            }
+        }
         let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        if !existed {
+            // The new file's name must survive a power loss too.
+            file.sync_all()?;
+            File::open(dir)?.sync_all()?;
+        }
         Ok(McastLog {
             file: BufWriter::with_capacity(1 << 16, file),
             path,
@@ -302,6 +321,26 @@ mod tests {
         let c = read(&p, 64).unwrap();
         assert_eq!(c.records, want);
         assert_eq!(c.torn_bytes, 20);
+        // The next process cuts the torn end off before it appends, so
+        // what it writes reads back.
+        let mut log = McastLog::open(&dir, 1).unwrap();
+        log.message(&m(3, false, 2), b"xy").unwrap();
+        log.sync().unwrap();
+        drop(log);
+        let c = read(&p, 64).unwrap();
+        assert_eq!(c.torn_bytes, 0);
+        // (Its own view record first: a new process says its view again.)
+        assert_eq!(c.records.len(), want.len() + 2);
+        assert_eq!(
+            c.records.last(),
+            Some(&Record::Message {
+                epoch: 2,
+                sender: 2,
+                index: 3,
+                payload: b"xy".to_vec(),
+                null: false,
+            })
+        );
         // A flipped payload byte fails the checksum.
         let mut bytes = std::fs::read(&p).unwrap();
         bytes[HEADER_BYTES * 2 + 8 + 1] ^= 1;

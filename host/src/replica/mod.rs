@@ -248,8 +248,9 @@ struct Gateway {
     mcast_installed_mono_ns: Option<u64>,
     /// The multicast log (`[multicast] persistent`).
     mcast_log: Option<mcast_log::McastLog>,
-    /// A write or sync of it failed: nothing more counts as on disk
-    /// (the group stops delivering rather than count what may be lost).
+    /// A write or sync of it failed: nothing more counts as on disk, and
+    /// the replica leaves the multicast group (the others go on without
+    /// it rather than wait for counts it will never raise).
     mcast_log_failed: bool,
 }
 
@@ -263,7 +264,7 @@ impl Gateway {
                 .as_ref()
                 .map(|l| l.path().display().to_string())
                 .unwrap_or_default();
-            tracing::error!(path, error = %e, "multicast log {what} failed: this replica counts nothing more as on disk, so the group stops delivering; fix the disk and restart the replica");
+            tracing::error!(path, error = %e, "multicast log {what} failed: this replica leaves the multicast group (the others go on without it); fix the disk and restart the replica");
             self.event(
                 "multicast-log-failed",
                 format!("multicast log {what} failed: {e}"),
@@ -676,6 +677,10 @@ impl Host<ShmMemory, Kv> for Gateway {
         }
     }
 
+    fn multicast_failed(&self) -> bool {
+        self.mcast_log_failed
+    }
+
     fn multicast_delivered(&mut self, _now_ns: u64, d: &McastDelivery, payload: &[u8]) {
         if let (Some(log), false) = (self.mcast_log.as_mut(), self.mcast_log_failed) {
             if let Err(e) = log.delivered(d.epoch, d.seq, d.sender.0, d.index) {
@@ -944,6 +949,10 @@ impl<F: HostFabric> Replica<F> {
                                 "a message of member {} inside the trim is not whole here",
                                 p.0
                             )
+                        }
+                        verbatim_core::multicast::HaltCause::Left => {
+                            "left: its multicast log could not be written (see the events)"
+                                .to_string()
                         }
                     }),
                     minority: s.minority,
