@@ -1609,11 +1609,7 @@ fn the_redis_protocol_is_served_forwarded_and_survives_garbage() {
         .wait_leader(0, Duration::from_secs(10))
         .expect("a leader");
     let follower = (leader + 1) % 3;
-    let connect = |m: u8| {
-        let s = TcpStream::connect(("127.0.0.1", base + u16::from(m))).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s
-    };
+    let connect = |m: u8| resp_connect(base, m);
     // A write through a follower is forwarded to the leader.
     let mut f = connect(follower);
     assert_eq!(
@@ -2223,6 +2219,14 @@ fn assert_one_order(seen: &[Vec<String>], publishers: &[u8], each: usize) {
     }
 }
 
+/// A RESP connection to member `m` of a cluster whose ports start at
+/// `base`, reads timing out after 10 s.
+fn resp_connect(base: u16, m: u8) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", base + u16::from(m))).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
 /// Derecho's atomic multicast through RESP (issue 15): subscribers on two
 /// replicas, publishers on two replicas at once; both subscribers receive
 /// every message, in one and the same order, each publisher's in the order
@@ -2236,11 +2240,7 @@ fn subscribers_on_every_replica_receive_every_publication_in_one_order() {
     cluster
         .wait_leader(0, Duration::from_secs(10))
         .expect("a leader");
-    let connect = |m: u8| {
-        let s = TcpStream::connect(("127.0.0.1", base + u16::from(m))).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s
-    };
+    let connect = |m: u8| resp_connect(base, m);
     let mut subs: Vec<TcpStream> = [0u8, 2].iter().map(|&m| connect(m)).collect();
     for s in &mut subs {
         assert_eq!(
@@ -2306,11 +2306,7 @@ fn a_killed_member_is_removed_by_a_view_change_and_no_publication_is_lost() {
     cluster
         .wait_leader(0, Duration::from_secs(10))
         .expect("a leader");
-    let connect = |m: u8| {
-        let s = TcpStream::connect(("127.0.0.1", base + u16::from(m))).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s
-    };
+    let connect = |m: u8| resp_connect(base, m);
     let mut subs: Vec<TcpStream> = [0u8, 1].iter().map(|&m| connect(m)).collect();
     for s in &mut subs {
         assert_eq!(
@@ -2457,11 +2453,7 @@ fn a_persistent_group_has_every_delivered_message_on_every_disk_after_a_total_ki
     cluster
         .wait_leader(0, Duration::from_secs(10))
         .expect("a leader");
-    let connect = |m: u8| {
-        let s = TcpStream::connect(("127.0.0.1", base + u16::from(m))).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s
-    };
+    let connect = |m: u8| resp_connect(base, m);
     let mut sub = connect(1);
     assert_eq!(
         resp_lines(&mut sub, b"SUBSCRIBE news\r\n", 6),

@@ -1810,6 +1810,17 @@ fn a_leader_that_ignores_the_others_suspicions_is_caught() {
     assert_sweep_catches(Mutation::IgnoreSuspicions);
 }
 
+/// Seed `seed` of the swarm runs without a violation.
+fn assert_seed_clean(seed: u64) {
+    let r = run_seed(seed, Mutation::None, false);
+    assert!(
+        r.report.violations.is_empty(),
+        "{}: {:?}",
+        describe(&r.options),
+        r.report.violations
+    );
+}
+
 /// Seed 200069 (primary-backup): the primary wins view 2 without a cut-off
 /// minority, commits under it, and crashes; it restarts with empty memory
 /// before any other member learned view 2. The completeness checker used
@@ -1819,13 +1830,7 @@ fn a_leader_that_ignores_the_others_suspicions_is_caught() {
 /// decided only moves forward.
 #[test]
 fn a_view_known_only_to_a_restarted_primary_stays_the_newest() {
-    let r = run_seed(200069, Mutation::None, false);
-    assert!(
-        r.report.violations.is_empty(),
-        "{}: {:?}",
-        describe(&r.options),
-        r.report.violations
-    );
+    assert_seed_clean(200069);
 }
 
 /// Seed 100190 stops the leader in the middle of a log copy and resumes it
@@ -1837,11 +1842,5 @@ fn a_view_known_only_to_a_restarted_primary_stays_the_newest() {
 /// WRITE lands whole and completes in order.
 #[test]
 fn a_writer_resumed_before_its_stuck_write_lands_places_it_whole() {
-    let r = run_seed(100190, Mutation::None, false);
-    assert!(
-        r.report.violations.is_empty(),
-        "{}: {:?}",
-        describe(&r.options),
-        r.report.violations
-    );
+    assert_seed_clean(100190);
 }
