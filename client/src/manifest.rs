@@ -408,12 +408,14 @@ pub struct MulticastSection {
     /// bytes: the small-message protocol.
     pub payload_bytes_max: u32,
     /// Derecho's persistent mode: every replica appends what it receives
-    /// to its multicast log (`<log_dir>/mcast-<id>.log`) and syncs it
+    /// to its multicast log (`<log_dir>/mcast-<cluster>-<id>.log`) and syncs it
     /// before counting it, so a message is delivered only once it is on
     /// every member's disk.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub persistent: bool,
     /// Where the multicast logs are (a directory on a disk; needed with
-    /// `persistent`).
+    /// `persistent`): `<log_dir>/mcast-<cluster>-<id>.log`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub log_dir: Option<PathBuf>,
 }
 

@@ -186,7 +186,7 @@ enum McastCmd {
     /// Print a replica's multicast log (`[multicast] persistent`): the
     /// views, messages received and messages delivered on its disk.
     Log {
-        /// The log file (`<log_dir>/mcast-<id>.log`).
+        /// The log file (`<log_dir>/mcast-<cluster>-<id>.log`).
         path: PathBuf,
     },
     /// Become a member of an embedded group (no replica; the others run

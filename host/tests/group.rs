@@ -302,8 +302,8 @@ fn processes_joined_from_the_command_line_survive_a_sigkill() {
             let stdin = self.child.stdin.as_mut().expect("stdin");
             writeln!(stdin, "{line}").expect("write a line");
         }
-        /// The delivered messages seen so far, without view numbers
-        /// (`seq sender message`).
+        /// The delivered message lines seen so far (`view seq sender
+        /// message`), without the view lines.
         fn delivered(&self) -> Vec<String> {
             self.seen
                 .iter()

@@ -221,6 +221,11 @@ fn a_peer_is_seen_dead_through_its_death_notice() {
     // A restarted peer (a new segment in its place) is mapped and
     // reported alive again, once.
     let old_incarnation = f.peer(MemberId(1)).unwrap().incarnation();
+    // A new process replaces its predecessor's death notices (its own
+    // are held by a live owner). Left in place, the dead owner's notice
+    // would be read as the new peer's (same pid here) and report the
+    // restarted peer dead again at once.
+    std::fs::remove_file(notice_path(&paths[1])).unwrap();
     let _seg1b = Segment::create(&paths[1], &layout, MemberId(1)).unwrap();
     assert!(f.connect_peers().is_empty());
     assert!(!live.is_dead(MemberId(1)));

@@ -242,10 +242,19 @@ fn zombie_removal(seed: u64, o: &mut ClusterOptions) {
     }
 }
 
+/// The options of `seed` as they were before the persistent multicast
+/// was drawn (a seed pinned as a regression test keeps its scenario).
+pub fn options_for_seed_before_persistence(seed: u64) -> ClusterOptions {
+    let mut o = options_for_seed(seed);
+    o.config.mcast_persistent = false;
+    o.mcast_sync_ns = 0;
+    o
+}
+
 /// The options of `seed` as they were before reconfigurations were drawn
 /// (the seeds that once failed keep the scenario they failed in).
 pub fn options_for_seed_before_reconfiguration(seed: u64) -> ClusterOptions {
-    let mut o = options_for_seed(seed);
+    let mut o = options_for_seed_before_persistence(seed);
     o.faults.retain(|f| !matches!(f, Fault::Reconfigure { .. }));
     o.config.initial_members = o.members;
     o.config.zombie_remove_ns = 0;

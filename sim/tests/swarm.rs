@@ -4,7 +4,7 @@
 
 use verbatim_core::config::Mutation;
 use verbatim_sim::cluster::{run, ClusterOptions, Fault};
-use verbatim_sim::swarm::{describe, run_seed};
+use verbatim_sim::swarm::{describe, options_for_seed_before_persistence, run_seed};
 
 /// Seeds run by `cargo test` (the release CLI runs 10,000).
 const TEST_SEEDS: u64 = 300;
@@ -97,14 +97,25 @@ fn swarm_seeds_keep_every_invariant() {
 /// mid-way into a member that restarted meanwhile).
 #[test]
 fn seeds_that_once_failed_stay_fixed() {
+    // In the scenario they failed in (drawn before reconfigurations).
+    assert_pinned_seeds_pass(
+        &[
+            5108, 2668, 4386, 7421, 8398, 9523, 9614, 9997, 641770780, 641772312,
+        ],
+        verbatim_sim::swarm::options_for_seed_before_reconfiguration,
+    );
+}
+
+/// Runs pinned seeds in the scenario they failed in (`options`: the
+/// swarm's options as they were then): no violation, nothing undecided.
+fn assert_pinned_seeds_pass(seeds: &[u64], options: fn(u64) -> ClusterOptions) {
     let mut failures = Vec::new();
-    for seed in [
-        5108, 2668, 4386, 7421, 8398, 9523, 9614, 9997, 641770780, 641772312,
-    ] {
-        // In the scenario they failed in (drawn before reconfigurations).
-        let r = run(verbatim_sim::swarm::options_for_seed_before_reconfiguration(seed));
+    for &seed in seeds {
+        let o = options(seed);
+        let at = describe(&o);
+        let r = run(o);
         if !r.violations.is_empty() || r.linearizability_unknown {
-            failures.push(format!("seed {seed}: {:?}", r.violations));
+            failures.push(format!("seed {seed} ({at}): {:?}", r.violations));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -115,11 +126,7 @@ fn seeds_that_once_failed_stay_fixed() {
 /// leader could be elected with).
 #[test]
 fn reconfiguration_seeds_that_once_failed_stay_fixed() {
-    let mut failures = Vec::new();
-    for seed in [1972, 5709] {
-        failures.extend(run_seeds(seed..seed + 1, Mutation::None));
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_pinned_seeds_pass(&[1972, 5709], options_for_seed_before_persistence);
 }
 
 /// Seeds of today's swarm that once failed: 712937947 (liveness: a member
@@ -130,9 +137,7 @@ fn reconfiguration_seeds_that_once_failed_stay_fixed() {
 /// paced restore, a zombie, for one at its old apply index).
 #[test]
 fn recovery_seeds_that_once_failed_stay_fixed() {
-    let mut failures = run_seeds(712937947..712937948, Mutation::None);
-    failures.extend(run_seeds(8100817..8100818, Mutation::None));
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_pinned_seeds_pass(&[712937947, 8100817], options_for_seed_before_persistence);
 }
 
 #[test]
@@ -1810,17 +1815,6 @@ fn a_leader_that_ignores_the_others_suspicions_is_caught() {
     assert_sweep_catches(Mutation::IgnoreSuspicions);
 }
 
-/// Seed `seed` of the swarm runs without a violation.
-fn assert_seed_clean(seed: u64) {
-    let r = run_seed(seed, Mutation::None, false);
-    assert!(
-        r.report.violations.is_empty(),
-        "{}: {:?}",
-        describe(&r.options),
-        r.report.violations
-    );
-}
-
 /// Seed 200069 (primary-backup): the primary wins view 2 without a cut-off
 /// minority, commits under it, and crashes; it restarts with empty memory
 /// before any other member learned view 2. The completeness checker used
@@ -1830,7 +1824,7 @@ fn assert_seed_clean(seed: u64) {
 /// decided only moves forward.
 #[test]
 fn a_view_known_only_to_a_restarted_primary_stays_the_newest() {
-    assert_seed_clean(200069);
+    assert_pinned_seeds_pass(&[200069], options_for_seed_before_persistence);
 }
 
 /// Seed 100190 stops the leader in the middle of a log copy and resumes it
@@ -1842,5 +1836,5 @@ fn a_view_known_only_to_a_restarted_primary_stays_the_newest() {
 /// WRITE lands whole and completes in order.
 #[test]
 fn a_writer_resumed_before_its_stuck_write_lands_places_it_whole() {
-    assert_seed_clean(100190);
+    assert_pinned_seeds_pass(&[100190], options_for_seed_before_persistence);
 }

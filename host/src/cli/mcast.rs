@@ -148,11 +148,13 @@ pub fn join(options: &crate::group::GroupOptions, stay: bool) -> Result<()> {
     use std::sync::mpsc::{sync_channel, TryRecvError};
     use std::sync::Arc;
 
+    // Joined first: a signal during the wait for the others ends the
+    // process at once, as usual.
+    let mut g = Group::join(options)?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
     }
-    let mut g = Group::join(options)?;
     // Lines come from a thread so the member's loop never blocks on
     // stdin; the channel is bounded (a reader far ahead waits).
     let (lines_tx, lines) = sync_channel::<Vec<u8>>(1024);
@@ -288,9 +290,10 @@ fn read_line_capped(r: &mut impl std::io::BufRead, max: usize) -> Option<Result<
 }
 
 /// `verbatim mcast log <path>`: one line per record of a replica's
-/// multicast log: `view <epoch> members <ids>`, `message <epoch> <sender>
-/// <index> <channel> <message>` (or `null ...`), `delivered <epoch>
-/// <seq> <sender> <index>`; then what is torn at its end, if anything.
+/// multicast log: `start <incarnation>`, `view <epoch> members <ids>`,
+/// `message <epoch> <sender> <index> <channel> <message>` (or `null
+/// ...`), `delivered <epoch> <seq> <sender> <index>`; then what is torn at
+/// its end, if anything (a corrupt log is an error).
 pub fn print_log(path: &std::path::Path) -> Result<()> {
     use crate::replica::mcast_log::{read, Record};
     let contents = read(
@@ -336,14 +339,21 @@ pub fn print_log(path: &std::path::Path) -> Result<()> {
                 sender,
                 index,
             } => writeln!(out, "delivered {epoch} {seq} {sender} {index}")?,
+            Record::Start { incarnation } => writeln!(out, "start {incarnation}")?,
         }
     }
-    if contents.torn_bytes > 0 {
-        writeln!(
+    match contents.readable_after_tear {
+        Some(at) => bail!(
+            "{}: the records stop being readable before byte {} though whole records follow at byte {at}: the log is corrupt",
+            path.display(),
+            std::fs::metadata(path).map_or(0, |m| m.len()) - contents.torn_bytes as u64
+        ),
+        None if contents.torn_bytes > 0 => writeln!(
             out,
             "# {} bytes at the end are not a whole record (a write cut short by a crash)",
             contents.torn_bytes
-        )?;
+        )?,
+        None => {}
     }
     Ok(())
 }

@@ -2,21 +2,25 @@
 //! (`[multicast] persistent = true`): every message the replica receives
 //! is appended here and synced before the engine counts it locally stable,
 //! so a message any replica delivered is on the disk of every member of
-//! its view (Derecho §3.4). Views installed and messages delivered are
-//! journalled beside them (synced with the next batch).
+//! its view (Derecho §3.4). Each process start, the views it installs and
+//! the messages it delivers are journalled beside them (written out with
+//! the next sync).
 //!
-//! One file per replica, `<log_dir>/mcast-<id>.log`, a sequence of
-//! records:
+//! One file per replica, `<log_dir>/mcast-<cluster>-<id>.log`, a sequence
+//! of records:
 //!
 //! ```text
 //! magic u32 | kind u8 | 0 0 0 | payload_len u32 | epoch u64 | a u64 | b u64 | payload | checksum u64
 //! message (1) / null (2): a = sender, b = index in the sender's stream of the epoch
 //! view (3):               a = the view's members (a bit per member id), b = 0
 //! delivered (4):          a = sequence number in the epoch, b = sender << 56 | index
+//! start (5):              a = the process's incarnation (epochs count from 0 again)
 //! ```
 //!
 //! A record is whole only if its checksum matches: a crash in the middle
-//! of a write leaves a torn tail, which [`read`] stops at.
+//! of a write leaves a torn tail, which [`read`] stops at and the next
+//! process cuts off. Anything readable after an unreadable stretch is
+//! corruption, not a torn tail: the log is refused.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Read, Write};
@@ -33,6 +37,7 @@ const KIND_MESSAGE: u8 = 1;
 const KIND_NULL: u8 = 2;
 const KIND_VIEW: u8 = 3;
 const KIND_DELIVERED: u8 = 4;
+const KIND_START: u8 = 5;
 
 /// One record of the log.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,6 +62,11 @@ pub enum Record {
         /// Its members, a bit per member id.
         members: u64,
     },
+    /// A process started appending (its epochs count from 0 again).
+    Start {
+        /// Its incarnation.
+        incarnation: u64,
+    },
     /// A message delivered, in the group's order.
     Delivered {
         /// Its epoch.
@@ -70,34 +80,47 @@ pub enum Record {
     },
 }
 
-/// The path of replica `id`'s log in `dir`.
-pub fn path(dir: &Path, id: u8) -> PathBuf {
-    dir.join(format!("mcast-{id}.log"))
+/// The path of replica `id`'s log in `dir`, for cluster `cluster`.
+pub fn path(dir: &Path, cluster: &str, id: u8) -> PathBuf {
+    dir.join(format!("mcast-{cluster}-{id}.log"))
 }
 
 /// An open log, appended to by the replica's loop.
 pub struct McastLog {
     file: BufWriter<File>,
     path: PathBuf,
-    /// Written since the last sync.
+    /// Messages written since the last sync (a sync is due before they
+    /// count).
     dirty: bool,
     /// The epoch of the last view record.
     view_epoch: Option<u64>,
 }
 
 impl McastLog {
-    /// Opens (creating) replica `id`'s log in `dir`, appending after what
-    /// a previous process left. A torn end (a write a crash cut short) is
-    /// cut off first, or every record after it would be unreadable.
-    pub fn open(dir: &Path, id: u8) -> std::io::Result<McastLog> {
+    /// Opens (creating) replica `id`'s log of `cluster` in `dir`,
+    /// appending after what a previous process (incarnation
+    /// `incarnation`) left. A torn end (a write a crash cut short) is cut
+    /// off first, or every record after it would be unreadable; a log
+    /// with whole records after an unreadable stretch is refused.
+    pub fn open(dir: &Path, cluster: &str, id: u8, incarnation: u64) -> std::io::Result<McastLog> {
         std::fs::create_dir_all(dir)?;
-        let path = path(dir, id);
+        let path = path(dir, cluster, id);
         let existed = path.exists();
         if existed {
             let contents = read(
                 &path,
                 verbatim_core::multicast::MCAST_PAYLOAD_BYTES_CAP as usize,
             )?;
+            if let Some(at) = contents.readable_after_tear {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!(
+                        "{}: a whole record at byte {at} follows an unreadable stretch (corruption, \
+                         not a write cut short): move the file away to start a new log",
+                        path.display()
+                    ),
+                ));
+            }
             if contents.torn_bytes > 0 {
                 let f = OpenOptions::new().write(true).open(&path)?;
                 let whole = f.metadata()?.len() - contents.torn_bytes as u64;
@@ -111,12 +134,15 @@ impl McastLog {
             file.sync_all()?;
             File::open(dir)?.sync_all()?;
         }
-        Ok(McastLog {
+        let mut log = McastLog {
             file: BufWriter::with_capacity(1 << 16, file),
             path,
             dirty: false,
             view_epoch: None,
-        })
+        };
+        log.append(KIND_START, 0, incarnation, 0, &[])?;
+        log.sync()?;
+        Ok(log)
     }
 
     /// Where it is.
@@ -143,22 +169,29 @@ impl McastLog {
         self.file.write_all(&header)?;
         self.file.write_all(payload)?;
         self.file.write_all(&sum.to_le_bytes())?;
-        self.dirty = true;
         Ok(())
+    }
+
+    /// A view installed (once per epoch).
+    pub fn view(&mut self, epoch: u64, members: u64) -> std::io::Result<()> {
+        if self.view_epoch == Some(epoch) {
+            return Ok(());
+        }
+        self.view_epoch = Some(epoch);
+        self.append(KIND_VIEW, epoch, members, 0, &[])
     }
 
     /// A received message, with a view record first when its view is new
     /// to the log.
     pub fn message(&mut self, r: &McastPersist, payload: &[u8]) -> std::io::Result<()> {
-        if self.view_epoch != Some(r.epoch) {
-            self.view_epoch = Some(r.epoch);
-            self.append(KIND_VIEW, r.epoch, r.view, 0, &[])?;
-        }
+        self.view(r.epoch, r.view)?;
         let kind = if r.null { KIND_NULL } else { KIND_MESSAGE };
+        self.dirty = true;
         self.append(kind, r.epoch, u64::from(r.sender.0), r.index, payload)
     }
 
-    /// A message delivered (journalled; synced with the next batch).
+    /// A message delivered (journalled; written out with the next sync,
+    /// which it does not make due).
     pub fn delivered(
         &mut self,
         epoch: u64,
@@ -175,18 +208,16 @@ impl McastLog {
         )
     }
 
-    /// Whether anything was written since the last sync.
+    /// Whether messages were written since the last sync.
     pub fn dirty(&self) -> bool {
         self.dirty
     }
 
     /// Writes out and syncs (`fdatasync`) what was appended.
     pub fn sync(&mut self) -> std::io::Result<()> {
-        if self.dirty {
-            self.file.flush()?;
-            self.file.get_ref().sync_data()?;
-            self.dirty = false;
-        }
+        self.file.flush()?;
+        self.file.get_ref().sync_data()?;
+        self.dirty = false;
         Ok(())
     }
 }
@@ -205,6 +236,9 @@ pub struct Contents {
     pub records: Vec<Record>,
     /// Bytes after the last whole record (a write torn by a crash).
     pub torn_bytes: usize,
+    /// Where a whole record starts inside those bytes, if one does: the
+    /// unreadable stretch is corruption, not a torn end.
+    pub readable_after_tear: Option<usize>,
 }
 
 /// Reads a log; a record of more than `payload_max` bytes, a bad magic
@@ -240,6 +274,7 @@ pub fn read(path: &Path, payload_max: usize) -> std::io::Result<Contents> {
                 null: kind == KIND_NULL,
             },
             KIND_VIEW => Record::View { epoch, members: a },
+            KIND_START => Record::Start { incarnation: a },
             KIND_DELIVERED => Record::Delivered {
                 epoch,
                 seq: a,
@@ -252,7 +287,30 @@ pub fn read(path: &Path, payload_max: usize) -> std::io::Result<Contents> {
         at = sum_at + 8;
     }
     out.torn_bytes = bytes.len() - at;
+    // A torn end holds no whole record; corruption in the middle leaves
+    // whole records after it.
+    out.readable_after_tear =
+        (at + 1..bytes.len()).find(|&p| whole_record_at(&bytes, p, payload_max));
     Ok(out)
+}
+
+/// Whether a whole record (magic, known kind, length, checksum) starts at
+/// `at`.
+fn whole_record_at(bytes: &[u8], at: usize, payload_max: usize) -> bool {
+    if bytes.len() - at < HEADER_BYTES + 8 {
+        return false;
+    }
+    let h = &bytes[at..at + HEADER_BYTES];
+    let len = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes")) as usize;
+    u32::from_le_bytes(h[0..4].try_into().expect("4 bytes")) == MAGIC
+        && (KIND_MESSAGE..=KIND_START).contains(&h[4])
+        && len <= payload_max
+        && bytes.len() - at >= HEADER_BYTES + len + 8
+        && {
+            let sum_at = at + HEADER_BYTES + len;
+            u64::from_le_bytes(bytes[sum_at..sum_at + 8].try_into().expect("8 bytes"))
+                == checksum(h, &bytes[at + HEADER_BYTES..sum_at])
+        }
 }
 
 #[cfg(test)]
@@ -260,27 +318,35 @@ mod tests {
     use super::*;
     use verbatim_core::fabric::MemberId;
 
-    #[test]
-    fn records_read_back_and_a_torn_tail_is_cut_off() {
-        let dir = std::env::temp_dir().join(format!("verbatim-mcast-log-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let mut log = McastLog::open(&dir, 1).unwrap();
-        let m = |index, null, len| McastPersist {
+    fn m(index: u64, null: bool, len: usize) -> McastPersist {
+        McastPersist {
             epoch: 2,
             view: 0b101,
             sender: MemberId(2),
             index,
             null,
             len,
-        };
+        }
+    }
+
+    #[test]
+    fn records_read_back_a_torn_tail_is_cut_off_and_corruption_refused() {
+        let dir = std::env::temp_dir().join(format!("verbatim-mcast-log-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut log = McastLog::open(&dir, "c", 1, 77).unwrap();
+        assert!(!log.dirty(), "the start record is synced at open");
         log.message(&m(0, false, 5), b"hello").unwrap();
         log.message(&m(1, true, 0), b"").unwrap();
-        log.delivered(2, 7, 2, 0).unwrap();
         assert!(log.dirty());
         log.sync().unwrap();
-        assert!(!log.dirty());
+        log.delivered(2, 7, 2, 0).unwrap();
+        assert!(!log.dirty(), "a delivery record makes no sync due");
+        log.view(3, 0b001).unwrap();
+        log.view(3, 0b001).unwrap();
+        log.sync().unwrap();
         drop(log);
         let want = vec![
+            Record::Start { incarnation: 77 },
             Record::View {
                 epoch: 2,
                 members: 0b101,
@@ -305,48 +371,62 @@ mod tests {
                 sender: 2,
                 index: 0,
             },
+            Record::View {
+                epoch: 3,
+                members: 0b001,
+            },
         ];
-        let p = path(&dir, 1);
+        let p = path(&dir, "c", 1);
         let c = read(&p, 64).unwrap();
         assert_eq!(c.records, want);
-        assert_eq!(c.torn_bytes, 0);
-        // A write torn by a crash: half a record at the end.
+        assert_eq!((c.torn_bytes, c.readable_after_tear), (0, None));
+        // A write torn by a crash: part of a record at the end.
         let whole = std::fs::metadata(&p).unwrap().len();
-        let mut log = McastLog::open(&dir, 1).unwrap();
-        log.message(&m(2, false, 3), b"abc").unwrap();
-        log.sync().unwrap();
-        drop(log);
-        let f = OpenOptions::new().write(true).open(&p).unwrap();
-        f.set_len(whole + 20).unwrap();
+        let mut bytes = std::fs::read(&p).unwrap();
+        bytes.extend_from_within(..30);
+        std::fs::write(&p, &bytes).unwrap();
         let c = read(&p, 64).unwrap();
         assert_eq!(c.records, want);
-        assert_eq!(c.torn_bytes, 20);
-        // The next process cuts the torn end off before it appends, so
-        // what it writes reads back.
-        let mut log = McastLog::open(&dir, 1).unwrap();
+        assert_eq!((c.torn_bytes, c.readable_after_tear), (30, None));
+        // The next process cuts it off before it appends, so what it
+        // writes reads back.
+        let mut log = McastLog::open(&dir, "c", 1, 78).unwrap();
         log.message(&m(3, false, 2), b"xy").unwrap();
         log.sync().unwrap();
         drop(log);
         let c = read(&p, 64).unwrap();
         assert_eq!(c.torn_bytes, 0);
-        // (Its own view record first: a new process says its view again.)
-        assert_eq!(c.records.len(), want.len() + 2);
+        assert_eq!(c.records[..want.len()], want[..]);
         assert_eq!(
-            c.records.last(),
-            Some(&Record::Message {
-                epoch: 2,
-                sender: 2,
-                index: 3,
-                payload: b"xy".to_vec(),
-                null: false,
-            })
+            c.records[want.len()..],
+            [
+                Record::Start { incarnation: 78 },
+                Record::View {
+                    epoch: 2,
+                    members: 0b101
+                },
+                Record::Message {
+                    epoch: 2,
+                    sender: 2,
+                    index: 3,
+                    payload: b"xy".to_vec(),
+                    null: false,
+                },
+            ]
         );
-        // A flipped payload byte fails the checksum.
+        assert!(std::fs::metadata(&p).unwrap().len() > whole);
+        // A flipped byte in the middle is corruption, not a torn end: the
+        // records after it are whole, and the log is refused.
         let mut bytes = std::fs::read(&p).unwrap();
-        bytes[HEADER_BYTES * 2 + 8 + 1] ^= 1;
+        let hello = bytes.windows(5).position(|w| w == b"hello").unwrap();
+        bytes[hello + 1] ^= 1;
         std::fs::write(&p, &bytes).unwrap();
         let c = read(&p, 64).unwrap();
-        assert_eq!(c.records.len(), 1, "the view record only");
+        assert_eq!(c.records[..], want[..2], "up to the damaged record");
+        assert!(c.readable_after_tear.is_some());
+        let e = McastLog::open(&dir, "c", 1, 79).err().expect("refused");
+        assert!(e.to_string().contains("corruption"), "{e}");
+        assert_eq!(std::fs::read(&p).unwrap(), bytes, "nothing cut or written");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -1052,17 +1052,22 @@ impl<F: HostFabric> Replica<F> {
             };
             gw.publications.push(p);
         }
-        let epoch = self
+        let (epoch, view) = self
             .driver
             .engines()
             .multicast
             .as_ref()
-            .map_or(0, |m| m.epoch());
+            .map_or((0, 0), |m| (m.epoch(), m.view()));
         if epoch != gw.mcast_epoch_seen {
             // A view installed in the last step (a benchmark times it from
             // its kill of a member, on the same clock).
             gw.mcast_epoch_seen = epoch;
             gw.mcast_installed_mono_ns = Some(verbatim_client::process::monotonic_now_ns());
+            if let (Some(log), false) = (gw.mcast_log.as_mut(), gw.mcast_log_failed) {
+                if let Err(e) = log.view(epoch, view) {
+                    gw.mcast_log_error("write", e);
+                }
+            }
         }
         // Publications a view change trimmed (never delivered anywhere:
         // the trim is the same everywhere) go out again, first, in order.
@@ -1331,6 +1336,7 @@ fn drive<F: HostFabric>(
     let mut cfg = m.core_config(opts.id);
     let in_mcast_group = opts.id < cfg.initial_members;
     cfg.incarnation = draw_incarnation();
+    let incarnation = cfg.incarnation;
     let io = |what: String| move |source| ReplicaError::Io { what, source };
     // Readiness barrier: start once every peer's segment is mapped, or
     // after the timeout (missing peers are retried and count as down).
@@ -1385,7 +1391,7 @@ fn drive<F: HostFabric>(
     let mcast_log = match (&m.multicast.log_dir, m.multicast.persistent) {
         // Only members of the multicast group receive anything.
         (Some(dir), true) if in_mcast_group => Some(
-            mcast_log::McastLog::open(dir, opts.id)
+            mcast_log::McastLog::open(dir, &m.cluster.name, opts.id, incarnation)
                 .map_err(io(format!("multicast log in {}", dir.display())))?,
         ),
         _ => None,
