@@ -1562,19 +1562,35 @@ fn multicast_scenario(seed: u64, mutation: Mutation) -> ClusterOptions {
 #[test]
 fn multicast_members_deliver_the_same_messages_in_the_same_order() {
     for seed in 0..4 {
-        let r = run(multicast_scenario(seed, Mutation::None));
-        assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
-        assert!(r.mcast_sent > 200, "seed {seed}: {} sent", r.mcast_sent);
-        // Every member delivers (nearly) everything sent: the pause and the
-        // cut delay messages, they lose none.
-        assert!(
-            r.mcast_delivered >= 3 * (r.mcast_sent - 8 * 3),
-            "seed {seed}: {} of {} delivered",
-            r.mcast_delivered,
-            3 * r.mcast_sent
+        assert_every_member_delivers_nearly_everything(
+            seed,
+            multicast_scenario(seed, Mutation::None),
         );
-        assert_eq!(r.mcast_wedged, 0);
     }
+}
+
+/// No violation, and every member delivers (nearly) everything sent: the
+/// pause and the cut delay messages, they lose none; nobody wedges.
+fn assert_every_member_delivers_nearly_everything(seed: u64, o: ClusterOptions) {
+    let r = run(o);
+    assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+    assert!(r.mcast_sent > 200, "seed {seed}: {} sent", r.mcast_sent);
+    assert!(
+        r.mcast_delivered >= 3 * (r.mcast_sent - 8 * 3),
+        "seed {seed}: {} of {} delivered",
+        r.mcast_delivered,
+        3 * r.mcast_sent
+    );
+    assert_eq!(r.mcast_wedged, 0, "seed {seed}");
+}
+
+/// The multicast scenario in the persistent mode, with a disk that takes
+/// 30 µs to sync.
+fn persistent_scenario(seed: u64, mutation: Mutation) -> ClusterOptions {
+    let mut o = multicast_scenario(seed, mutation);
+    o.config.mcast_persistent = true;
+    o.mcast_sync_ns = 30_000;
+    o
 }
 
 /// Derecho's persistent mode: with a disk that takes 30 µs to sync, every
@@ -1583,17 +1599,9 @@ fn multicast_members_deliver_the_same_messages_in_the_same_order() {
 #[test]
 fn persistent_members_deliver_only_what_every_member_has_on_disk() {
     for seed in 0..3 {
-        let mut o = multicast_scenario(seed, Mutation::None);
-        o.config.mcast_persistent = true;
-        o.mcast_sync_ns = 30_000;
-        let r = run(o);
-        assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
-        assert!(r.mcast_sent > 200, "seed {seed}: {} sent", r.mcast_sent);
-        assert!(
-            r.mcast_delivered >= 3 * (r.mcast_sent - 8 * 3),
-            "seed {seed}: {} of {} delivered",
-            r.mcast_delivered,
-            3 * r.mcast_sent
+        assert_every_member_delivers_nearly_everything(
+            seed,
+            persistent_scenario(seed, Mutation::None),
         );
     }
 }
@@ -1601,10 +1609,7 @@ fn persistent_members_deliver_only_what_every_member_has_on_disk() {
 #[test]
 fn delivering_before_every_disk_has_it_is_caught() {
     for seed in 0..2 {
-        let mut o = multicast_scenario(seed, Mutation::DeliverBeforePersisted);
-        o.config.mcast_persistent = true;
-        o.mcast_sync_ns = 30_000;
-        let r = run(o);
+        let r = run(persistent_scenario(seed, Mutation::DeliverBeforePersisted));
         assert!(
             r.violations
                 .iter()
