@@ -1659,6 +1659,20 @@ fn a_crashed_member_is_removed_from_the_multicast_group_and_the_others_go_on() {
     );
 }
 
+/// The multicast scenario with member 2 restarted (a new process) at
+/// 4 ms, 300 µs after its crash; `notify`: the others get death notices.
+fn restart_scenario(seed: u64, notify: bool) -> ClusterOptions {
+    let mut o = multicast_scenario(seed, Mutation::None);
+    o.crash_notify = notify;
+    o.faults = vec![Fault::Restart {
+        node: 2,
+        at_ns: 4_000_000,
+        down_ns: 300_000,
+        after_vote: false,
+    }];
+    o
+}
+
 /// A member restarts (a new process) while the others multicast, with
 /// death notices: the others remove its predecessor, then add the new
 /// process as it asks to join (one view change each); it delivers from
@@ -1666,15 +1680,7 @@ fn a_crashed_member_is_removed_from_the_multicast_group_and_the_others_go_on() {
 #[test]
 fn a_restarted_member_rejoins_the_multicast_group_in_a_later_view() {
     for seed in [7u64, 8, 9] {
-        let mut o = multicast_scenario(seed, Mutation::None);
-        o.crash_notify = true;
-        o.faults = vec![Fault::Restart {
-            node: 2,
-            at_ns: 4_000_000,
-            down_ns: 300_000,
-            after_vote: false,
-        }];
-        let r = run(o);
+        let r = run(restart_scenario(seed, true));
         assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
         assert_eq!(r.mcast_joins, 1, "seed {seed}: the new process joined once");
         // The removal (two installs) and the join (two installs, the
@@ -1784,15 +1790,7 @@ fn a_persistent_group_changes_views_with_only_persisted_messages_in_the_trim() {
 #[test]
 fn a_restarted_member_never_passes_for_its_predecessor_in_the_multicast_group() {
     for (seed, notify) in [(5, false), (6, true)] {
-        let mut o = multicast_scenario(seed, Mutation::None);
-        o.crash_notify = notify;
-        o.faults = vec![Fault::Restart {
-            node: 2,
-            at_ns: 4_000_000,
-            down_ns: 300_000,
-            after_vote: false,
-        }];
-        let r = run(o);
+        let r = run(restart_scenario(seed, notify));
         assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
         assert!(r.mcast_delivered > 0, "seed {seed}");
     }

@@ -248,22 +248,13 @@ pub fn read(path: &Path, payload_max: usize) -> std::io::Result<Contents> {
     File::open(path)?.read_to_end(&mut bytes)?;
     let mut out = Contents::default();
     let mut at = 0;
-    while bytes.len() - at >= HEADER_BYTES + 8 {
+    while whole_record_at(&bytes, at, payload_max) {
         let h = &bytes[at..at + HEADER_BYTES];
         let word =
             |r: std::ops::Range<usize>| u64::from_le_bytes(h[r].try_into().expect("8 bytes"));
-        let magic = u32::from_le_bytes(h[0..4].try_into().expect("4 bytes"));
         let kind = h[4];
         let len = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes")) as usize;
-        if magic != MAGIC || len > payload_max || bytes.len() - at < HEADER_BYTES + len + 8 {
-            break;
-        }
         let payload = &bytes[at + HEADER_BYTES..at + HEADER_BYTES + len];
-        let sum_at = at + HEADER_BYTES + len;
-        let sum = u64::from_le_bytes(bytes[sum_at..sum_at + 8].try_into().expect("8 bytes"));
-        if sum != checksum(h, payload) {
-            break;
-        }
         let (epoch, a, b) = (word(12..20), word(20..28), word(28..36));
         let record = match kind {
             KIND_MESSAGE | KIND_NULL => Record::Message {
@@ -281,10 +272,10 @@ pub fn read(path: &Path, payload_max: usize) -> std::io::Result<Contents> {
                 sender: (b >> 56) as u8,
                 index: b & ((1 << 56) - 1),
             },
-            _ => break,
+            _ => unreachable!("whole_record_at admits known kinds only"),
         };
         out.records.push(record);
-        at = sum_at + 8;
+        at += HEADER_BYTES + len + 8;
     }
     out.torn_bytes = bytes.len() - at;
     // A torn end holds no whole record; corruption in the middle leaves
