@@ -183,6 +183,10 @@ pub enum Mutation {
     /// receipt, before the host has it on disk, so a message may be
     /// delivered that some member would lose in a crash.
     DeliverBeforePersisted,
+    /// A total restart cuts the logs' last view where every restarted disk
+    /// holds it, ignoring what a member delivered beyond (a delivery
+    /// inside a ragged trim is rolled back).
+    RestartAtCommonPrefix,
 }
 
 /// Configuration of one member. Construct with [`Config::new`], adjust

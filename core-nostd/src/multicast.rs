@@ -207,7 +207,13 @@ pub const COL_TRIM_JOIN_INCARNATION: Column = Column::u64("trim_join_incarnation
 /// 1 while the owner asks to join the running group (a process that
 /// started after the group formed, or whose predecessor was removed).
 pub const COL_JOINING: Column = Column::u64("joining", 27);
-const COLUMNS: [Column; 14] = [
+/// Non-zero while the owner restarts from its persistent log (a total
+/// restart): the members of its log's last view (a bit per member id; the
+/// owner is one). Its row then shows that view's epoch (`epoch`), the
+/// messages of it on its disk per sender (`received`) and those it
+/// delivered (`delivered`).
+pub const COL_RESTART_VIEW: Column = Column::u64("restart_view", 28);
+const COLUMNS: [Column; 15] = [
     COL_RECEIVED,
     COL_DELIVERED,
     COL_INCARNATION,
@@ -222,8 +228,9 @@ const COLUMNS: [Column; 14] = [
     COL_TRIM_JOIN,
     COL_TRIM_JOIN_INCARNATION,
     COL_JOINING,
+    COL_RESTART_VIEW,
 ];
-const SCHEMA: Schema = Schema::new("multicast", DOMAIN_ROW, &[28], &COLUMNS);
+const SCHEMA: Schema = Schema::new("multicast", DOMAIN_ROW, &[29], &COLUMNS);
 const _: () = assert!(SCHEMA.row_words() * 8 <= MCAST_ROW_BYTES as usize);
 
 /// The multicast SST's row schema (Derecho's received and delivered
@@ -399,6 +406,130 @@ pub struct PersistMark {
     pub counts: [u64; MAX_MEMBERS],
 }
 
+/// Where a member's persistent log left off, for a total restart
+/// ([`McastEngine::restart`]): the last view it installed and what of it
+/// is on its disk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RestartPoint {
+    /// The last view's epoch.
+    pub epoch: u64,
+    /// Its members (a bit per member id; this member is one).
+    pub view: u64,
+    /// Per sender (member id), its messages of that epoch on disk: indices
+    /// `0 .. persisted[s]`.
+    pub persisted: [u64; MAX_MEMBERS],
+    /// Sequence numbers of that epoch the log shows delivered
+    /// (`0 .. delivered`).
+    pub delivered: u64,
+}
+
+impl RestartPoint {
+    /// The sequence number of `sender`'s message `index` in the point's
+    /// view (saturating; a sender outside the view counts as position 0).
+    pub fn seq_of(&self, sender: MemberId, index: u64) -> u64 {
+        let n = u64::from(self.view.count_ones()).max(1);
+        let below = self.view & ((1u64 << (sender.0 % 64)) - 1);
+        index
+            .saturating_mul(n)
+            .saturating_add(u64::from(below.count_ones()))
+    }
+}
+
+/// Reads a persistent log's records in order and finds its restart point
+/// (hosts keep their own record format; the rule is one): the last view
+/// record starts the last view, each sender's messages of it count from
+/// index 0 without a gap, and delivered records say how far it was
+/// delivered.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RestartScan {
+    point: Option<RestartPoint>,
+}
+
+impl RestartScan {
+    /// A view record: a new last view (what came before is forgotten).
+    pub fn view(&mut self, epoch: u64, members: u64) {
+        self.point = Some(RestartPoint {
+            epoch,
+            view: members,
+            ..RestartPoint::default()
+        });
+    }
+
+    /// A message record: whether it is the next of its sender in the last
+    /// view (the host keeps it for the tail).
+    pub fn message(&mut self, epoch: u64, sender: MemberId, index: u64) -> bool {
+        match self.point.as_mut() {
+            Some(p) if p.epoch == epoch && sender.index() < MAX_MEMBERS => {
+                let next = &mut p.persisted[sender.index()];
+                let counted = *next == index;
+                if counted {
+                    *next += 1;
+                }
+                counted
+            }
+            _ => false,
+        }
+    }
+
+    /// A delivered record.
+    pub fn delivered(&mut self, epoch: u64, seq: u64) {
+        if let Some(p) = self.point.as_mut().filter(|p| p.epoch == epoch) {
+            p.delivered = p.delivered.max(seq.saturating_add(1));
+        }
+    }
+
+    /// The restart point, if the log held a view.
+    pub fn point(&self) -> Option<RestartPoint> {
+        self.point
+    }
+}
+
+/// What a restarted member delivers from its own log before the group
+/// goes on ([`McastEngine::restart_tail`]): the sequence numbers
+/// `from .. to` of epoch `epoch`, whose members were `view` (sequence
+/// number `g` is message `g / n` of the view's member at position
+/// `g mod n`; nulls are skipped).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RestartTail {
+    /// The epoch (the last view of the logs).
+    pub epoch: u64,
+    /// Its members (a bit per member id).
+    pub view: u64,
+    /// First sequence number to deliver (what this member's log shows
+    /// delivered).
+    pub from: u64,
+    /// Where the restart cut ends it: every member of the restarted group
+    /// delivered exactly `0 .. to` of the epoch.
+    pub to: u64,
+}
+
+impl RestartTail {
+    /// The sender and index of sequence number `seq` of the tail's epoch.
+    pub fn at_seq(&self, seq: u64) -> (MemberId, u64) {
+        let n = u64::from(self.view.count_ones()).max(1);
+        let pos = (seq % n) as u32;
+        let mut rest = self.view;
+        for _ in 0..pos {
+            rest &= rest - 1;
+        }
+        (MemberId(rest.trailing_zeros() as u8), seq / n)
+    }
+}
+
+/// The ballot of a restart cut (above every leader's rank + 1): the trim
+/// that ends the logs' last view when the whole group restarts.
+pub const RESTART_BALLOT: u64 = 0x100;
+
+/// Why a restart point was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestartError {
+    /// The view is empty, lists members outside the layout, or leaves
+    /// this member out.
+    View,
+    /// The engine already started (restart before the first poll).
+    Started,
+}
+
 /// Why a message was not sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SendError {
@@ -497,6 +628,9 @@ pub struct McastStatus {
     /// We ask to join the running group (a process that started after the
     /// group formed): the next view change adds us.
     pub joining: bool,
+    /// We restart from our persistent log and wait for every member of
+    /// its last view to do so too (or for the cut to be delivered).
+    pub restarting: bool,
     /// The current epoch (view number).
     pub epoch: u64,
     /// The view's members (a bit per member id).
@@ -541,6 +675,8 @@ struct PeerRow {
     wedged: bool,
     trim: Option<Trim>,
     joining: bool,
+    /// Non-zero while it restarts from its log: its log's last view.
+    restart_view: u64,
     /// Gone: its counts stay as they are (Derecho's frozen row).
     frozen: bool,
 }
@@ -610,6 +746,18 @@ pub struct McastEngine<M: Memory> {
     /// The group formed with us in it at least once (a process that never
     /// got in asks to join instead of stopping).
     ever_formed: bool,
+    /// A total restart: where our log left off, while we wait for every
+    /// member of its last view.
+    restarting: Option<RestartPoint>,
+    /// Per member, the restart row its process showed (its incarnation
+    /// and restart point), kept once seen: its row moves on to the
+    /// restarted view as soon as it delivered its tail.
+    restart_rows: [Option<(u64, RestartPoint)>; MAX_MEMBERS],
+    /// The restart cut decided, and our tail of it, until the host
+    /// delivered the tail from its log.
+    restart_cut: Option<(Trim, RestartTail)>,
+    /// The host delivered our tail of the restart cut.
+    restart_tail_done: bool,
     /// The current epoch, its members, and those suspected in it.
     epoch: u64,
     view: u64,
@@ -667,6 +815,10 @@ impl<M: Memory> McastEngine<M> {
             joining: false,
             gone_incarnation: [0; MAX_MEMBERS],
             ever_formed: false,
+            restarting: None,
+            restart_rows: [None; MAX_MEMBERS],
+            restart_cut: None,
+            restart_tail_done: false,
             epoch: 0,
             view: (1u64 << n) - 1,
             suspected: 0,
@@ -693,6 +845,7 @@ impl<M: Memory> McastEngine<M> {
             halted: self.halted,
             minority: self.minority,
             joining: self.joining,
+            restarting: self.restarting.is_some(),
             epoch: self.epoch,
             view: self.view,
             suspected: self.suspected,
@@ -732,6 +885,75 @@ impl<M: Memory> McastEngine<M> {
         self.halt(HaltCause::Left);
         self.seal_row();
         self.invariants();
+    }
+
+    /// Restarts from this member's persistent log after the whole group
+    /// failed (Derecho §3.4, "Total failures"): call once, before the
+    /// first poll, with where the log left off.
+    ///
+    /// Our row shows the restart point, and we wait until every member of
+    /// the log's last view `L` shows its own (or asks to join: it has no
+    /// log). Among those whose last view is `L` too, the *restart cut* is
+    /// the larger of (a) the round-robin prefix of `L` that every one of
+    /// them has on disk, which holds every message that was stable (on
+    /// the disk of every member of `L`) and (b) the most any of them
+    /// delivered, which holds every message delivered inside a ragged
+    /// trim (the host syncs those deliveries before the application sees
+    /// them). So nothing any member delivered is rolled back. The members
+    /// whose disks hold the whole cut each deliver their tail of it from
+    /// their own logs ([`McastEngine::restart_tail`],
+    /// [`McastEngine::restart_delivered`]), then form the view `L + 1`;
+    /// the others (and members whose logs end before `L`) join it as new
+    /// members. The cut is a function of the logs alone, which the
+    /// restart only adds deliveries inside it to: a restart that fails
+    /// and runs again cuts at the same place. Members that installed the
+    /// restarted view show the cut as their last trim, so a member that
+    /// reads their rows before every restart row adopts it.
+    pub fn restart(&mut self, point: RestartPoint) -> Result<(), RestartError> {
+        let layout_members = (1u64 << self.n) - 1;
+        if point.view == 0
+            || point.view & !layout_members != 0
+            || point.view & (1 << self.me.0) == 0
+        {
+            return Err(RestartError::View);
+        }
+        if self.pinned.is_some() || self.joining || self.restarting.is_some() {
+            return Err(RestartError::Started);
+        }
+        self.restarting = Some(point);
+        self.epoch = point.epoch;
+        // Only us until the restarted view: a process that comes up or
+        // goes down meanwhile is no member of a view of ours (its rows
+        // are read from their first).
+        self.view = 1u64 << self.me.0;
+        for s in 0..self.n {
+            self.row.set_at(&COL_RECEIVED, s, point.persisted[s]);
+        }
+        self.row.set(&COL_DELIVERED, point.delivered);
+        self.row.set(&COL_EPOCH, point.epoch);
+        self.row.set(&COL_RESTART_VIEW, point.view);
+        self.seal_row();
+        self.invariants();
+        Ok(())
+    }
+
+    /// The tail of the logs' last view this member delivers from its own
+    /// log, once the restart cut is decided: the host delivers it (nulls
+    /// skipped, each delivery on disk before the application sees it),
+    /// then calls [`McastEngine::restart_delivered`].
+    pub fn restart_tail(&self) -> Option<RestartTail> {
+        self.restart_cut
+            .filter(|_| !self.restart_tail_done)
+            .map(|(_, tail)| tail)
+    }
+
+    /// The host delivered [`McastEngine::restart_tail`]: the restarted
+    /// view is installed once every member's incarnation is known.
+    pub fn restart_delivered(&mut self) {
+        if self.restart_cut.is_some() {
+            self.restart_tail_done = true;
+            self.deliver_due = true;
+        }
     }
 
     /// Derecho's persistent mode ([`Config::mcast_persistent`]).
@@ -1134,6 +1356,7 @@ impl<M: Memory> McastEngine<M> {
             }
         });
         r.joining = row.get(&COL_JOINING).unwrap_or(0) != 0;
+        r.restart_view = row.get(&COL_RESTART_VIEW).unwrap_or(0) & members_mask;
     }
 
     /// Whether our message `index` may take its slot: the message it
@@ -1296,11 +1519,14 @@ impl<M: Memory> McastEngine<M> {
 
     /// Pins every member's incarnation once each row was seen.
     fn try_start(&mut self) {
-        if self.pinned.is_some() || self.joining {
+        if self.pinned.is_some() || self.joining || self.restarting.is_some() {
             return;
         }
-        if (0..self.n).any(|m| m != self.me.index() && self.rows[m].epoch > 0) {
-            // The group runs past its first view: we can only join it.
+        if (0..self.n).any(|m| {
+            m != self.me.index() && (self.rows[m].epoch > 0 || self.rows[m].restart_view != 0)
+        }) {
+            // The group runs past its first view (or restarts from its
+            // logs, which we have none of): we can only join it.
             self.become_joining();
             return;
         }
@@ -1335,6 +1561,10 @@ impl<M: Memory> McastEngine<M> {
     /// member that sees a row of a later epoch learns the trim that ended
     /// ours from it), and only then acted on.
     fn advance_epoch(&mut self) {
+        if let Some(point) = self.restarting {
+            self.try_restart(point);
+            return;
+        }
         if self.joining {
             self.try_join();
             return;
@@ -1627,6 +1857,227 @@ impl<M: Memory> McastEngine<M> {
         self.deliver_due = true;
     }
 
+    /// A total restart ([`McastEngine::restart`]): gathers the members'
+    /// restart rows, decides the restart cut (or adopts it from a member
+    /// that installed the restarted view), and installs that view once
+    /// the host delivered our tail.
+    fn try_restart(&mut self, point: RestartPoint) {
+        let me = self.me.index();
+        let mut adopted = None;
+        for m in 0..self.n {
+            let r = self.rows[m];
+            if m == me || r.incarnation == 0 || r.frozen {
+                continue;
+            }
+            if r.restart_view != 0 {
+                self.restart_rows[m] = Some((
+                    r.incarnation,
+                    RestartPoint {
+                        epoch: r.epoch,
+                        view: r.restart_view,
+                        persisted: r.received,
+                        delivered: r.delivered,
+                    },
+                ));
+            } else if !r.joining && r.digest != 0 {
+                match r.trim {
+                    Some(t)
+                        if t.ballot == RESTART_BALLOT
+                            && t.epoch == point.epoch
+                            && r.epoch == point.epoch + 1 =>
+                    {
+                        adopted = Some(t)
+                    }
+                    // The group runs past our log's last view: whether it
+                    // restarted without us or never stopped, we join it.
+                    _ if r.epoch > point.epoch => return self.restart_behind(),
+                    _ => {}
+                }
+            }
+        }
+        if let Some((t, _)) = self.restart_cut {
+            if self.restart_tail_done {
+                self.install_restarted(t);
+            }
+            return;
+        }
+        let newest = (0..self.n)
+            .filter_map(|m| self.restart_rows[m].map(|(_, p)| p.epoch))
+            .fold(point.epoch, u64::max);
+        if newest > point.epoch {
+            // Another member's log holds a later view.
+            return self.restart_behind();
+        }
+        let Some(t) = adopted.or_else(|| self.restart_cut_of(point)) else {
+            return;
+        };
+        if adopted.is_none() && t.members & (1 << me) == 0 {
+            // Our disk lacks part of the cut: we join the restarted group
+            // as a new member, once it runs. Until then our row keeps
+            // showing our restart point, so that every member computes
+            // the cut from the same rows.
+            return;
+        }
+        let view = point.view;
+        let n = u64::from(view.count_ones());
+        let end = (0..self.n)
+            .filter(|&s| view & (1 << s) != 0)
+            .map(|s| {
+                let pos = u64::from((view & ((1u64 << s) - 1)).count_ones());
+                t.counts[s].saturating_mul(n).saturating_add(pos)
+            })
+            .min()
+            .unwrap_or(0);
+        let covered = (0..self.n)
+            .filter(|&s| view & (1 << s) != 0)
+            .all(|s| point.persisted[s] >= t.counts[s]);
+        if t.members & (1 << me) == 0 || t.members & !view != 0 || !covered {
+            // Our disk lacks part of the cut: we join the restarted
+            // group as a new member.
+            return self.restart_behind();
+        }
+        self.restart_cut = Some((
+            t,
+            RestartTail {
+                epoch: point.epoch,
+                view,
+                from: point.delivered.min(end),
+                to: end,
+            },
+        ));
+        self.deliver_due = true;
+    }
+
+    /// The restart cut, once every member of our log's last view shows its
+    /// restart point (or asks to join: it has no log): see
+    /// [`McastEngine::restart`].
+    fn restart_cut_of(&self, point: RestartPoint) -> Option<Trim> {
+        let me = self.me.index();
+        let view = point.view;
+        let n = u64::from(view.count_ones());
+        let members = || (0..self.n).filter(move |&m| view & (1 << m) != 0);
+        let pos = |s: usize| u64::from((view & ((1u64 << s) - 1)).count_ones());
+        let summary = |m: usize| {
+            if m == me {
+                return Some(point);
+            }
+            self.restart_rows[m]
+                .map(|(_, p)| p)
+                .filter(|p| p.epoch == point.epoch && p.view == view)
+        };
+        let mut logs = 0u64;
+        let mut least = [u64::MAX; MAX_MEMBERS];
+        let mut most_delivered = 0u64;
+        for m in members() {
+            match summary(m) {
+                Some(p) => {
+                    logs |= 1 << m;
+                    for s in members() {
+                        least[s] = least[s].min(p.persisted[s]);
+                    }
+                    most_delivered = most_delivered.max(p.delivered);
+                }
+                None if self.restart_rows[m].is_some()
+                    || (self.rows[m].joining && self.rows[m].incarnation != 0) => {}
+                // Not restarted yet: its log may hold deliveries nobody
+                // else's shows.
+                None => return None,
+            }
+        }
+        let on_every_disk = members()
+            .map(|s| least[s].saturating_mul(n).saturating_add(pos(s)))
+            .min()
+            .unwrap_or(0);
+        #[cfg(feature = "mutation-testing")]
+        let most_delivered = if self.mutation == crate::config::Mutation::RestartAtCommonPrefix {
+            0
+        } else {
+            most_delivered
+        };
+        let to = on_every_disk.max(most_delivered);
+        let mut counts = [0u64; MAX_MEMBERS];
+        for s in members() {
+            counts[s] = to.saturating_sub(pos(s)).div_ceil(n);
+        }
+        let whole = members()
+            .filter(|&m| summary(m).is_some_and(|p| members().all(|s| p.persisted[s] >= counts[s])))
+            .fold(0u64, |acc, m| acc | 1 << m);
+        debug_assert!(whole & !logs == 0);
+        Some(Trim {
+            epoch: point.epoch,
+            ballot: RESTART_BALLOT,
+            members: whole,
+            counts,
+            join: None,
+        })
+    }
+
+    /// Our log ends before the restarted group's cut or view: we join it
+    /// as a new member (our log's history stops where it stops).
+    fn restart_behind(&mut self) {
+        self.restarting = None;
+        self.restart_cut = None;
+        self.restart_tail_done = false;
+        self.row.set(&COL_RESTART_VIEW, 0);
+        self.become_joining();
+    }
+
+    /// Installs the restarted view after cut `t` (the epoch after the
+    /// logs' last), once every member's incarnation is known.
+    fn install_restarted(&mut self, t: Trim) {
+        let me = self.me.index();
+        let mut incarnations = [0u64; MAX_MEMBERS];
+        for (m, inc) in incarnations.iter_mut().enumerate().take(self.n) {
+            if t.members & (1 << m) == 0 {
+                continue;
+            }
+            let r = &self.rows[m];
+            *inc = if m == me {
+                self.incarnation
+            } else if r.restart_view == 0 && r.epoch == t.epoch + 1 && r.digest != 0 {
+                r.incarnation
+            } else {
+                match self.restart_rows[m] {
+                    Some((i, _)) => i,
+                    None => return,
+                }
+            };
+        }
+        self.restarting = None;
+        self.restart_cut = None;
+        self.restart_tail_done = false;
+        self.epoch = t.epoch + 1;
+        self.view = t.members;
+        self.last_trim = Some(t);
+        self.trim = None;
+        self.ending = None;
+        self.wedged = None;
+        self.minority = false;
+        self.status.view_changes += 1;
+        let digest = Self::view_digest_of(self.epoch, self.view, &incarnations);
+        self.pinned = Some((incarnations, digest));
+        // Members known gone are suspected at once in the new view.
+        self.suspected = (0..self.n)
+            .filter(|&m| self.view & (1 << m) != 0 && self.peers[m].down)
+            .fold(0u64, |acc, m| acc | 1 << m);
+        for s in 0..self.n {
+            self.row.set_at(&COL_RECEIVED, s, 0);
+        }
+        self.row.set(&COL_RESTART_VIEW, 0);
+        self.row.set(&COL_DELIVERED, 0);
+        self.row.set(&COL_EPOCH, self.epoch);
+        self.row.set(&COL_VIEW_DIGEST, digest);
+        self.row.set(&COL_SUSPECTED, self.suspected);
+        self.row.set(&COL_WEDGED, 0);
+        self.set_row_trim();
+        if self.suspected != 0 {
+            self.wedge(WedgeCause::Suspicion(MemberId(
+                self.suspected.trailing_zeros() as u8,
+            )));
+        }
+        self.deliver_due = true;
+    }
+
     /// The lowest member outside the view whose process asks to join (one
     /// per view change), with its incarnation.
     fn pending_joiner(&self) -> Option<(MemberId, u64)> {
@@ -1880,6 +2331,18 @@ impl<M: Memory> McastEngine<M> {
 
     /// Invariants, checked at the end of every entry point.
     fn invariants(&self) {
+        if let Some(point) = self.restarting {
+            // Our row shows where our log left off, and nothing runs yet.
+            assert!(self.row.get(&COL_RESTART_VIEW) == point.view);
+            assert!(self.row.get(&COL_EPOCH) == point.epoch);
+            assert!(self.pinned.is_none() && self.sent == 0 && self.delivered == 0);
+            if let Some((t, tail)) = self.restart_cut {
+                assert!(t.members & (1 << self.me.0) != 0 && t.members & !point.view == 0);
+                assert!(tail.from <= tail.to && tail.epoch == point.epoch);
+            }
+            return;
+        }
+        assert!(self.row.get(&COL_RESTART_VIEW) == 0);
         assert!(self.received[self.me.index()] == self.sent);
         for s in 0..self.n {
             // What our row reports is what is locally stable: received

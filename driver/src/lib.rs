@@ -59,7 +59,9 @@ use std::collections::{HashMap, VecDeque};
 use verbatim_core::engine::{Engine, EngineTag};
 use verbatim_core::fabric::{Action, Fabric, FabricError, MemberId};
 use verbatim_core::heartbeat::{CounterEvent, HeartbeatEngine};
-pub use verbatim_core::multicast::{McastDelivery, McastEngine, McastPersist, PersistMark};
+pub use verbatim_core::multicast::{
+    McastDelivery, McastEngine, McastPersist, PersistMark, RestartPoint, RestartTail,
+};
 use verbatim_core::node::{Event, Role, SubmitError, Submitted};
 use verbatim_core::sm::{ReadError, RequestError};
 use verbatim_core::views::{View, ViewEngine, ViewEvent};
@@ -235,6 +237,17 @@ pub trait Host<M: Memory, S: StateMachine> {
         Some(mark)
     }
 
+    /// A total restart ([`McastEngine::restart`]): deliver `tail` from
+    /// the host's log (each delivery on disk before the application sees
+    /// it). Returns true once done (the restarted view is installed
+    /// then); false to be asked again, e.g. after calling
+    /// [`McastEngine::leave`] when the log cannot give it. A host that
+    /// never restarts an engine is never asked.
+    fn multicast_restart(&mut self, now_ns: u64, tail: &RestartTail) -> bool {
+        let _ = (now_ns, tail);
+        true
+    }
+
     /// Persistent multicast: the host can no longer put messages on disk
     /// (a write or sync failed): the member leaves the group, so the
     /// others go on without it. False by default.
@@ -381,6 +394,12 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
     /// The engines (status, the state machine, memory).
     pub fn engines(&self) -> &Engines<M, S> {
         &self.engines
+    }
+
+    /// The multicast engine, to restart it from a persistent log before
+    /// the first step ([`McastEngine::restart`]).
+    pub fn multicast_mut(&mut self) -> Option<&mut McastEngine<M>> {
+        self.engines.multicast.as_mut()
     }
 
     /// The log engine.
@@ -614,6 +633,11 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             }
             if host.multicast_failed() && m.halted().is_none() {
                 m.leave();
+            }
+        }
+        if let Some(tail) = m.restart_tail() {
+            if host.multicast_restart(now_ns, &tail) {
+                m.restart_delivered();
             }
         }
         while let Some(d) = m.poll_delivery(&mut self.mcast_buf) {

@@ -33,7 +33,7 @@ fn usage() -> ExitCode {
 }
 
 /// Every mutation's name (the soak script runs each).
-const MUTATIONS: [&str; 31] = [
+const MUTATIONS: [&str; 32] = [
     "commit-on-minority",
     "vote-without-log-check",
     "read-without-term-check",
@@ -65,6 +65,7 @@ const MUTATIONS: [&str; 31] = [
     "trim-before-echo",
     "ignore-suspicions",
     "deliver-before-persisted",
+    "restart-at-common-prefix",
 ];
 
 fn parse_mutation(s: &str) -> Option<Mutation> {
@@ -101,6 +102,7 @@ fn parse_mutation(s: &str) -> Option<Mutation> {
         "trim-before-echo" => Mutation::TrimBeforeEcho,
         "ignore-suspicions" => Mutation::IgnoreSuspicions,
         "deliver-before-persisted" => Mutation::DeliverBeforePersisted,
+        "restart-at-common-prefix" => Mutation::RestartAtCommonPrefix,
         _ => return None,
     })
 }

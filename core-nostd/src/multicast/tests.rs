@@ -24,6 +24,8 @@ struct Group {
     queued: Vec<(usize, WorkRequest)>,
     now: u64,
     delivered: Vec<Vec<(MemberId, u64, Vec<u8>)>>,
+    /// Restart tails each member was asked to deliver from its log.
+    tails: Vec<Vec<RestartTail>>,
 }
 
 fn config(n: u8, id: u8, window: u32) -> Config {
@@ -52,6 +54,7 @@ impl Group {
             queued: Vec::new(),
             now: 0,
             delivered: vec![Vec::new(); n as usize],
+            tails: vec![Vec::new(); n as usize],
         }
     }
 
@@ -77,6 +80,11 @@ impl Group {
                 continue;
             };
             e.handle_timeout(now);
+            if let Some(tail) = e.restart_tail() {
+                // The host delivers it from its log at once.
+                self.tails[i].push(tail);
+                e.restart_delivered();
+            }
             let mut out = [0u8; 64];
             while let Some(d) = e.poll_delivery(&mut out) {
                 self.delivered[i].push((d.sender, d.index, out[..d.len].to_vec()));
@@ -794,4 +802,119 @@ fn a_member_that_leaves_is_dropped_by_the_next_view() {
             Some(b"after".to_vec())
         );
     }
+}
+
+fn point(epoch: u64, view: u64, persisted: [u64; 3], delivered: u64) -> RestartPoint {
+    let mut p = RestartPoint {
+        epoch,
+        view,
+        persisted: [0; MAX_MEMBERS],
+        delivered,
+    };
+    p.persisted[..3].copy_from_slice(&persisted);
+    p
+}
+
+#[test]
+fn a_total_restart_cuts_where_a_log_delivered_most_and_a_member_lacking_it_joins() {
+    // Epoch 4 ended in a ragged trim member 2 was suspected in: members 0
+    // and 1 have 6 messages of each sender on disk and member 0 delivered
+    // the trim's first 16 sequence numbers; member 2 has only 3 of each
+    // (every member of the view has those: 9 sequence numbers).
+    let mut g = Group::new(3, 8);
+    g.engine(0).restart(point(4, 0b111, [6, 6, 6], 16)).unwrap();
+    g.engine(1).restart(point(4, 0b111, [6, 6, 6], 9)).unwrap();
+    g.engine(2).restart(point(4, 0b111, [3, 3, 3], 9)).unwrap();
+    assert!(g.engine(0).status().restarting);
+    assert_eq!(
+        g.engine(0).restart(point(4, 0b111, [6, 6, 6], 16)),
+        Err(RestartError::Started)
+    );
+    g.steps(30);
+    // The cut is the most delivered (16): members 0 and 1 deliver their
+    // tails of it from their logs and form epoch 5; member 2's disk lacks
+    // part of it, so it joins as a new member (epoch 6).
+    let tail = |from, to| RestartTail {
+        epoch: 4,
+        view: 0b111,
+        from,
+        to,
+    };
+    assert_eq!(g.tails[0], vec![tail(16, 16)]);
+    assert_eq!(g.tails[1], vec![tail(9, 16)]);
+    assert!(g.tails[2].is_empty(), "member 2 cannot deliver the cut");
+    for m in 0..3 {
+        let e = g.engine(m);
+        assert!(!e.status().restarting, "member {m}");
+        assert_eq!((e.epoch(), e.view()), (6, 0b111), "member {m}");
+    }
+    let last = g.engine(0).status().last_trim.unwrap();
+    assert_eq!(last.epoch, 5, "the join ended the restarted view");
+    g.engine(2).send(b"back").unwrap();
+    g.steps(8);
+    for m in 0..3 {
+        assert_eq!(
+            g.delivered[m].last().map(|d| d.2.clone()),
+            Some(b"back".to_vec()),
+            "member {m}"
+        );
+    }
+    // Sequence number 15 is message 5 of member 0: the tail's last one.
+    assert_eq!(tail(9, 16).at_seq(15), (MemberId(0), 5));
+    assert_eq!(tail(9, 16).at_seq(14), (MemberId(2), 4));
+    let two = RestartTail {
+        epoch: 1,
+        view: 0b101,
+        from: 0,
+        to: 4,
+    };
+    assert_eq!(two.at_seq(3), (MemberId(2), 1));
+}
+
+#[test]
+fn a_total_restart_waits_for_every_member_of_the_last_view() {
+    let mut g = Group::new(3, 8);
+    g.engines[2] = None;
+    g.engine(0).restart(point(2, 0b111, [4, 4, 4], 12)).unwrap();
+    g.engine(1).restart(point(2, 0b111, [4, 4, 4], 12)).unwrap();
+    g.steps(30);
+    for m in 0..2 {
+        // Member 2's log may hold deliveries nobody else's shows.
+        assert!(g.tails[m].is_empty(), "member {m}");
+        let e = g.engine(m);
+        assert!(e.status().restarting);
+        assert_eq!(e.send(b"x"), Err(SendError::NotStarted));
+    }
+    // It comes back with a log that ends a view earlier: it cannot be in
+    // the restarted view, but it was not in the last one either, so the
+    // others cut without it and it joins.
+    let mut c = config(3, 2, 8);
+    c.incarnation = 900;
+    g.engines[2] = McastEngine::new(&c, g.mems[2].clone(), g.now);
+    g.engine(2).restart(point(1, 0b111, [9, 9, 9], 27)).unwrap();
+    g.steps(40);
+    assert_eq!(g.tails[0].len(), 1);
+    assert_eq!(g.tails[0][0].to, 12);
+    for m in 0..3 {
+        let e = g.engine(m);
+        assert_eq!((e.epoch(), e.view()), (4, 0b111), "member {m}");
+    }
+}
+
+#[test]
+fn a_restart_point_outside_the_layout_is_refused() {
+    let mut g = Group::new(3, 8);
+    assert_eq!(
+        g.engine(0).restart(point(1, 0b110, [0; 3], 0)),
+        Err(RestartError::View)
+    );
+    assert_eq!(
+        g.engine(0).restart(point(1, 0b1001, [0; 3], 0)),
+        Err(RestartError::View)
+    );
+    g.steps(5);
+    assert_eq!(
+        g.engine(0).restart(point(1, 0b111, [0; 3], 0)),
+        Err(RestartError::Started)
+    );
 }

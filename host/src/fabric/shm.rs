@@ -643,6 +643,17 @@ impl ShmFabric {
                 Some(_) => continue,
             };
             match Segment::open(&self.peer_paths[i], &self.layout) {
+                // A segment left by a process that exited before we
+                // first looked: not a peer we ever knew (its death is
+                // nobody's news to us, and a notice of it would reach us
+                // after its successor's first rows). Its successor's is
+                // mapped once it is there.
+                Ok(seg) if !restarted && !seg.owner().alive() => missing.push((
+                    m,
+                    ShmError::NotReady {
+                        path: self.peer_paths[i].clone(),
+                    },
+                )),
                 Ok(seg) if seg.member_id() == i as u64 => {
                     if restarted {
                         tracing::info!(

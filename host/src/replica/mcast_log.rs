@@ -22,11 +22,13 @@
 //! process cuts off. Anything readable after an unreadable stretch is
 //! corruption, not a torn tail: the log is refused.
 
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use verbatim_core::checksum::Checksum;
-use verbatim_core::multicast::McastPersist;
+use verbatim_core::fabric::MemberId;
+use verbatim_core::multicast::{McastPersist, RestartPoint, RestartScan};
 
 const MAGIC: u32 = 0x4C43_4D56; // "VMCL"
 const HEADER_BYTES: usize = 4 + 4 + 4 + 8 + 8 + 8;
@@ -102,10 +104,18 @@ impl McastLog {
     /// `incarnation`) left. A torn end (a write a crash cut short) is cut
     /// off first, or every record after it would be unreadable; a log
     /// with whole records after an unreadable stretch is refused.
-    pub fn open(dir: &Path, cluster: &str, id: u8, incarnation: u64) -> std::io::Result<McastLog> {
+    /// Also returns what a total restart needs from what was there
+    /// ([`recover`]).
+    pub fn open(
+        dir: &Path,
+        cluster: &str,
+        id: u8,
+        incarnation: u64,
+    ) -> std::io::Result<(McastLog, Option<Recovered>)> {
         std::fs::create_dir_all(dir)?;
         let path = path(dir, cluster, id);
         let existed = path.exists();
+        let mut recovered = None;
         if existed {
             let contents = read(
                 &path,
@@ -121,6 +131,7 @@ impl McastLog {
                     ),
                 ));
             }
+            recovered = recover(&contents);
             if contents.torn_bytes > 0 {
                 let f = OpenOptions::new().write(true).open(&path)?;
                 let whole = f.metadata()?.len() - contents.torn_bytes as u64;
@@ -142,7 +153,7 @@ impl McastLog {
         };
         log.append(KIND_START, 0, incarnation, 0, &[])?;
         log.sync()?;
-        Ok(log)
+        Ok((log, recovered))
     }
 
     /// Where it is.
@@ -191,7 +202,8 @@ impl McastLog {
     }
 
     /// A message delivered (journalled; written out with the next sync,
-    /// which it does not make due).
+    /// which it does not make due: a delivery inside a ragged trim is
+    /// synced by the caller before anyone sees it, see [`recover`]).
     pub fn delivered(
         &mut self,
         epoch: u64,
@@ -220,6 +232,52 @@ impl McastLog {
         self.dirty = false;
         Ok(())
     }
+}
+
+/// What a total restart takes from a log: where it left off (the last
+/// view, what of it is on disk and delivered) and the messages of that
+/// view not delivered yet, which the restart may deliver.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// The restart point the engine restarts from.
+    pub point: RestartPoint,
+    /// The last view's messages from the first one not delivered on, by
+    /// (sender, index): whether it is a null, and its payload.
+    pub tail: BTreeMap<(u8, u64), (bool, Vec<u8>)>,
+}
+
+/// Where a log left off, `None` if it never logged a view. The last view
+/// record starts the last view (records of a view follow its record);
+/// each sender's messages of it count from index 0 without a gap, and the
+/// delivered records say how far it was delivered. (Sequence numbers are
+/// `index · n +` the sender's position among the view's `n` members.)
+pub fn recover(contents: &Contents) -> Option<Recovered> {
+    let mut scan = RestartScan::default();
+    let mut tail = BTreeMap::new();
+    for record in &contents.records {
+        match record {
+            Record::View { epoch, members } => {
+                scan.view(*epoch, *members);
+                tail.clear();
+            }
+            Record::Message {
+                epoch,
+                sender,
+                index,
+                payload,
+                null,
+            } => {
+                if scan.message(*epoch, MemberId(*sender), *index) {
+                    tail.insert((*sender, *index), (*null, payload.clone()));
+                }
+            }
+            Record::Delivered { epoch, seq, .. } => scan.delivered(*epoch, *seq),
+            Record::Start { .. } => {}
+        }
+    }
+    let point = scan.point()?;
+    tail.retain(|&(sender, index), _| point.seq_of(MemberId(sender), index) >= point.delivered);
+    Some(Recovered { point, tail })
 }
 
 fn checksum(header: &[u8], payload: &[u8]) -> u64 {
@@ -307,7 +365,7 @@ fn whole_record_at(bytes: &[u8], at: usize, payload_max: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use verbatim_core::fabric::MemberId;
+    use verbatim_core::fabric::MAX_MEMBERS;
 
     fn m(index: u64, null: bool, len: usize) -> McastPersist {
         McastPersist {
@@ -324,7 +382,7 @@ mod tests {
     fn records_read_back_a_torn_tail_is_cut_off_and_corruption_refused() {
         let dir = std::env::temp_dir().join(format!("verbatim-mcast-log-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let mut log = McastLog::open(&dir, "c", 1, 77).unwrap();
+        let mut log = McastLog::open(&dir, "c", 1, 77).unwrap().0;
         assert!(!log.dirty(), "the start record is synced at open");
         log.message(&m(0, false, 5), b"hello").unwrap();
         log.message(&m(1, true, 0), b"").unwrap();
@@ -381,7 +439,7 @@ mod tests {
         assert_eq!((c.torn_bytes, c.readable_after_tear), (30, None));
         // The next process cuts it off before it appends, so what it
         // writes reads back.
-        let mut log = McastLog::open(&dir, "c", 1, 78).unwrap();
+        let mut log = McastLog::open(&dir, "c", 1, 78).unwrap().0;
         log.message(&m(3, false, 2), b"xy").unwrap();
         log.sync().unwrap();
         drop(log);
@@ -419,5 +477,68 @@ mod tests {
         assert!(e.to_string().contains("corruption"), "{e}");
         assert_eq!(std::fs::read(&p).unwrap(), bytes, "nothing cut or written");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn recovery_finds_the_last_view_its_messages_on_disk_and_how_far_it_was_delivered() {
+        let msg = |epoch, sender, index, payload: &[u8]| Record::Message {
+            epoch,
+            sender,
+            index,
+            payload: payload.to_vec(),
+            null: payload.is_empty(),
+        };
+        let delivered = |epoch, seq| Record::Delivered {
+            epoch,
+            seq,
+            sender: 0,
+            index: 0,
+        };
+        let contents = |records| Contents {
+            records,
+            ..Contents::default()
+        };
+        assert_eq!(
+            recover(&contents(vec![Record::Start { incarnation: 1 }])),
+            None
+        );
+        let r = recover(&contents(vec![
+            Record::Start { incarnation: 1 },
+            Record::View {
+                epoch: 3,
+                members: 0b111,
+            },
+            msg(3, 0, 0, b"old"),
+            Record::View {
+                epoch: 4,
+                members: 0b101,
+            },
+            msg(4, 0, 0, b"a"),
+            msg(4, 2, 0, b""),
+            msg(4, 0, 1, b"b"),
+            // A gap in member 2's stream: not counted.
+            msg(4, 2, 5, b"x"),
+            msg(4, 2, 1, b"c"),
+            delivered(4, 1),
+            msg(3, 1, 0, b"older epoch"),
+            Record::Start { incarnation: 2 },
+        ]))
+        .expect("a view");
+        let mut persisted = [0; MAX_MEMBERS];
+        persisted[0] = 2;
+        persisted[2] = 2;
+        assert_eq!(
+            r.point,
+            RestartPoint {
+                epoch: 4,
+                view: 0b101,
+                persisted,
+                delivered: 2,
+            }
+        );
+        // Sequence numbers 0 and 1 are delivered: the tail keeps 2 and 3.
+        let kept: Vec<(u8, u64)> = r.tail.keys().copied().collect();
+        assert_eq!(kept, vec![(0, 1), (2, 1)]);
+        assert_eq!(r.tail[&(2, 1)], (false, b"c".to_vec()));
     }
 }

@@ -39,7 +39,7 @@ use verbatim_core::stream::StreamStateMachine;
 use verbatim_core::Layout;
 use verbatim_driver::{
     Answer, Driver, DriverEvent, Engines, Host, Incoming, McastDelivery, McastPersist,
-    McastSendError, PersistMark,
+    McastSendError, PersistMark, RestartTail,
 };
 use verbatim_status::{
     ConfigSnapshot, EventRecord, GroupConfiguration, LatencySummary, LogPointers, MemberChange,
@@ -252,9 +252,31 @@ struct Gateway {
     /// the replica leaves the multicast group (the others go on without
     /// it rather than wait for counts it will never raise).
     mcast_log_failed: bool,
+    /// What the multicast log held at start, until a total restart
+    /// delivered its tail.
+    mcast_recovered: Option<mcast_log::Recovered>,
 }
 
 impl Gateway {
+    /// A multicast delivery goes to the channel's subscribers, and answers
+    /// our own PUBLISH.
+    fn deliver_publication(&mut self, d: &McastDelivery, payload: &[u8]) {
+        let reached = match verbatim_client::pubsub::decode(payload) {
+            Some((channel, message)) => self.queue.subscribers().deliver(channel, message),
+            None => {
+                self.count("multicast_not_publications");
+                0
+            }
+        };
+        if d.sender == self.id {
+            if let Some(p) = self.publications.delivered((d.epoch, d.index)) {
+                let _ = p
+                    .reply
+                    .send((p.tag, ServiceReply::Ok(reached.to_le_bytes().to_vec())));
+            }
+        }
+    }
+
     /// A multicast log operation failed: said once, and the log is no
     /// longer trusted.
     fn mcast_log_error(&mut self, what: &str, e: std::io::Error) {
@@ -683,24 +705,81 @@ impl Host<ShmMemory, Kv> for Gateway {
 
     fn multicast_delivered(&mut self, _now_ns: u64, d: &McastDelivery, payload: &[u8]) {
         if let (Some(log), false) = (self.mcast_log.as_mut(), self.mcast_log_failed) {
-            if let Err(e) = log.delivered(d.epoch, d.seq, d.sender.0, d.index) {
+            // A delivery inside a ragged trim is on disk before anyone
+            // sees it: a total restart finds it in this log (a stable
+            // one is on every member's disk anyway).
+            let logged = log
+                .delivered(d.epoch, d.seq, d.sender.0, d.index)
+                .and_then(|()| if d.in_trim { log.sync() } else { Ok(()) });
+            if let Err(e) = logged {
                 self.mcast_log_error("write", e);
             }
         }
-        let reached = match verbatim_client::pubsub::decode(payload) {
-            Some((channel, message)) => self.queue.subscribers().deliver(channel, message),
-            None => {
-                self.count("multicast_not_publications");
-                0
-            }
+        self.deliver_publication(d, payload);
+    }
+
+    fn multicast_restart(&mut self, _now_ns: u64, tail: &RestartTail) -> bool {
+        let Some(recovered) = self.mcast_recovered.take() else {
+            // Nothing to deliver from (the engine restarts only from a
+            // log this replica read).
+            return true;
         };
-        if d.sender == self.id {
-            if let Some(p) = self.publications.delivered((d.epoch, d.index)) {
-                let _ = p
-                    .reply
-                    .send((p.tag, ServiceReply::Ok(reached.to_le_bytes().to_vec())));
+        let mut delivered = 0u64;
+        for seq in tail.from..tail.to {
+            let (sender, index) = tail.at_seq(seq);
+            let Some((null, payload)) = recovered.tail.get(&(sender.0, index)) else {
+                self.mcast_log_error(
+                    "read",
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!(
+                            "the restart cut needs message {index} of member {} in epoch {}, which the log lacks",
+                            sender.0, tail.epoch
+                        ),
+                    ),
+                );
+                return false;
+            };
+            if *null {
+                continue;
+            }
+            if let (Some(log), false) = (self.mcast_log.as_mut(), self.mcast_log_failed) {
+                if let Err(e) = log.delivered(tail.epoch, seq, sender.0, index) {
+                    self.mcast_log_error("write", e);
+                }
+            }
+            let d = McastDelivery {
+                sender,
+                index,
+                seq,
+                epoch: tail.epoch,
+                in_trim: true,
+                sender_incarnation: 0,
+                len: payload.len(),
+            };
+            self.deliver_publication(&d, payload);
+            delivered += 1;
+        }
+        if let (Some(log), false) = (self.mcast_log.as_mut(), self.mcast_log_failed) {
+            if let Err(e) = log.sync() {
+                self.mcast_log_error("sync", e);
             }
         }
+        tracing::info!(
+            epoch = tail.epoch,
+            from = tail.from,
+            to = tail.to,
+            delivered,
+            "multicast restarted from the log: the last view's tail is delivered"
+        );
+        self.event(
+            "multicast-restarted",
+            format!(
+                "restarted from the multicast log: epoch {} delivered up to sequence number {} ({delivered} messages from this log)",
+                tail.epoch, tail.to
+            ),
+        );
+        !self.mcast_log_failed
     }
 
     fn event(&mut self, now_ns: u64, engines: &Engines<ShmMemory, Kv>, event: DriverEvent) {
@@ -1052,13 +1131,18 @@ impl<F: HostFabric> Replica<F> {
             };
             gw.publications.push(p);
         }
-        let (epoch, view) = self
-            .driver
-            .engines()
-            .multicast
-            .as_ref()
-            .map_or((0, 0), |m| (m.epoch(), m.view()));
-        if epoch != gw.mcast_epoch_seen {
+        let (epoch, view, in_view) =
+            self.driver
+                .engines()
+                .multicast
+                .as_ref()
+                .map_or((0, 0, false), |m| {
+                    let st = m.status();
+                    (m.epoch(), m.view(), !st.joining && !st.restarting)
+                });
+        // (A restarting or joining member has no view yet: its log's last
+        // view record must stay the last view it was in.)
+        if epoch != gw.mcast_epoch_seen && in_view {
             // A view installed in the last step (a benchmark times it from
             // its kill of a member, on the same clock).
             gw.mcast_epoch_seen = epoch;
@@ -1365,7 +1449,7 @@ fn drive<F: HostFabric>(
     );
     // The engines' clock starts now, after the readiness barrier: the first
     // election timeout must not already have expired while we waited.
-    let driver = Driver::new(
+    let mut driver = Driver::new(
         cfg,
         memory.clone(),
         sm,
@@ -1388,14 +1472,33 @@ fn drive<F: HostFabric>(
         ),
         None => None,
     };
-    let mcast_log = match (&m.multicast.log_dir, m.multicast.persistent) {
+    let (mcast_log, mcast_recovered) = match (&m.multicast.log_dir, m.multicast.persistent) {
         // Only members of the multicast group receive anything.
-        (Some(dir), true) if in_mcast_group => Some(
-            mcast_log::McastLog::open(dir, &m.cluster.name, opts.id, incarnation)
-                .map_err(io(format!("multicast log in {}", dir.display())))?,
-        ),
-        _ => None,
+        (Some(dir), true) if in_mcast_group => {
+            let (log, recovered) =
+                mcast_log::McastLog::open(dir, &m.cluster.name, opts.id, incarnation)
+                    .map_err(io(format!("multicast log in {}", dir.display())))?;
+            (Some(log), recovered)
+        }
+        _ => (None, None),
     };
+    if let (Some(recovered), Some(engine)) = (&mcast_recovered, driver.multicast_mut()) {
+        // Derecho's total restart: the group goes on from the logs, once
+        // every member of the last view restarted (or, if it still runs,
+        // this replica joins it).
+        match engine.restart(recovered.point) {
+            Ok(()) => tracing::info!(
+                epoch = recovered.point.epoch,
+                view = recovered.point.view,
+                delivered = recovered.point.delivered,
+                "multicast restarts from its log"
+            ),
+            Err(e) => tracing::warn!(
+                error = ?e,
+                "the multicast log's last view does not fit this group's layout: starting without it"
+            ),
+        }
+    }
     let (handle, queue) = ServiceHandle::new(segment.clone());
     let _resp = match &member.resp_addr {
         Some(addr) => Some(
@@ -1450,6 +1553,7 @@ fn drive<F: HostFabric>(
             publications: Outbox::default(),
             mcast_log,
             mcast_log_failed: false,
+            mcast_recovered,
             mcast_epoch_seen: 0,
             mcast_installed_mono_ns: None,
         },
