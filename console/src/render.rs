@@ -796,6 +796,13 @@ fn render_multicast(m: &verbatim_status::MulticastState, area: Rect, buf: &mut B
             format!("{view} · running · window {} slots", m.window),
             GOOD,
         ),
+        (None, None, false) if m.restarting => Line::styled(
+            format!(
+                "restarting from its multicast log (last view epoch {}): waiting for every member of that view",
+                m.epoch
+            ),
+            BAD,
+        ),
         (None, None, false) if m.joining => Line::styled(
             "joining the running group (the next view change adds this replica)",
             DIM,
@@ -807,9 +814,13 @@ fn render_multicast(m: &verbatim_status::MulticastState, area: Rect, buf: &mut B
     };
     let trim = match &m.last_trim {
         Some(t) => format!(
-            "last trim: epoch {} by r{} kept {} → view {} · view changes {} · own trimmed {}",
+            "last trim: epoch {} by {} kept {} → view {} · view changes {} · own trimmed {}",
             t.epoch,
-            t.leader,
+            if t.restart {
+                "the total restart's cut".to_string()
+            } else {
+                format!("r{}", t.leader)
+            },
             t.counts
                 .iter()
                 .enumerate()
@@ -1724,12 +1735,40 @@ mod tests {
             leader: 0,
             members: vec![0, 1],
             counts: vec![40, 41, 39],
+            restart: false,
         });
         app.handle_message(report(0, s.clone()), t0);
         let all = frame(&app, 120, 34);
         assert!(all.contains("epoch 1 · view r0 r1 · running"), "{all}");
         assert!(
             all.contains("last trim: epoch 0 by r0 kept r0 40 r1 41 r2 39 → view r0 r1"),
+            "{all}"
+        );
+        // A total restart: waiting for the others, then the restart's cut.
+        let m = s.multicast.as_mut().unwrap();
+        let running = m.clone();
+        m.started = false;
+        m.restarting = true;
+        app.handle_message(report(0, s.clone()), t0);
+        let all = frame(&app, 130, 34);
+        assert!(
+            all.contains("restarting from its multicast log (last view epoch 1)"),
+            "{all}"
+        );
+        let m = s.multicast.as_mut().unwrap();
+        *m = running;
+        m.epoch = 2;
+        m.last_trim = Some(verbatim_status::McastTrim {
+            epoch: 1,
+            leader: 255,
+            members: vec![0, 1],
+            counts: vec![50, 50],
+            restart: true,
+        });
+        app.handle_message(report(0, s.clone()), t0);
+        let all = frame(&app, 130, 34);
+        assert!(
+            all.contains("last trim: epoch 1 by the total restart's cut kept r0 50 r1 50"),
             "{all}"
         );
         s.multicast.as_mut().unwrap().halted = Some("excluded".into());

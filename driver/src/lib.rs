@@ -402,6 +402,13 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
         self.engines.multicast.as_mut()
     }
 
+    /// Puts `engine` in place of the multicast engine (a simulator
+    /// restarting the multicast members' processes without the log's),
+    /// returning the one it replaces.
+    pub fn replace_multicast(&mut self, engine: Option<McastEngine<M>>) -> Option<McastEngine<M>> {
+        core::mem::replace(&mut self.engines.multicast, engine)
+    }
+
     /// The log engine.
     pub fn log(&self) -> &Node<M, S> {
         &self.engines.log

@@ -42,7 +42,8 @@ use verbatim_core::stream::{
 };
 use verbatim_core::{Config, Layout, MemberId};
 use verbatim_driver::{
-    Answer, Driver, DriverEvent, Engines, Host, Incoming, McastDelivery, PersistMark, Refusal,
+    Answer, Driver, DriverEvent, Engines, Host, Incoming, McastDelivery, McastPersist, PersistMark,
+    Refusal, RestartTail,
 };
 
 /// With interleaving, one read by a member's CPU in this many lets a piece
@@ -81,6 +82,17 @@ pub enum Fault {
         down_ns: u64,
         /// Crash right after a vote.
         after_vote: bool,
+    },
+    /// Derecho's total failure (persistent multicast): every multicast
+    /// member's process dies at once, losing what its disk had not
+    /// synced; each comes back within `stagger_ns` and restarts from its
+    /// log. (The simulator restarts the multicast engines only: the log
+    /// engine runs on, as if the multicast ran in processes of its own.)
+    McastTotalRestart {
+        /// When.
+        at_ns: u64,
+        /// Each member comes back within this long.
+        stagger_ns: u64,
     },
     /// DARE §5 "zombie": the CPU stops for good, memory and NIC still
     /// answer (the leader may keep using its log).
@@ -489,6 +501,9 @@ pub struct RunReport {
     pub mcast_installs: u64,
     /// See `mcast_installs`.
     pub mcast_halted: u64,
+    /// Restart cuts delivered after total failures of the persistent
+    /// multicast (one per member that restarted into the group).
+    pub mcast_restarts: u64,
     /// Multicast: processes that joined a running group.
     pub mcast_joins: u64,
     /// Suspicions of a leader whose heartbeat counter stood still (the
@@ -586,6 +601,11 @@ enum Ev {
         node: usize,
         peer: MemberId,
     },
+    /// A multicast member's process comes back after a total failure and
+    /// restarts from its log.
+    McastRestart {
+        node: usize,
+    },
 }
 
 impl Ev {
@@ -609,6 +629,7 @@ impl Ev {
             Ev::Restart { node } => 900 + *node as u64,
             Ev::CrashThenRestart { node, .. } => 1100 + *node as u64,
             Ev::PeerUp { node, .. } => 1000 + *node as u64,
+            Ev::McastRestart { node } => 1200 + *node as u64,
         }
     }
 }
@@ -699,8 +720,16 @@ struct SimNode {
     peer_down: Vec<MemberId>,
     peer_up: Vec<MemberId>,
     /// Persistent multicast: syncs under way (done at, local time; what
-    /// they cover), lost if the process crashes.
-    syncs: VecDeque<(u64, PersistMark)>,
+    /// they cover, and how far into the disk's records), lost if the
+    /// process crashes.
+    syncs: VecDeque<(u64, PersistMark, usize)>,
+    /// Persistent multicast: the member's log.
+    disk: crate::mcast_disk::McastDisk,
+    /// A total restart's tail, read from the log, until delivered.
+    mcast_tail: Option<crate::mcast_disk::Tail>,
+    /// The memory its CPU reads through (a multicast engine that restarts
+    /// without the log engine gets it too).
+    mem_view: SimMemory,
     /// The last mark a sync was started for.
     sync_covered: Option<PersistMark>,
     /// False suspicions its log engine counted so far.
@@ -827,6 +856,12 @@ pub struct Cluster {
     mcast_rng: SplitMix64,
     /// Processes that joined a running multicast group.
     mcast_joins: u64,
+    /// Total restarts of the persistent multicast (one message per
+    /// sequence number, no rollback).
+    mcast_restarts: crate::check::multicast::McastRestarts,
+    /// Multicast processes restarted after a total failure (their
+    /// incarnations).
+    mcast_generation: u64,
 }
 
 impl Cluster {
@@ -854,8 +889,14 @@ impl Cluster {
             cfg.incarnation = 1;
             // A GET's value or a whole stream (XRANGE - +).
             let read_bytes_max = (limits.value_bytes_max as usize + 1).max(1 << 20);
-            let driver = Driver::new(cfg, mem, RecordingKv::new(limits), 0, read_bytes_max)
-                .expect("valid config");
+            let driver = Driver::new(
+                cfg,
+                mem.clone(),
+                RecordingKv::new(limits),
+                0,
+                read_bytes_max,
+            )
+            .expect("valid config");
             nodes.push(SimNode {
                 driver,
                 state: NodeState::Running,
@@ -867,6 +908,9 @@ impl Cluster {
                 peer_up: Vec::new(),
                 syncs: VecDeque::new(),
                 sync_covered: None,
+                disk: Default::default(),
+                mcast_tail: None,
+                mem_view: mem,
                 false_suspicions: 0,
                 lease_reads_seen: 0,
                 executed_ahead: Vec::new(),
@@ -1010,6 +1054,8 @@ impl Cluster {
             mcast_durable: crate::check::multicast::McastDurable::default(),
             mcast_rng: SplitMix64::new(seed ^ 0x4D43_4153),
             mcast_joins: 0,
+            mcast_restarts: Default::default(),
+            mcast_generation: 0,
         }
     }
 
@@ -1075,7 +1121,8 @@ impl Cluster {
                 Fault::Crash { at_ns, .. }
                 | Fault::CrashLeader { at_ns }
                 | Fault::Zombie { at_ns, .. }
-                | Fault::Restart { at_ns, .. } => (*at_ns, None),
+                | Fault::Restart { at_ns, .. }
+                | Fault::McastTotalRestart { at_ns, .. } => (*at_ns, None),
                 Fault::Depose { from_ns, .. } => (*from_ns, None),
                 Fault::IsolateLeader { from_ns, .. } => (*from_ns, None),
                 Fault::LoseAckedLog { from_ns, .. } => (*from_ns, None),
@@ -1257,6 +1304,7 @@ impl Cluster {
                 }
             }
             Ev::Restart { node } => self.restart_node(node),
+            Ev::McastRestart { node } => self.mcast_restart(node),
             Ev::CrashThenRestart { node, down_ns } => {
                 if self.nodes[node].state == NodeState::Running {
                     self.crash_node(node);
@@ -1303,6 +1351,7 @@ impl Cluster {
             Fault::RestartLeaderWhileCopying { down_ns, .. } => {
                 self.restart_leader_while_copying = Some(down_ns);
             }
+            Fault::McastTotalRestart { stagger_ns, .. } => self.mcast_total_crash(stagger_ns),
             Fault::Zombie { node, .. } => {
                 self.counters.stopped(usize::from(node), self.now);
                 self.suspicions
@@ -1462,6 +1511,7 @@ impl Cluster {
         self.counters.stopped(node, self.now);
         self.suspicions.stopped_for_good(node, self.now);
         self.nodes[node].state = NodeState::Crashed;
+        self.nodes[node].disk.crash();
         self.net.crash(node);
         if self.opts.crash_notify {
             for other in 0..self.nodes.len() {
@@ -1477,6 +1527,93 @@ impl Cluster {
                 }
             }
         }
+    }
+
+    /// Persistent multicast: restarts `engine` (member `i`'s, new) from
+    /// member `i`'s log, if it holds a view; returns the tail it may
+    /// deliver.
+    fn restart_from_disk(
+        &mut self,
+        i: usize,
+        engine: Option<&mut verbatim_core::multicast::McastEngine<SimMemory>>,
+    ) -> Option<crate::mcast_disk::Tail> {
+        if !self.opts.config.mcast_persistent {
+            return None;
+        }
+        let engine = engine?;
+        let (point, tail) = self.nodes[i].disk.recover()?;
+        if let Err(e) = engine.restart(point) {
+            panic!("node {i}: a restart point of its own log refused: {e:?}");
+        }
+        let members = engine.members();
+        self.log(|| {
+            format!(
+                "node {i}: multicast restarts from its log: epoch {}, members {:#b}, on disk {:?}, delivered {}",
+                point.epoch,
+                point.view,
+                &point.persisted[..members],
+                point.delivered
+            )
+        });
+        Some(tail)
+    }
+
+    /// Derecho's total failure: every multicast member's process dies at
+    /// once (what its disk had not synced is lost; its in-flight WRITEs
+    /// never land, their completions go nowhere, its region is registered
+    /// afresh), and comes back within `stagger_ns`.
+    fn mcast_total_crash(&mut self, stagger_ns: u64) {
+        let Some(region) =
+            verbatim_core::multicast::McastLayout::new(&self.opts.config).map(|l| l.region())
+        else {
+            return;
+        };
+        let is_mcast = |wr_id: verbatim_core::fabric::WrId| {
+            verbatim_core::engine::EngineTag::split(wr_id).0
+                == verbatim_core::engine::EngineTag::MULTICAST
+        };
+        let members = usize::from(self.opts.config.initial_members).min(self.nodes.len());
+        for i in 0..members {
+            let n = &mut self.nodes[i];
+            n.driver.replace_multicast(None);
+            n.disk.crash();
+            n.syncs.clear();
+            n.sync_covered = None;
+            n.mcast_tail = None;
+            self.net
+                .restart_region(i, region, |c: &Completion| is_mcast(c.wr_id));
+            let back = self.mcast_rng.range_inclusive(0, stagger_ns);
+            self.queue
+                .push(self.now + back, Ev::McastRestart { node: i });
+        }
+        self.queue.heap.retain(|item| {
+            !matches!(&item.ev, Ev::Net(NetEvent::Complete { src, completion, .. })
+                if *src < members && is_mcast(completion.wr_id))
+        });
+        self.mcast_restarts.crashed_all();
+        self.log(|| "fault: every multicast member's process dies".to_string());
+    }
+
+    /// A multicast member's process comes back after a total failure: a
+    /// new engine (new incarnation) restarts from its log. (A member
+    /// crashed meanwhile restarts with its node.)
+    fn mcast_restart(&mut self, i: usize) {
+        if self.nodes[i].state == NodeState::Crashed
+            || self.nodes[i].driver.engines().multicast.is_some()
+        {
+            return;
+        }
+        self.mcast_generation += 1;
+        let mut cfg = self.opts.config.clone();
+        cfg.self_id = MemberId(i as u8);
+        cfg.incarnation = (self.mcast_generation << 16) | 0xFFFF;
+        let local = self.local(i, self.now);
+        let mut engine =
+            verbatim_core::multicast::McastEngine::new(&cfg, self.nodes[i].mem_view.clone(), local);
+        let tail = self.restart_from_disk(i, engine.as_mut());
+        self.nodes[i].driver.replace_multicast(engine);
+        self.nodes[i].mcast_tail = tail;
+        self.wake(i, self.now);
     }
 
     /// A crashed member comes back as a new process: zeroed memory, its
@@ -1506,17 +1643,22 @@ impl Cluster {
         } else {
             mem.clone()
         };
-        let driver = Driver::new(
+        let mut driver = Driver::new(
             cfg,
-            view,
+            view.clone(),
             RecordingKv::new(self.limits),
             local,
             read_bytes_max,
         )
         .expect("valid config");
         self.net.restart(i, mem, &layout);
+        // Persistent multicast: the new process restarts from its log (it
+        // joins the group if that runs on; see `McastEngine::restart`).
+        let tail = self.restart_from_disk(i, driver.multicast_mut());
         let n = &mut self.nodes[i];
         n.driver = driver;
+        n.mem_view = view;
+        n.mcast_tail = tail;
         n.state = NodeState::Running;
         n.busy_until = self.now;
         n.next_wake = u64::MAX;
@@ -1668,6 +1810,17 @@ impl Cluster {
         let (Some(after), inc) = (McastSeen::of(m), m.incarnation()) else {
             return;
         };
+        if self.opts.config.mcast_persistent {
+            // The host journals each view it is in (written out with the
+            // next sync), as the replica's log does.
+            self.nodes[i].disk.view(after.epoch, after.view);
+        }
+        let m = self.nodes[i]
+            .driver
+            .engines()
+            .multicast
+            .as_ref()
+            .expect("checked above");
         // The view the step began in (an engine that started in this
         // step began in the one it is in now: a process that joined a
         // running group did, in a later epoch).
@@ -1735,6 +1888,15 @@ impl Cluster {
                     required,
                 ));
             }
+            found.extend(self.mcast_restarts.delivered(
+                self.now,
+                i,
+                d.epoch,
+                d.seq,
+                d.sender.index(),
+                d.index,
+                &payload,
+            ));
             found.extend(self.mcast.delivered(
                 self.now,
                 crate::check::multicast::Delivered {
@@ -1820,6 +1982,7 @@ impl Cluster {
         let mut events = Vec::new();
         let mut mcast_delivered = Vec::new();
         let mut mcast_synced = Vec::new();
+        let mut restart_delivered = Vec::new();
         let mcast_before = self.nodes[i]
             .driver
             .engines()
@@ -1834,6 +1997,8 @@ impl Cluster {
                 peer_up,
                 syncs,
                 sync_covered,
+                disk,
+                mcast_tail,
                 ..
             } = &mut self.nodes[i];
             let mut fabric = SimEndpoint {
@@ -1852,11 +2017,43 @@ impl Cluster {
                 sync_covered,
                 sync_ns: self.opts.mcast_sync_ns,
                 synced: &mut mcast_synced,
+                disk,
+                tail: mcast_tail,
+                restart_delivered: &mut restart_delivered,
             };
             driver.step(local, &mut fabric, &mut host);
         }
         for mark in mcast_synced {
             self.mcast_durable.synced(i, mark.epoch, &mark.counts);
+        }
+        for (tail, delivered) in restart_delivered {
+            self.log(|| {
+                format!(
+                    "node {i}: restart cut of epoch {} at {}: delivers {}..{} from its log ({} messages)",
+                    tail.epoch,
+                    tail.to,
+                    tail.from,
+                    tail.to,
+                    delivered.len()
+                )
+            });
+            let mut found = self
+                .mcast_restarts
+                .restarted(self.now, i, tail.epoch, tail.to);
+            for (d, payload) in delivered {
+                found.extend(self.mcast_restarts.delivered(
+                    self.now,
+                    i,
+                    d.epoch,
+                    d.seq,
+                    d.sender.index(),
+                    d.index,
+                    &payload,
+                ));
+            }
+            for v in found {
+                self.violation(v);
+            }
         }
         self.observe_multicast(i, mcast_before, mcast_delivered);
         let mut depart = t + self.opts.net.poll_ns as u64;
@@ -1958,7 +2155,7 @@ impl Cluster {
             }
         }
         let mut deadline = self.nodes[i].driver.next_deadline();
-        if let Some(&(done, _)) = self.nodes[i].syncs.front() {
+        if let Some(&(done, _, _)) = self.nodes[i].syncs.front() {
             // The disk's completion wakes the member, as an io_uring
             // completion would.
             deadline = deadline.min(done);
@@ -3136,6 +3333,7 @@ impl Cluster {
                 .count() as u64,
             mcast_installs: self.mcast.installs,
             mcast_joins: self.mcast_joins,
+            mcast_restarts: self.mcast_restarts.restarts,
             mcast_halted: self
                 .nodes
                 .iter()
@@ -3245,11 +3443,18 @@ struct SimHost<'a> {
     mcast: &'a mut Vec<(McastDelivery, Vec<u8>)>,
     /// Persistent multicast: the member's disk (syncs under way, how long
     /// one takes) and the syncs that completed in this step.
-    syncs: &'a mut VecDeque<(u64, PersistMark)>,
+    syncs: &'a mut VecDeque<(u64, PersistMark, usize)>,
     sync_covered: &'a mut Option<PersistMark>,
     sync_ns: u64,
     synced: &'a mut Vec<PersistMark>,
+    disk: &'a mut crate::mcast_disk::McastDisk,
+    /// A total restart's tail, and what the host delivered of it.
+    tail: &'a mut Option<crate::mcast_disk::Tail>,
+    restart_delivered: &'a mut Vec<(RestartTail, Deliveries)>,
 }
+
+/// Multicast deliveries of one step, with their payloads.
+type Deliveries = Vec<(McastDelivery, Vec<u8>)>;
 
 impl Host<SimMemory, RecordingKv> for SimHost<'_> {
     type Route = SimRoute;
@@ -3307,7 +3512,51 @@ impl Host<SimMemory, RecordingKv> for SimHost<'_> {
     }
 
     fn multicast_delivered(&mut self, _now_ns: u64, delivery: &McastDelivery, payload: &[u8]) {
+        // A delivery inside a trim is synced before the application sees
+        // it (the replica's log does so).
+        self.disk
+            .delivered(delivery.epoch, delivery.seq, delivery.in_trim);
         self.mcast.push((*delivery, payload.to_vec()));
+    }
+
+    fn multicast_persist(&mut self, _now_ns: u64, record: &McastPersist, payload: &[u8]) {
+        self.disk.message(record, payload);
+    }
+
+    /// Delivers the tail from the log read at restart, each delivery
+    /// synced.
+    fn multicast_restart(&mut self, _now_ns: u64, tail: &RestartTail) -> bool {
+        let Some(log) = self.tail.take() else {
+            return true;
+        };
+        let mut out = Vec::new();
+        for seq in tail.from..tail.to {
+            let (sender, index) = tail.at_seq(seq);
+            let (null, payload) = log.get(&(sender.0, index)).unwrap_or_else(|| {
+                panic!(
+                    "restart tail {tail:?}: message {index} of {} not on disk",
+                    sender.0
+                )
+            });
+            if *null {
+                continue;
+            }
+            self.disk.delivered(tail.epoch, seq, true);
+            out.push((
+                McastDelivery {
+                    sender,
+                    index,
+                    seq,
+                    epoch: tail.epoch,
+                    in_trim: true,
+                    sender_incarnation: 0,
+                    len: payload.len(),
+                },
+                payload.clone(),
+            ));
+        }
+        self.restart_delivered.push((*tail, out));
+        true
     }
 
     /// A sync starts whenever the engine handed out more than the last
@@ -3316,11 +3565,13 @@ impl Host<SimMemory, RecordingKv> for SimHost<'_> {
     fn multicast_sync(&mut self, now_ns: u64, mark: PersistMark) -> Option<PersistMark> {
         if *self.sync_covered != Some(mark) && mark.counts.iter().any(|&c| c > 0) {
             *self.sync_covered = Some(mark);
-            self.syncs.push_back((now_ns + self.sync_ns, mark));
+            self.syncs
+                .push_back((now_ns + self.sync_ns, mark, self.disk.len()));
         }
         let mut done = None;
-        while self.syncs.front().is_some_and(|(at, _)| *at <= now_ns) {
-            let (_, m) = self.syncs.pop_front().expect("front checked");
+        while self.syncs.front().is_some_and(|(at, _, _)| *at <= now_ns) {
+            let (_, m, upto) = self.syncs.pop_front().expect("front checked");
+            self.disk.synced(upto);
             self.synced.push(m);
             done = Some(m);
         }

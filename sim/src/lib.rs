@@ -6,6 +6,7 @@ pub mod conformance;
 pub mod history;
 pub mod kvsm;
 pub mod loggp;
+pub mod mcast_disk;
 pub mod memory;
 pub mod model;
 pub mod net;

@@ -224,7 +224,7 @@ fn main() -> ExitCode {
     // Seeds in which a view started a campaign, took a primary over, a
     // primary executed ahead of its commit, one rolled that back; seeds
     // that multicast, and the multicast deliveries checked.
-    let by_view: Arc<[AtomicU64; 9]> = Arc::new(Default::default());
+    let by_view: Arc<[AtomicU64; 11]> = Arc::new(Default::default());
     let workers: Vec<_> = (0..threads)
         .map(|_| {
             let (next, failed, undecided, most_steps, done, by_view) = (
@@ -257,6 +257,8 @@ fn main() -> ExitCode {
                 by_view[6].fetch_add(u64::from(r.report.mcast_installs > 0), Ordering::Relaxed);
                 by_view[7].fetch_add(r.report.mcast_installs, Ordering::Relaxed);
                 by_view[8].fetch_add(r.report.mcast_joins, Ordering::Relaxed);
+                by_view[9].fetch_add(u64::from(r.report.mcast_restarts > 0), Ordering::Relaxed);
+                by_view[10].fetch_add(r.report.mcast_restarts, Ordering::Relaxed);
                 if r.report.linearizability_unknown {
                     eprintln!(
                         "seed {s} UNDECIDED: the linearizability search ran out of budget ({})",
@@ -298,7 +300,8 @@ fn main() -> ExitCode {
     println!(
         "seeds with a campaign started by a view: {}, with a primary taking over by a view: {}, \
          executing ahead of the commit: {} (rolled back: {}); multicasting: {} ({} deliveries checked; \
-         {} seeds changed a multicast view, {} views installed, {} joins)",
+         {} seeds changed a multicast view, {} views installed, {} joins; {} seeds restarted a \
+         persistent group from its logs, {} restart cuts delivered)",
         by_view[0].load(Ordering::Relaxed),
         by_view[1].load(Ordering::Relaxed),
         by_view[2].load(Ordering::Relaxed),
@@ -307,7 +310,9 @@ fn main() -> ExitCode {
         by_view[5].load(Ordering::Relaxed),
         by_view[6].load(Ordering::Relaxed),
         by_view[7].load(Ordering::Relaxed),
-        by_view[8].load(Ordering::Relaxed)
+        by_view[8].load(Ordering::Relaxed),
+        by_view[9].load(Ordering::Relaxed),
+        by_view[10].load(Ordering::Relaxed)
     );
     if !failed.is_empty() {
         let list: Vec<String> = failed.iter().map(|(s, _)| s.to_string()).collect();

@@ -426,6 +426,32 @@ impl Net {
         self.pending_places.retain(|p| p.dst != m);
     }
 
+    /// The process behind one region of member `m` died and a new one
+    /// registered it afresh (a simulator restarting the multicast members
+    /// without the log): requests posted into the old registration never
+    /// land (new grant epochs for every peer), the new memory is zeroed,
+    /// pending placements into it are dropped, and `stale` completions in
+    /// its queue are forgotten (its former self's).
+    pub fn restart_region(
+        &mut self,
+        m: usize,
+        region: verbatim_core::layout::RegionSpec,
+        stale: impl Fn(&Completion) -> bool,
+    ) {
+        let nic = &mut self.nics[m];
+        for peer in nic.grant_epoch.iter() {
+            let e = &peer[region.id.index()];
+            e.set(e.get() + 1);
+        }
+        nic.mem.write(
+            verbatim_core::fabric::Addr::new(region.id, 0),
+            &vec![0u8; region.bytes as usize],
+        );
+        nic.cq.retain(|c| !stale(c));
+        self.pending_places
+            .retain(|p| !(p.dst == m && p.at.region == region.id));
+    }
+
     /// Makes the data of every executed WRITE not yet visible to its
     /// target's CPU (`reordering`) visible, until [`Net::undo_placed`]
     /// puts the bytes back. For checkers that judge the state those WRITEs

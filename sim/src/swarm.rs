@@ -126,7 +126,12 @@ pub fn options_for_seed(seed: u64) -> ClusterOptions {
 /// window of 2 to 32 slots and a member multicasting every 5 to 100 µs on
 /// average, under the seed's faults (a crash wedges the group; partitions
 /// and pauses delay it). Half of those run the persistent mode, with a
-/// disk that takes 1 to 40 µs to sync.
+/// disk that takes 1 to 40 µs to sync, and half of those fail entirely
+/// once (Derecho's total failure: every member's process dies and comes
+/// back within 0.3 ms to restart from its log), at a random instant or,
+/// half of the time, right after a member's crash (while the others end
+/// the epoch without it: a ragged trim some deliver and not all disks
+/// hold).
 fn multicast(seed: u64, o: &mut ClusterOptions) {
     let mut c = SplitMix64::new(seed ^ 0x004D_4341_5354); // "MCAST"
     if c.chance(1, 3) {
@@ -136,6 +141,25 @@ fn multicast(seed: u64, o: &mut ClusterOptions) {
         if c.chance(1, 2) {
             o.config.mcast_persistent = true;
             o.mcast_sync_ns = c.range_inclusive(1, 40) * US;
+            if c.chance(1, 2) {
+                let members = u64::from(o.config.initial_members);
+                let crash = o.faults.iter().find_map(|f| match f {
+                    Fault::Crash { node, at_ns } | Fault::Restart { node, at_ns, .. }
+                        if u64::from(*node) < members =>
+                    {
+                        Some(*at_ns)
+                    }
+                    _ => None,
+                });
+                let at_ns = match crash {
+                    Some(t) if c.chance(1, 2) => t + c.range_inclusive(5, 400) * US,
+                    _ => c.range_inclusive(MS, o.safety_ns.saturating_sub(MS).max(MS)),
+                };
+                o.faults.push(Fault::McastTotalRestart {
+                    at_ns,
+                    stagger_ns: c.range_inclusive(0, 300) * US,
+                });
+            }
         }
     }
 }
@@ -248,6 +272,8 @@ pub fn options_for_seed_before_persistence(seed: u64) -> ClusterOptions {
     let mut o = options_for_seed(seed);
     o.config.mcast_persistent = false;
     o.mcast_sync_ns = 0;
+    o.faults
+        .retain(|f| !matches!(f, Fault::McastTotalRestart { .. }));
     o
 }
 

@@ -131,6 +131,11 @@ pub struct MulticastState {
     /// view change adds it.
     #[serde(default)]
     pub joining: bool,
+    /// This replica restarts from its persistent multicast log after the
+    /// whole group failed: it waits for every member of the log's last
+    /// view to restart too (Derecho's total restart).
+    #[serde(default)]
+    pub restarting: bool,
     /// Views installed after the first.
     #[serde(default)]
     pub view_changes: u64,
@@ -155,6 +160,9 @@ pub struct McastTrim {
     pub epoch: u64,
     /// The member whose proposal it was (the leader then).
     pub leader: u8,
+    /// The cut of a total restart (computed from the logs, no leader's).
+    #[serde(default)]
+    pub restart: bool,
     /// The next view's members.
     pub members: Vec<u8>,
     /// Per sender (member id), messages delivered in that epoch

@@ -1036,11 +1036,13 @@ impl<F: HostFabric> Replica<F> {
                     }),
                     minority: s.minority,
                     joining: s.joining,
+                    restarting: s.restarting,
                     view_installed_mono_ns: self.gw.mcast_installed_mono_ns,
                     view_changes: s.view_changes,
                     last_trim: s.last_trim.map(|t| verbatim_status::McastTrim {
                         epoch: t.epoch,
                         leader: (t.ballot.saturating_sub(1)) as u8,
+                        restart: t.ballot == verbatim_core::multicast::RESTART_BALLOT,
                         members: mask_members(t.members),
                         counts: t.counts[..e.members()].to_vec(),
                     }),

@@ -720,3 +720,143 @@ mod durable_tests {
         assert!(d.delivered(10, 0, 3, 1, 4, 0b001).is_none());
     }
 }
+
+/// Derecho's total restart (persistent mode): one message per sequence
+/// number of an epoch, whoever delivered it and whenever (before a total
+/// failure, from a log's tail after it, or in the restarted group), and a
+/// restart rolls back nothing delivered before the failure: the epoch it
+/// restarts from is the last anyone delivered in, and its cut reaches
+/// every sequence number delivered in it.
+#[derive(Default)]
+pub struct McastRestarts {
+    /// (epoch, sequence number) → (sender, index, payload) delivered.
+    at: BTreeMap<(u64, u64), (usize, u64, Vec<u8>)>,
+    /// Per epoch, the sequence numbers delivered (`0 .. most`), so far.
+    most: BTreeMap<u64, u64>,
+    /// `most` as the last total failure found it.
+    before_failure: Option<BTreeMap<u64, u64>>,
+    /// Restart cuts delivered (one per member that restarted into the
+    /// restarted group).
+    pub restarts: u64,
+}
+
+impl McastRestarts {
+    /// `member` delivered message `index` of `sender` as sequence number
+    /// `seq` of `epoch`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn delivered(
+        &mut self,
+        time_ns: u64,
+        member: usize,
+        epoch: u64,
+        seq: u64,
+        sender: usize,
+        index: u64,
+        payload: &[u8],
+    ) -> Option<Violation> {
+        let most = self.most.entry(epoch).or_insert(0);
+        *most = (*most).max(seq + 1);
+        match self.at.get(&(epoch, seq)) {
+            None => {
+                self.at
+                    .insert((epoch, seq), (sender, index, payload.to_vec()));
+                None
+            }
+            Some((s, k, p)) if (*s, *k, p.as_slice()) == (sender, index, payload) => None,
+            Some((s, k, _)) => Some(v(
+                "multicast one message per sequence number",
+                time_ns,
+                format!(
+                    "node {member} delivered message {index} of node {sender} as sequence number \
+                     {seq} of epoch {epoch}, where message {k} of node {s} was delivered"
+                ),
+            )),
+        }
+    }
+
+    /// Every multicast member's process died.
+    pub fn crashed_all(&mut self) {
+        self.before_failure = Some(self.most.clone());
+    }
+
+    /// `member` restarts from epoch `epoch`'s cut, which ends at sequence
+    /// number `end`.
+    pub fn restarted(
+        &mut self,
+        time_ns: u64,
+        member: usize,
+        epoch: u64,
+        end: u64,
+    ) -> Vec<Violation> {
+        self.restarts += 1;
+        let Some(before) = &self.before_failure else {
+            return Vec::new();
+        };
+        before
+            .iter()
+            .filter(|&(&e, &most)| (e > epoch && most > 0) || (e == epoch && most > end))
+            .map(|(&e, &most)| {
+                v(
+                    "multicast total restart rolls back nothing",
+                    time_ns,
+                    format!(
+                        "node {member} restarted from epoch {epoch} cut at sequence number {end}, \
+                         but sequence numbers up to {} of epoch {e} were delivered before the failure",
+                        most - 1
+                    ),
+                )
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod restart_tests {
+    use super::McastRestarts;
+
+    #[test]
+    fn two_messages_at_one_sequence_number_are_a_violation() {
+        let mut r = McastRestarts::default();
+        assert!(r.delivered(1, 0, 2, 5, 1, 1, b"a").is_none());
+        assert!(
+            r.delivered(2, 1, 2, 5, 1, 1, b"a").is_none(),
+            "the same message"
+        );
+        assert!(
+            r.delivered(3, 1, 3, 5, 0, 1, b"b").is_none(),
+            "another epoch"
+        );
+        let v = r.delivered(4, 2, 2, 5, 0, 2, b"a").expect("a violation");
+        assert_eq!(v.invariant, "multicast one message per sequence number");
+        assert!(
+            r.delivered(5, 2, 2, 5, 1, 1, b"x").is_some(),
+            "another payload"
+        );
+    }
+
+    #[test]
+    fn a_restart_cut_short_of_what_was_delivered_is_a_violation() {
+        let mut r = McastRestarts::default();
+        for seq in 0..8 {
+            assert!(r.delivered(1, 0, 4, seq, 0, seq, b"m").is_none());
+        }
+        assert!(r.delivered(1, 1, 3, 0, 0, 0, b"m").is_none());
+        // Before any failure a restart (a replica's alone) is not judged.
+        assert!(r.restarted(2, 0, 4, 0).is_empty());
+        r.crashed_all();
+        // Deliveries after the failure do not move what it found.
+        assert!(r.delivered(3, 0, 5, 0, 0, 0, b"m").is_none());
+        assert!(r.restarted(4, 1, 4, 8).is_empty(), "a cut at 8 keeps 0..8");
+        assert!(r.restarted(4, 1, 4, 9).is_empty());
+        let short = r.restarted(5, 2, 4, 7);
+        assert_eq!(short.len(), 1);
+        assert!(
+            short[0].detail.contains("up to 7 of epoch 4"),
+            "{}",
+            short[0].detail
+        );
+        let earlier = r.restarted(6, 2, 3, 1);
+        assert_eq!(earlier.len(), 1, "epoch 4 was delivered in: {earlier:?}");
+        assert_eq!(r.restarts, 5);
+    }
+}
