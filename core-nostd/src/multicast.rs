@@ -2060,10 +2060,18 @@ impl<M: Memory> McastEngine<M> {
         self.suspected = (0..self.n)
             .filter(|&m| self.view & (1 << m) != 0 && self.peers[m].down)
             .fold(0u64, |acc, m| acc | 1 << m);
+        self.row.set(&COL_RESTART_VIEW, 0);
+        self.show_new_view(digest);
+        self.deliver_due = true;
+    }
+
+    /// Our row for the view just installed (epoch, digest, counters from
+    /// zero, the trim that ended the last), and a wedge at once if members
+    /// of it are known gone already: the next view change starts.
+    fn show_new_view(&mut self, digest: u64) {
         for s in 0..self.n {
             self.row.set_at(&COL_RECEIVED, s, 0);
         }
-        self.row.set(&COL_RESTART_VIEW, 0);
         self.row.set(&COL_DELIVERED, 0);
         self.row.set(&COL_EPOCH, self.epoch);
         self.row.set(&COL_VIEW_DIGEST, digest);
@@ -2075,7 +2083,6 @@ impl<M: Memory> McastEngine<M> {
                 self.suspected.trailing_zeros() as u8,
             )));
         }
-        self.deliver_due = true;
     }
 
     /// The lowest member outside the view whose process asks to join (one
@@ -2185,22 +2192,7 @@ impl<M: Memory> McastEngine<M> {
         self.suspected = carried;
         let digest = Self::view_digest_of(self.epoch, self.view, &incarnations);
         self.pinned = Some((incarnations, digest));
-        for s in 0..self.n {
-            self.row.set_at(&COL_RECEIVED, s, 0);
-        }
-        self.row.set(&COL_DELIVERED, 0);
-        self.row.set(&COL_EPOCH, self.epoch);
-        self.row.set(&COL_VIEW_DIGEST, digest);
-        self.row.set(&COL_SUSPECTED, self.suspected);
-        self.row.set(&COL_WEDGED, 0);
-        self.set_row_trim();
-        if self.suspected != 0 {
-            // Members of the new view already known gone: the next view
-            // change starts at once.
-            self.wedge(WedgeCause::Suspicion(MemberId(
-                self.suspected.trailing_zeros() as u8,
-            )));
-        }
+        self.show_new_view(digest);
         self.seal_row();
     }
 

@@ -55,6 +55,8 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod restart;
+
 use std::collections::{HashMap, VecDeque};
 use verbatim_core::engine::{Engine, EngineTag};
 use verbatim_core::fabric::{Action, Fabric, FabricError, MemberId};

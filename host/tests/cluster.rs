@@ -2414,20 +2414,8 @@ fn a_killed_member_is_removed_by_a_view_change_and_no_publication_is_lost() {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    let mut sub2 = connect(2);
-    assert_eq!(
-        resp_lines(&mut sub2, b"SUBSCRIBE news\r\n", 6),
-        "*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n"
-    );
-    let mut p2 = connect(2);
-    for i in 0..10 {
-        let reply = resp(&mut p2, format!("PUBLISH news back-{i}\r\n").as_bytes());
-        assert!(
-            reply.starts_with(':'),
-            "PUBLISH on the rejoined replica: {reply:?}"
-        );
-    }
-    let expected: Vec<String> = (0..10).map(|i| format!("back-{i}")).collect();
+    let mut sub2 = subscribe_news(base, 2);
+    let expected = publish_news(&mut connect(2), "back", 10);
     assert_eq!(read_messages(&mut sub2, "news", 10), expected);
     assert_eq!(read_messages(&mut subs[0], "news", 10), expected);
 }
@@ -2585,22 +2573,33 @@ fn a_persistent_group_killed_entirely_restarts_from_its_logs_and_loses_no_delive
             "{m}, delivered before the kill, is missing after the restart"
         );
     }
-    let mut sub = connect(1);
+    let mut sub = subscribe_news(base, 1);
+    let expected = publish_news(&mut connect(0), "after", 5);
+    assert_eq!(read_messages(&mut sub, "news", 5), expected);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A connection to replica `m` subscribed to channel `news`.
+fn subscribe_news(base: u16, m: u8) -> TcpStream {
+    let mut sub = resp_connect(base, m);
     assert_eq!(
         resp_lines(&mut sub, b"SUBSCRIBE news\r\n", 6),
         "*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n"
     );
-    let mut p0 = connect(0);
-    for i in 0..5 {
-        let reply = resp(&mut p0, format!("PUBLISH news after-{i}\r\n").as_bytes());
-        assert!(
-            reply.starts_with(':'),
-            "PUBLISH after the restart: {reply:?}"
-        );
-    }
-    let expected: Vec<String> = (0..5).map(|i| format!("after-{i}")).collect();
-    assert_eq!(read_messages(&mut sub, "news", 5), expected);
-    let _ = std::fs::remove_dir_all(&dir);
+    sub
+}
+
+/// Publishes `<tag>-0 .. <tag>-<count-1>` on `news`, each answered before
+/// the next; returns them.
+fn publish_news(publisher: &mut TcpStream, tag: &str, count: usize) -> Vec<String> {
+    (0..count)
+        .map(|i| {
+            let message = format!("{tag}-{i}");
+            let reply = resp(publisher, format!("PUBLISH news {message}\r\n").as_bytes());
+            assert!(reply.starts_with(':'), "PUBLISH {message}: {reply:?}");
+            message
+        })
+        .collect()
 }
 
 /// The messages a multicast log shows delivered in `epoch`, in sequence

@@ -726,7 +726,7 @@ struct SimNode {
     /// Persistent multicast: the member's log.
     disk: crate::mcast_disk::McastDisk,
     /// A total restart's tail, read from the log, until delivered.
-    mcast_tail: Option<crate::mcast_disk::Tail>,
+    mcast_tail: Option<verbatim_driver::restart::RestartLog>,
     /// The memory its CPU reads through (a multicast engine that restarts
     /// without the log engine gets it too).
     mem_view: SimMemory,
@@ -1536,7 +1536,7 @@ impl Cluster {
         &mut self,
         i: usize,
         engine: Option<&mut verbatim_core::multicast::McastEngine<SimMemory>>,
-    ) -> Option<crate::mcast_disk::Tail> {
+    ) -> Option<verbatim_driver::restart::RestartLog> {
         if !self.opts.config.mcast_persistent {
             return None;
         }
@@ -1888,15 +1888,7 @@ impl Cluster {
                     required,
                 ));
             }
-            found.extend(self.mcast_restarts.delivered(
-                self.now,
-                i,
-                d.epoch,
-                d.seq,
-                d.sender.index(),
-                d.index,
-                &payload,
-            ));
+            found.extend(self.one_message_per_sequence_number(i, &d, &payload));
             found.extend(self.mcast.delivered(
                 self.now,
                 crate::check::multicast::Delivered {
@@ -1928,6 +1920,25 @@ impl Cluster {
         for v in found {
             self.violation(v);
         }
+    }
+
+    /// Whether member `i`'s delivery `d` names the message every other
+    /// delivery of its epoch and sequence number named.
+    fn one_message_per_sequence_number(
+        &mut self,
+        i: usize,
+        d: &McastDelivery,
+        payload: &[u8],
+    ) -> Option<Violation> {
+        self.mcast_restarts.delivered(
+            self.now,
+            i,
+            d.epoch,
+            d.seq,
+            d.sender.index(),
+            d.index,
+            payload,
+        )
     }
 
     fn mcast_installed(
@@ -2041,15 +2052,7 @@ impl Cluster {
                 .mcast_restarts
                 .restarted(self.now, i, tail.epoch, tail.to);
             for (d, payload) in delivered {
-                found.extend(self.mcast_restarts.delivered(
-                    self.now,
-                    i,
-                    d.epoch,
-                    d.seq,
-                    d.sender.index(),
-                    d.index,
-                    &payload,
-                ));
+                found.extend(self.one_message_per_sequence_number(i, &d, &payload));
             }
             for v in found {
                 self.violation(v);
@@ -3449,7 +3452,7 @@ struct SimHost<'a> {
     synced: &'a mut Vec<PersistMark>,
     disk: &'a mut crate::mcast_disk::McastDisk,
     /// A total restart's tail, and what the host delivered of it.
-    tail: &'a mut Option<crate::mcast_disk::Tail>,
+    tail: &'a mut Option<verbatim_driver::restart::RestartLog>,
     restart_delivered: &'a mut Vec<(RestartTail, Deliveries)>,
 }
 
@@ -3529,31 +3532,14 @@ impl Host<SimMemory, RecordingKv> for SimHost<'_> {
         let Some(log) = self.tail.take() else {
             return true;
         };
-        let mut out = Vec::new();
-        for seq in tail.from..tail.to {
-            let (sender, index) = tail.at_seq(seq);
-            let (null, payload) = log.get(&(sender.0, index)).unwrap_or_else(|| {
-                panic!(
-                    "restart tail {tail:?}: message {index} of {} not on disk",
-                    sender.0
-                )
+        let deliveries =
+            verbatim_driver::restart::tail_deliveries(tail, &log).unwrap_or_else(|(s, k)| {
+                panic!("restart tail {tail:?}: message {k} of {} not on disk", s.0)
             });
-            if *null {
-                continue;
-            }
-            self.disk.delivered(tail.epoch, seq, true);
-            out.push((
-                McastDelivery {
-                    sender,
-                    index,
-                    seq,
-                    epoch: tail.epoch,
-                    in_trim: true,
-                    sender_incarnation: 0,
-                    len: payload.len(),
-                },
-                payload.clone(),
-            ));
+        let mut out = Vec::new();
+        for (d, payload) in deliveries {
+            self.disk.delivered(d.epoch, d.seq, true);
+            out.push((d, payload.to_vec()));
         }
         self.restart_delivered.push((*tail, out));
         true

@@ -4,9 +4,9 @@
 //! power loss: the page cache goes too). A restarted member reads its
 //! restart point and the tail it may deliver from what survived.
 
-use std::collections::BTreeMap;
 use verbatim_core::fabric::MemberId;
-use verbatim_core::multicast::{McastPersist, RestartPoint, RestartScan};
+use verbatim_core::multicast::{McastPersist, RestartPoint};
+use verbatim_driver::restart::{LogRecord, RestartLog};
 
 /// One record on disk.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,10 +27,6 @@ enum Record {
         seq: u64,
     },
 }
-
-/// The messages of the last view a restarted member may deliver, by
-/// (sender, index): whether it is a null, and its payload.
-pub type Tail = BTreeMap<(u8, u64), (bool, Vec<u8>)>;
 
 /// A member's multicast log.
 #[derive(Clone, Debug, Default)]
@@ -95,32 +91,30 @@ impl McastDisk {
 
     /// Where the log left off, and the last view's messages from the
     /// first one not delivered on (`None`: no view on disk).
-    pub fn recover(&self) -> Option<(RestartPoint, Tail)> {
-        let mut scan = RestartScan::default();
-        let mut tail = Tail::new();
-        for r in &self.records {
-            match r {
-                Record::View { epoch, members } => {
-                    scan.view(*epoch, *members);
-                    tail.clear();
-                }
-                Record::Message {
-                    epoch,
-                    sender,
-                    index,
-                    null,
-                    payload,
-                } => {
-                    if scan.message(*epoch, *sender, *index) {
-                        tail.insert((sender.0, *index), (*null, payload.clone()));
-                    }
-                }
-                Record::Delivered { epoch, seq } => scan.delivered(*epoch, *seq),
-            }
-        }
-        let point = scan.point()?;
-        tail.retain(|&(s, index), _| point.seq_of(MemberId(s), index) >= point.delivered);
-        Some((point, tail))
+    pub fn recover(&self) -> Option<(RestartPoint, RestartLog)> {
+        verbatim_driver::restart::recover(self.records.iter().map(|r| match r {
+            Record::View { epoch, members } => LogRecord::View {
+                epoch: *epoch,
+                members: *members,
+            },
+            Record::Message {
+                epoch,
+                sender,
+                index,
+                null,
+                payload,
+            } => LogRecord::Message {
+                epoch: *epoch,
+                sender: *sender,
+                index: *index,
+                null: *null,
+                payload,
+            },
+            Record::Delivered { epoch, seq } => LogRecord::Delivered {
+                epoch: *epoch,
+                seq: *seq,
+            },
+        }))
     }
 }
 

@@ -22,13 +22,13 @@
 //! process cuts off. Anything readable after an unreadable stretch is
 //! corruption, not a torn tail: the log is refused.
 
-use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use verbatim_core::checksum::Checksum;
 use verbatim_core::fabric::MemberId;
-use verbatim_core::multicast::{McastPersist, RestartPoint, RestartScan};
+use verbatim_core::multicast::{McastPersist, RestartPoint};
+use verbatim_driver::restart::{LogRecord, RestartLog};
 
 const MAGIC: u32 = 0x4C43_4D56; // "VMCL"
 const HEADER_BYTES: usize = 4 + 4 + 4 + 8 + 8 + 8;
@@ -241,42 +241,40 @@ impl McastLog {
 pub struct Recovered {
     /// The restart point the engine restarts from.
     pub point: RestartPoint,
-    /// The last view's messages from the first one not delivered on, by
-    /// (sender, index): whether it is a null, and its payload.
-    pub tail: BTreeMap<(u8, u64), (bool, Vec<u8>)>,
+    /// The last view's messages from the first one not delivered on.
+    pub tail: RestartLog,
 }
 
-/// Where a log left off, `None` if it never logged a view. The last view
-/// record starts the last view (records of a view follow its record);
-/// each sender's messages of it count from index 0 without a gap, and the
-/// delivered records say how far it was delivered. (Sequence numbers are
-/// `index · n +` the sender's position among the view's `n` members.)
+/// Where a log left off, `None` if it never logged a view (the rule is
+/// [`verbatim_driver::restart::recover`]'s).
 pub fn recover(contents: &Contents) -> Option<Recovered> {
-    let mut scan = RestartScan::default();
-    let mut tail = BTreeMap::new();
-    for record in &contents.records {
-        match record {
-            Record::View { epoch, members } => {
-                scan.view(*epoch, *members);
-                tail.clear();
-            }
+    let records = contents.records.iter().filter_map(|r| {
+        Some(match r {
+            Record::View { epoch, members } => LogRecord::View {
+                epoch: *epoch,
+                members: *members,
+            },
             Record::Message {
                 epoch,
                 sender,
                 index,
                 payload,
                 null,
-            } => {
-                if scan.message(*epoch, MemberId(*sender), *index) {
-                    tail.insert((*sender, *index), (*null, payload.clone()));
-                }
-            }
-            Record::Delivered { epoch, seq, .. } => scan.delivered(*epoch, *seq),
-            Record::Start { .. } => {}
-        }
-    }
-    let point = scan.point()?;
-    tail.retain(|&(sender, index), _| point.seq_of(MemberId(sender), index) >= point.delivered);
+            } => LogRecord::Message {
+                epoch: *epoch,
+                sender: MemberId(*sender),
+                index: *index,
+                null: *null,
+                payload,
+            },
+            Record::Delivered { epoch, seq, .. } => LogRecord::Delivered {
+                epoch: *epoch,
+                seq: *seq,
+            },
+            Record::Start { .. } => return None,
+        })
+    });
+    let (point, tail) = verbatim_driver::restart::recover(records)?;
     Some(Recovered { point, tail })
 }
 

@@ -724,10 +724,9 @@ impl Host<ShmMemory, Kv> for Gateway {
             // log this replica read).
             return true;
         };
-        let mut delivered = 0u64;
-        for seq in tail.from..tail.to {
-            let (sender, index) = tail.at_seq(seq);
-            let Some((null, payload)) = recovered.tail.get(&(sender.0, index)) else {
+        let deliveries = match verbatim_driver::restart::tail_deliveries(tail, &recovered.tail) {
+            Ok(d) => d,
+            Err((sender, index)) => {
                 self.mcast_log_error(
                     "read",
                     std::io::Error::new(
@@ -739,26 +738,16 @@ impl Host<ShmMemory, Kv> for Gateway {
                     ),
                 );
                 return false;
-            };
-            if *null {
-                continue;
             }
+        };
+        let delivered = deliveries.len();
+        for (d, payload) in deliveries {
             if let (Some(log), false) = (self.mcast_log.as_mut(), self.mcast_log_failed) {
-                if let Err(e) = log.delivered(tail.epoch, seq, sender.0, index) {
+                if let Err(e) = log.delivered(d.epoch, d.seq, d.sender.0, d.index) {
                     self.mcast_log_error("write", e);
                 }
             }
-            let d = McastDelivery {
-                sender,
-                index,
-                seq,
-                epoch: tail.epoch,
-                in_trim: true,
-                sender_incarnation: 0,
-                len: payload.len(),
-            };
             self.deliver_publication(&d, payload);
-            delivered += 1;
         }
         if let (Some(log), false) = (self.mcast_log.as_mut(), self.mcast_log_failed) {
             if let Err(e) = log.sync() {
