@@ -7,9 +7,10 @@ use std::collections::BTreeMap;
 use verbatim_core::fabric::MemberId;
 use verbatim_core::multicast::{McastDelivery, RestartPoint, RestartScan, RestartTail};
 
-/// One record of a multicast log, as a host read it.
-#[derive(Clone, Copy, Debug)]
-pub enum LogRecord<'a> {
+/// One record of a multicast log, as a host keeps or read it (`P`: the
+/// payload, owned or borrowed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogRecord<P> {
     /// A view installed.
     View {
         /// Its epoch.
@@ -28,7 +29,7 @@ pub enum LogRecord<'a> {
         /// A null message.
         null: bool,
         /// Its payload.
-        payload: &'a [u8],
+        payload: P,
     },
     /// A message delivered.
     Delivered {
@@ -39,6 +40,29 @@ pub enum LogRecord<'a> {
     },
 }
 
+impl<P: AsRef<[u8]>> LogRecord<P> {
+    /// The record with its payload borrowed.
+    pub fn as_slice(&self) -> LogRecord<&[u8]> {
+        match *self {
+            LogRecord::View { epoch, members } => LogRecord::View { epoch, members },
+            LogRecord::Message {
+                epoch,
+                sender,
+                index,
+                null,
+                ref payload,
+            } => LogRecord::Message {
+                epoch,
+                sender,
+                index,
+                null,
+                payload: payload.as_ref(),
+            },
+            LogRecord::Delivered { epoch, seq } => LogRecord::Delivered { epoch, seq },
+        }
+    }
+}
+
 /// The last view's messages a restart may deliver, by (sender, index):
 /// whether it is a null, and its payload.
 pub type RestartLog = BTreeMap<(u8, u64), (bool, Vec<u8>)>;
@@ -46,8 +70,8 @@ pub type RestartLog = BTreeMap<(u8, u64), (bool, Vec<u8>)>;
 /// Where a log left off (see [`RestartScan`]) and its last view's
 /// messages from the first one not delivered on; `None` if it holds no
 /// view.
-pub fn recover<'a>(
-    records: impl IntoIterator<Item = LogRecord<'a>>,
+pub fn recover<P: AsRef<[u8]>>(
+    records: impl IntoIterator<Item = LogRecord<P>>,
 ) -> Option<(RestartPoint, RestartLog)> {
     let mut scan = RestartScan::default();
     let mut tail = RestartLog::new();
@@ -65,7 +89,7 @@ pub fn recover<'a>(
                 payload,
             } => {
                 if scan.message(epoch, sender, index) {
-                    tail.insert((sender.0, index), (null, payload.to_vec()));
+                    tail.insert((sender.0, index), (null, payload.as_ref().to_vec()));
                 }
             }
             LogRecord::Delivered { epoch, seq } => scan.delivered(epoch, seq),

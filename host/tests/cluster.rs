@@ -2390,30 +2390,10 @@ fn a_killed_member_is_removed_by_a_view_change_and_no_publication_is_lost() {
     // Replica 2 comes back as a new process: it asks to join, the next
     // view adds it, and it publishes and receives like the others.
     cluster.restart(2).expect("restart replica 2");
-    let began = Instant::now();
-    loop {
-        let views: Vec<Option<(u64, Vec<u8>)>> = cluster
-            .status()
-            .into_iter()
-            .map(|s| s.and_then(|s| s.multicast).map(|m| (m.epoch, m.view)))
-            .collect();
-        // The removal was epoch 1; the join is the next view change (a
-        // late death notice about the old process may cost one more
-        // round: removed and added again).
-        let first = views[0].clone();
-        if first
-            .as_ref()
-            .is_some_and(|(e, v)| *e >= 2 && v == &[0, 1, 2])
-            && views.iter().all(|v| *v == first)
-        {
-            break;
-        }
-        assert!(
-            began.elapsed() < Duration::from_secs(20),
-            "replica 2 did not join: {views:?}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    // The removal was epoch 1; the join is the next view change (a late
+    // death notice about the old process may cost one more round: removed
+    // and added again).
+    wait_one_multicast_view(&cluster, 2, "replica 2 did not join");
     let mut sub2 = subscribe_news(base, 2);
     let expected = publish_news(&mut connect(2), "back", 10);
     assert_eq!(read_messages(&mut sub2, "news", 10), expected);
@@ -2522,29 +2502,10 @@ fn a_persistent_group_killed_entirely_restarts_from_its_logs_and_loses_no_delive
     for r in 0..3u8 {
         cluster.restart(r).expect("restart a replica");
     }
-    let began = Instant::now();
-    loop {
-        let views: Vec<Option<(u64, Vec<u8>)>> = cluster
-            .status()
-            .into_iter()
-            .map(|s| s.and_then(|s| s.multicast).map(|m| (m.epoch, m.view)))
-            .collect();
-        // (A death notice about a process of before the kill may reach a
-        // restarted one late: that member is removed and added back, a
-        // view change or two more.)
-        if views[0]
-            .as_ref()
-            .is_some_and(|(e, v)| *e >= 1 && v == &[0, 1, 2])
-            && views.iter().all(|v| *v == views[0])
-        {
-            break;
-        }
-        assert!(
-            began.elapsed() < Duration::from_secs(20),
-            "the group did not restart from its logs: {views:?}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    // (A death notice about a process of before the kill may reach a
+    // restarted one late: that member is removed and added back, a view
+    // change or two more.)
+    wait_one_multicast_view(&cluster, 1, "the group did not restart from its logs");
     let cluster_name = format!("itmcastdisk{}", std::process::id());
     let orders: Vec<Vec<String>> = (0..3u8)
         .map(|r| {
@@ -2577,6 +2538,31 @@ fn a_persistent_group_killed_entirely_restarts_from_its_logs_and_loses_no_delive
     let expected = publish_news(&mut connect(0), "after", 5);
     assert_eq!(read_messages(&mut sub, "news", 5), expected);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Waits (20 s at most) until every replica's multicast is in one view of
+/// all three members, of epoch `epoch_min` or later.
+fn wait_one_multicast_view(cluster: &LocalCluster, epoch_min: u64, what: &str) {
+    let began = Instant::now();
+    loop {
+        let views: Vec<Option<(u64, Vec<u8>)>> = cluster
+            .status()
+            .into_iter()
+            .map(|s| s.and_then(|s| s.multicast).map(|m| (m.epoch, m.view)))
+            .collect();
+        if views[0]
+            .as_ref()
+            .is_some_and(|(e, v)| *e >= epoch_min && v == &[0, 1, 2])
+            && views.iter().all(|v| *v == views[0])
+        {
+            return;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(20),
+            "{what}: {views:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// A connection to replica `m` subscribed to channel `news`.

@@ -4,34 +4,13 @@
 //! power loss: the page cache goes too). A restarted member reads its
 //! restart point and the tail it may deliver from what survived.
 
-use verbatim_core::fabric::MemberId;
 use verbatim_core::multicast::{McastPersist, RestartPoint};
 use verbatim_driver::restart::{LogRecord, RestartLog};
-
-/// One record on disk.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Record {
-    View {
-        epoch: u64,
-        members: u64,
-    },
-    Message {
-        epoch: u64,
-        sender: MemberId,
-        index: u64,
-        null: bool,
-        payload: Vec<u8>,
-    },
-    Delivered {
-        epoch: u64,
-        seq: u64,
-    },
-}
 
 /// A member's multicast log.
 #[derive(Clone, Debug, Default)]
 pub struct McastDisk {
-    records: Vec<Record>,
+    records: Vec<LogRecord<Vec<u8>>>,
     /// Records `0 .. durable` are synced.
     durable: usize,
     /// The epoch of the last view record this process appended.
@@ -53,14 +32,14 @@ impl McastDisk {
     pub fn view(&mut self, epoch: u64, members: u64) {
         if self.view_epoch != Some(epoch) {
             self.view_epoch = Some(epoch);
-            self.records.push(Record::View { epoch, members });
+            self.records.push(LogRecord::View { epoch, members });
         }
     }
 
     /// A received message, after its view's record.
     pub fn message(&mut self, r: &McastPersist, payload: &[u8]) {
         self.view(r.epoch, r.view);
-        self.records.push(Record::Message {
+        self.records.push(LogRecord::Message {
             epoch: r.epoch,
             sender: r.sender,
             index: r.index,
@@ -72,7 +51,7 @@ impl McastDisk {
     /// A delivery; `synced` when the host syncs it before the application
     /// sees it (inside a ragged trim, or a restart's tail).
     pub fn delivered(&mut self, epoch: u64, seq: u64, synced: bool) {
-        self.records.push(Record::Delivered { epoch, seq });
+        self.records.push(LogRecord::Delivered { epoch, seq });
         if synced {
             self.durable = self.records.len();
         }
@@ -92,35 +71,14 @@ impl McastDisk {
     /// Where the log left off, and the last view's messages from the
     /// first one not delivered on (`None`: no view on disk).
     pub fn recover(&self) -> Option<(RestartPoint, RestartLog)> {
-        verbatim_driver::restart::recover(self.records.iter().map(|r| match r {
-            Record::View { epoch, members } => LogRecord::View {
-                epoch: *epoch,
-                members: *members,
-            },
-            Record::Message {
-                epoch,
-                sender,
-                index,
-                null,
-                payload,
-            } => LogRecord::Message {
-                epoch: *epoch,
-                sender: *sender,
-                index: *index,
-                null: *null,
-                payload,
-            },
-            Record::Delivered { epoch, seq } => LogRecord::Delivered {
-                epoch: *epoch,
-                seq: *seq,
-            },
-        }))
+        verbatim_driver::restart::recover(self.records.iter().map(LogRecord::as_slice))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use verbatim_core::fabric::MemberId;
 
     fn m(epoch: u64, sender: u8, index: u64) -> McastPersist {
         McastPersist {
