@@ -524,7 +524,7 @@ pub const RESTART_BALLOT: u64 = 0x100;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RestartError {
     /// The view is empty, lists members outside the layout, or leaves
-    /// this member out.
+    /// this member out (or its epoch is the last one there is).
     View,
     /// The engine already started (restart before the first poll).
     Started,
@@ -758,6 +758,11 @@ pub struct McastEngine<M: Memory> {
     restart_cut: Option<(Trim, RestartTail)>,
     /// The host delivered our tail of the restart cut.
     restart_tail_done: bool,
+    /// Persistent mode: the view we installed is not on our disk yet, so
+    /// our row (which would show it) is not pushed: every view any member
+    /// shows is on the disk of the member that showed it first (a total
+    /// restart then never cuts an epoch some log shows ended).
+    view_unsynced: bool,
     /// The current epoch, its members, and those suspected in it.
     epoch: u64,
     view: u64,
@@ -819,6 +824,7 @@ impl<M: Memory> McastEngine<M> {
             restart_rows: [None; MAX_MEMBERS],
             restart_cut: None,
             restart_tail_done: false,
+            view_unsynced: false,
             epoch: 0,
             view: (1u64 << n) - 1,
             suspected: 0,
@@ -914,6 +920,7 @@ impl<M: Memory> McastEngine<M> {
         if point.view == 0
             || point.view & !layout_members != 0
             || point.view & (1 << self.me.0) == 0
+            || point.epoch == u64::MAX
         {
             return Err(RestartError::View);
         }
@@ -943,7 +950,7 @@ impl<M: Memory> McastEngine<M> {
     /// then calls [`McastEngine::restart_delivered`].
     pub fn restart_tail(&self) -> Option<RestartTail> {
         self.restart_cut
-            .filter(|_| !self.restart_tail_done)
+            .filter(|_| !self.restart_tail_done && self.halted.is_none())
             .map(|(_, tail)| tail)
     }
 
@@ -953,6 +960,27 @@ impl<M: Memory> McastEngine<M> {
         if self.restart_cut.is_some() {
             self.restart_tail_done = true;
             self.deliver_due = true;
+        }
+    }
+
+    /// Persistent mode: the view just installed (epoch, members), which
+    /// the host puts on disk (synced) before the others learn that we
+    /// installed it; then it calls [`McastEngine::view_persisted`].
+    pub fn view_to_persist(&self) -> Option<(u64, u64)> {
+        (self.view_unsynced && self.halted.is_none()).then_some((self.epoch, self.view))
+    }
+
+    /// Our row waits for the host to sync the view it shows (a member
+    /// that stopped shows that at once: the others go on without it).
+    fn view_unshown(&self) -> bool {
+        self.view_unsynced && self.halted.is_none() && !self.joining
+    }
+
+    /// The host synced the record of the view of `epoch`: our row may
+    /// show it.
+    pub fn view_persisted(&mut self, epoch: u64) {
+        if epoch == self.epoch && self.pinned.is_some() {
+            self.view_unsynced = false;
         }
     }
 
@@ -1760,6 +1788,7 @@ impl<M: Memory> McastEngine<M> {
     /// `joining`, the members add us in their next view change.
     fn become_joining(&mut self) {
         self.joining = true;
+        self.view_unsynced = false;
         self.pinned = None;
         self.epoch = 0;
         // Only us until a view adds us (a death heard meanwhile is not
@@ -1854,6 +1883,7 @@ impl<M: Memory> McastEngine<M> {
         self.row.set(&COL_VIEW_DIGEST, digest);
         self.row.set(&COL_JOINING, 0);
         self.set_row_trim();
+        self.view_unsynced = self.persistent;
         self.deliver_due = true;
     }
 
@@ -1862,6 +1892,10 @@ impl<M: Memory> McastEngine<M> {
     /// that installed the restarted view), and installs that view once
     /// the host delivered our tail.
     fn try_restart(&mut self, point: RestartPoint) {
+        if self.halted.is_some() {
+            // (Left: e.g. the log could not give the tail.)
+            return;
+        }
         let me = self.me.index();
         let mut adopted = None;
         for m in 0..self.n {
@@ -2038,8 +2072,8 @@ impl<M: Memory> McastEngine<M> {
                 r.incarnation
             } else {
                 match self.restart_rows[m] {
-                    Some((i, _)) => i,
-                    None => return,
+                    Some((i, _)) if i != 0 => i,
+                    _ => return,
                 }
             };
         }
@@ -2062,6 +2096,7 @@ impl<M: Memory> McastEngine<M> {
             .fold(0u64, |acc, m| acc | 1 << m);
         self.row.set(&COL_RESTART_VIEW, 0);
         self.show_new_view(digest);
+        self.view_unsynced = self.persistent;
         self.deliver_due = true;
     }
 
@@ -2193,6 +2228,7 @@ impl<M: Memory> McastEngine<M> {
         let digest = Self::view_digest_of(self.epoch, self.view, &incarnations);
         self.pinned = Some((incarnations, digest));
         self.show_new_view(digest);
+        self.view_unsynced = self.persistent;
         self.seal_row();
     }
 
@@ -2250,7 +2286,8 @@ impl<M: Memory> McastEngine<M> {
         // Rows go to every running member, in our view or not: a process
         // that asks to join learns the trim that adds it from our row, and
         // one the view left out learns that.
-        if peer.down
+        if self.view_unshown()
+            || peer.down
             || peer.reconnect
             || peer.row_inflight
             || peer.row_acked_version >= version
@@ -2471,6 +2508,12 @@ impl<M: Memory> Engine for McastEngine<M> {
             if known != 0 {
                 self.gone_incarnation[m] = known;
             }
+            if let Some((_, point)) = self.restart_rows[m] {
+                // A total restart: its summary stands (its log only grew
+                // inside the cut), its process is a new one (pinned once
+                // its row shows it).
+                self.restart_rows[m] = Some((0, point));
+            }
             self.table.clear(peer);
             self.rows[m] = PeerRow::default();
             let p = &mut self.peers[m];
@@ -2557,7 +2600,9 @@ impl<M: Memory> Engine for McastEngine<M> {
                         || (self.halted.is_none()
                             && p.posted < self.sent
                             && p.inflight < MCAST_INFLIGHT_MAX)
-                        || (p.row_acked_version < self.row.version() && !p.row_inflight))
+                        || (p.row_acked_version < self.row.version()
+                            && !p.row_inflight
+                            && !self.view_unshown()))
             })
             .map(|(_, p)| p.retry_at_ns.max(self.now))
             .min()

@@ -239,6 +239,15 @@ pub trait Host<M: Memory, S: StateMachine> {
         Some(mark)
     }
 
+    /// Persistent multicast: the multicast engine installed the view of
+    /// `epoch` (`members`, a bit per member id): put its record on disk,
+    /// synced, and return true (false: ask again later). Its row shows the
+    /// view only then. True by default (a host without a disk).
+    fn multicast_view(&mut self, now_ns: u64, epoch: u64, members: u64) -> bool {
+        let _ = (now_ns, epoch, members);
+        true
+    }
+
     /// A total restart ([`McastEngine::restart`]): deliver `tail` from
     /// the host's log (each delivery on disk before the application sees
     /// it). Returns true once done (the restarted view is installed
@@ -639,6 +648,11 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             }
             if let Some(done) = host.multicast_sync(now_ns, m.persist_mark()) {
                 m.mark_persisted(done);
+            }
+            if let Some((epoch, members)) = m.view_to_persist() {
+                if host.multicast_view(now_ns, epoch, members) {
+                    m.view_persisted(epoch);
+                }
             }
             if host.multicast_failed() && m.halted().is_none() {
                 m.leave();

@@ -725,6 +725,9 @@ struct SimNode {
     syncs: VecDeque<(u64, PersistMark, usize)>,
     /// Persistent multicast: the member's log.
     disk: crate::mcast_disk::McastDisk,
+    /// Persistent multicast: the sync of a view's record under way (done
+    /// at, local time; the epoch; how far into the disk's records).
+    view_sync: Option<(u64, u64, usize)>,
     /// A total restart's tail, read from the log, until delivered.
     mcast_tail: Option<verbatim_driver::restart::RestartLog>,
     /// The memory its CPU reads through (a multicast engine that restarts
@@ -909,6 +912,7 @@ impl Cluster {
                 syncs: VecDeque::new(),
                 sync_covered: None,
                 disk: Default::default(),
+                view_sync: None,
                 mcast_tail: None,
                 mem_view: mem,
                 false_suspicions: 0,
@@ -1512,6 +1516,7 @@ impl Cluster {
         self.suspicions.stopped_for_good(node, self.now);
         self.nodes[node].state = NodeState::Crashed;
         self.nodes[node].disk.crash();
+        self.nodes[node].view_sync = None;
         self.net.crash(node);
         if self.opts.crash_notify {
             for other in 0..self.nodes.len() {
@@ -1577,6 +1582,7 @@ impl Cluster {
             let n = &mut self.nodes[i];
             n.driver.replace_multicast(None);
             n.disk.crash();
+            n.view_sync = None;
             n.syncs.clear();
             n.sync_covered = None;
             n.mcast_tail = None;
@@ -1810,17 +1816,6 @@ impl Cluster {
         let (Some(after), inc) = (McastSeen::of(m), m.incarnation()) else {
             return;
         };
-        if self.opts.config.mcast_persistent {
-            // The host journals each view it is in (written out with the
-            // next sync), as the replica's log does.
-            self.nodes[i].disk.view(after.epoch, after.view);
-        }
-        let m = self.nodes[i]
-            .driver
-            .engines()
-            .multicast
-            .as_ref()
-            .expect("checked above");
         // The view the step began in (an engine that started in this
         // step began in the one it is in now: a process that joined a
         // running group did, in a later epoch).
@@ -2009,6 +2004,7 @@ impl Cluster {
                 syncs,
                 sync_covered,
                 disk,
+                view_sync,
                 mcast_tail,
                 ..
             } = &mut self.nodes[i];
@@ -2029,6 +2025,7 @@ impl Cluster {
                 sync_ns: self.opts.mcast_sync_ns,
                 synced: &mut mcast_synced,
                 disk,
+                view_sync,
                 tail: mcast_tail,
                 restart_delivered: &mut restart_delivered,
             };
@@ -2161,6 +2158,9 @@ impl Cluster {
         if let Some(&(done, _, _)) = self.nodes[i].syncs.front() {
             // The disk's completion wakes the member, as an io_uring
             // completion would.
+            deadline = deadline.min(done);
+        }
+        if let Some((done, _, _)) = self.nodes[i].view_sync {
             deadline = deadline.min(done);
         }
         let g = self.global(i, deadline);
@@ -3451,6 +3451,7 @@ struct SimHost<'a> {
     sync_ns: u64,
     synced: &'a mut Vec<PersistMark>,
     disk: &'a mut crate::mcast_disk::McastDisk,
+    view_sync: &'a mut Option<(u64, u64, usize)>,
     /// A total restart's tail, and what the host delivered of it.
     tail: &'a mut Option<verbatim_driver::restart::RestartLog>,
     restart_delivered: &'a mut Vec<(RestartTail, Deliveries)>,
@@ -3524,6 +3525,25 @@ impl Host<SimMemory, RecordingKv> for SimHost<'_> {
 
     fn multicast_persist(&mut self, _now_ns: u64, record: &McastPersist, payload: &[u8]) {
         self.disk.message(record, payload);
+    }
+
+    /// The view's record, synced as messages are (`sync_ns`).
+    fn multicast_view(&mut self, now_ns: u64, epoch: u64, members: u64) -> bool {
+        match *self.view_sync {
+            Some((done, e, upto)) if e == epoch => {
+                if now_ns < done {
+                    return false;
+                }
+                self.disk.synced(upto);
+                *self.view_sync = None;
+                true
+            }
+            _ => {
+                self.disk.view(epoch, members);
+                *self.view_sync = Some((now_ns + self.sync_ns, epoch, self.disk.len()));
+                false
+            }
+        }
     }
 
     /// Delivers the tail from the log read at restart, each delivery

@@ -26,6 +26,8 @@ struct Group {
     delivered: Vec<Vec<(MemberId, u64, Vec<u8>)>>,
     /// Restart tails each member was asked to deliver from its log.
     tails: Vec<Vec<RestartTail>>,
+    /// Members whose host does not sync the record of a view installed.
+    views_held: Vec<bool>,
 }
 
 fn config(n: u8, id: u8, window: u32) -> Config {
@@ -55,6 +57,7 @@ impl Group {
             now: 0,
             delivered: vec![Vec::new(); n as usize],
             tails: vec![Vec::new(); n as usize],
+            views_held: vec![false; n as usize],
         }
     }
 
@@ -80,6 +83,12 @@ impl Group {
                 continue;
             };
             e.handle_timeout(now);
+            if let Some((epoch, _)) = e.view_to_persist() {
+                // The host syncs the view's record (unless held).
+                if !self.views_held[i] {
+                    e.view_persisted(epoch);
+                }
+            }
             if let Some(tail) = e.restart_tail() {
                 // The host delivers it from its log at once.
                 self.tails[i].push(tail);
@@ -917,4 +926,40 @@ fn a_restart_point_outside_the_layout_is_refused() {
         g.engine(0).restart(point(1, 0b111, [0; 3], 0)),
         Err(RestartError::Started)
     );
+}
+
+#[test]
+fn a_persistent_member_shows_a_view_only_once_its_record_is_on_disk() {
+    let mut g = Group::new(3, 8);
+    for c in &mut g.config {
+        c.mcast_persistent = true;
+    }
+    let layout = Layout::new(&g.config[0]).unwrap();
+    g.mems = (0..3).map(|_| TestMemory::new(&layout)).collect();
+    g.engines = (0..3)
+        .map(|i| McastEngine::new(&g.config[i], g.mems[i].clone(), 0))
+        .collect();
+    g.steps(4);
+    assert!(g.engine(0).status().started);
+    // Member 2 is gone; member 1's host does not get the next view's
+    // record on disk.
+    g.views_held[1] = true;
+    let now = g.now;
+    g.engine(0).handle_peer_down(now, MemberId(2));
+    g.engine(1).handle_peer_down(now, MemberId(2));
+    g.engines[2] = None;
+    g.steps(30);
+    assert_eq!(g.engine(0).epoch(), 1);
+    assert_eq!(g.engine(1).epoch(), 1, "member 1 installed the view");
+    assert_eq!(g.engine(1).view_to_persist(), Some((1, 0b011)));
+    assert!(
+        !g.engine(0).status().started,
+        "member 0 cannot see member 1 in the view before its record is on disk"
+    );
+    assert_eq!(g.engine(0).send(b"x"), Err(SendError::NotStarted));
+    g.views_held[1] = false;
+    g.steps(6);
+    assert_eq!(g.engine(1).view_to_persist(), None);
+    assert!(g.engine(0).status().started);
+    g.engine(0).send(b"x").unwrap();
 }

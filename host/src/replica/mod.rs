@@ -718,6 +718,22 @@ impl Host<ShmMemory, Kv> for Gateway {
         self.deliver_publication(d, payload);
     }
 
+    fn multicast_view(&mut self, _now_ns: u64, epoch: u64, members: u64) -> bool {
+        if self.mcast_log_failed {
+            return false;
+        }
+        let Some(log) = self.mcast_log.as_mut() else {
+            return true;
+        };
+        match log.view(epoch, members).and_then(|()| log.sync()) {
+            Ok(()) => true,
+            Err(e) => {
+                self.mcast_log_error("view write", e);
+                false
+            }
+        }
+    }
+
     fn multicast_restart(&mut self, _now_ns: u64, tail: &RestartTail) -> bool {
         let Some(recovered) = self.mcast_recovered.take() else {
             // Nothing to deliver from (the engine restarts only from a
@@ -740,19 +756,23 @@ impl Host<ShmMemory, Kv> for Gateway {
                 return false;
             }
         };
+        // On disk first, all of it, then to the subscribers.
+        if let (Some(log), false) = (self.mcast_log.as_mut(), self.mcast_log_failed) {
+            let logged = deliveries
+                .iter()
+                .try_for_each(|(d, _)| log.delivered(d.epoch, d.seq, d.sender.0, d.index))
+                .and_then(|()| log.sync());
+            if let Err(e) = logged {
+                self.mcast_log_error("write", e);
+            }
+        }
+        if self.mcast_log_failed {
+            // (The replica leaves the group; nobody saw any of it.)
+            return false;
+        }
         let delivered = deliveries.len();
         for (d, payload) in deliveries {
-            if let (Some(log), false) = (self.mcast_log.as_mut(), self.mcast_log_failed) {
-                if let Err(e) = log.delivered(d.epoch, d.seq, d.sender.0, d.index) {
-                    self.mcast_log_error("write", e);
-                }
-            }
             self.deliver_publication(&d, payload);
-        }
-        if let (Some(log), false) = (self.mcast_log.as_mut(), self.mcast_log_failed) {
-            if let Err(e) = log.sync() {
-                self.mcast_log_error("sync", e);
-            }
         }
         tracing::info!(
             epoch = tail.epoch,
@@ -1122,27 +1142,22 @@ impl<F: HostFabric> Replica<F> {
             };
             gw.publications.push(p);
         }
-        let (epoch, view, in_view) =
-            self.driver
-                .engines()
-                .multicast
-                .as_ref()
-                .map_or((0, 0, false), |m| {
-                    let st = m.status();
-                    (m.epoch(), m.view(), !st.joining && !st.restarting)
-                });
-        // (A restarting or joining member has no view yet: its log's last
-        // view record must stay the last view it was in.)
+        let (epoch, in_view) = self
+            .driver
+            .engines()
+            .multicast
+            .as_ref()
+            .map_or((0, false), |m| {
+                let st = m.status();
+                (m.epoch(), !st.joining && !st.restarting)
+            });
+        // (A restarting or joining member has no view yet.)
         if epoch != gw.mcast_epoch_seen && in_view {
             // A view installed in the last step (a benchmark times it from
-            // its kill of a member, on the same clock).
+            // its kill of a member, on the same clock; the log has its
+            // record, `multicast_view`).
             gw.mcast_epoch_seen = epoch;
             gw.mcast_installed_mono_ns = Some(verbatim_client::process::monotonic_now_ns());
-            if let (Some(log), false) = (gw.mcast_log.as_mut(), gw.mcast_log_failed) {
-                if let Err(e) = log.view(epoch, view) {
-                    gw.mcast_log_error("write", e);
-                }
-            }
         }
         // Publications a view change trimmed (never delivered anywhere:
         // the trim is the same everywhere) go out again, first, in order.
