@@ -2570,7 +2570,32 @@ impl Cluster {
             if let Some((l, term, at)) = self.nodes[i].driver.log().last_false_suspicion() {
                 let at = self.global(i, at);
                 self.log(|| format!("node {i}: false suspicion of leader {} (term {term})", l.0));
-                if let Some(v) = self.suspicions.observe(self.now, i, l.index(), term, at) {
+                let faults = &self.opts.faults;
+                let link_delay_ns = |at: u64| {
+                    faults
+                        .iter()
+                        .filter_map(|f| match *f {
+                            Fault::Delay {
+                                from,
+                                to,
+                                from_ns,
+                                to_ns,
+                                extra_ns,
+                            } if usize::from(from) == l.index()
+                                && usize::from(to) == i
+                                && (from_ns..=to_ns).contains(&at) =>
+                            {
+                                Some(extra_ns)
+                            }
+                            _ => None,
+                        })
+                        .max()
+                        .unwrap_or(0)
+                };
+                if let Some(v) =
+                    self.suspicions
+                        .observe(self.now, (i, l.index()), term, at, link_delay_ns)
+                {
                     self.violation(v);
                 }
             }

@@ -1842,6 +1842,17 @@ fn a_writer_resumed_before_its_stuck_write_lands_places_it_whole() {
     assert_pinned_seeds_pass(&[100190], options_for_seed_before_persistence);
 }
 
+/// Seed 403902: a fault delays the leader's link to member 0 by 177 µs;
+/// the leader becomes a zombie, member 0 suspects it 103 µs later, and a
+/// heartbeat counter the leader wrote before it stopped lands after that,
+/// so member 0 counts the suspicion false. The accuracy checker allowed
+/// 50 µs for heartbeats in flight, not the link's delay: it now adds what
+/// faults add to that link.
+#[test]
+fn a_heartbeat_delayed_by_a_fault_may_land_after_the_leader_stopped() {
+    assert_pinned_seeds_pass(&[403902], options_for_seed_before_persistence);
+}
+
 /// Derecho's total failure in the persistent mode: member 2 crashes at
 /// 3 ms (its death notice makes the others end the epoch with a ragged
 /// trim they deliver and its disk lacks), every member's process dies
