@@ -433,6 +433,32 @@ impl RestartPoint {
             .saturating_mul(n)
             .saturating_add(u64::from(below.count_ones()))
     }
+
+    /// The view's members, in rank order.
+    fn members(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..MAX_MEMBERS).filter(|&m| self.view & (1 << m) != 0)
+    }
+
+    /// The first sequence number outside per-sender `counts` (messages
+    /// `0 .. counts[s]` of each member `s` of the view).
+    fn end_of(&self, counts: &[u64; MAX_MEMBERS]) -> u64 {
+        self.members()
+            .map(|s| self.seq_of(MemberId(s as u8), counts[s]))
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Per sender, its messages below sequence number `end`.
+    fn counts_below(&self, end: u64) -> [u64; MAX_MEMBERS] {
+        let n = u64::from(self.view.count_ones()).max(1);
+        let mut counts = [0u64; MAX_MEMBERS];
+        for s in self.members() {
+            counts[s] = end
+                .saturating_sub(self.seq_of(MemberId(s as u8), 0))
+                .div_ceil(n);
+        }
+        counts
+    }
 }
 
 /// Reads a persistent log's records in order and finds its restart point
@@ -1953,18 +1979,8 @@ impl<M: Memory> McastEngine<M> {
             return;
         }
         let view = point.view;
-        let n = u64::from(view.count_ones());
-        let end = (0..self.n)
-            .filter(|&s| view & (1 << s) != 0)
-            .map(|s| {
-                let pos = u64::from((view & ((1u64 << s) - 1)).count_ones());
-                t.counts[s].saturating_mul(n).saturating_add(pos)
-            })
-            .min()
-            .unwrap_or(0);
-        let covered = (0..self.n)
-            .filter(|&s| view & (1 << s) != 0)
-            .all(|s| point.persisted[s] >= t.counts[s]);
+        let end = point.end_of(&t.counts);
+        let covered = point.members().all(|s| point.persisted[s] >= t.counts[s]);
         if t.members & (1 << me) == 0 || t.members & !view != 0 || !covered {
             // Our disk lacks part of the cut: we join the restarted
             // group as a new member.
@@ -1988,9 +2004,7 @@ impl<M: Memory> McastEngine<M> {
     fn restart_cut_of(&self, point: RestartPoint) -> Option<Trim> {
         let me = self.me.index();
         let view = point.view;
-        let n = u64::from(view.count_ones());
-        let members = || (0..self.n).filter(move |&m| view & (1 << m) != 0);
-        let pos = |s: usize| u64::from((view & ((1u64 << s) - 1)).count_ones());
+        let members = || point.members();
         let summary = |m: usize| {
             if m == me {
                 return Some(point);
@@ -1999,13 +2013,11 @@ impl<M: Memory> McastEngine<M> {
                 .map(|(_, p)| p)
                 .filter(|p| p.epoch == point.epoch && p.view == view)
         };
-        let mut logs = 0u64;
         let mut least = [u64::MAX; MAX_MEMBERS];
         let mut most_delivered = 0u64;
         for m in members() {
             match summary(m) {
                 Some(p) => {
-                    logs |= 1 << m;
                     for s in members() {
                         least[s] = least[s].min(p.persisted[s]);
                     }
@@ -2018,25 +2030,17 @@ impl<M: Memory> McastEngine<M> {
                 None => return None,
             }
         }
-        let on_every_disk = members()
-            .map(|s| least[s].saturating_mul(n).saturating_add(pos(s)))
-            .min()
-            .unwrap_or(0);
+        let on_every_disk = point.end_of(&least);
         #[cfg(feature = "mutation-testing")]
         let most_delivered = if self.mutation == crate::config::Mutation::RestartAtCommonPrefix {
             0
         } else {
             most_delivered
         };
-        let to = on_every_disk.max(most_delivered);
-        let mut counts = [0u64; MAX_MEMBERS];
-        for s in members() {
-            counts[s] = to.saturating_sub(pos(s)).div_ceil(n);
-        }
+        let counts = point.counts_below(on_every_disk.max(most_delivered));
         let whole = members()
             .filter(|&m| summary(m).is_some_and(|p| members().all(|s| p.persisted[s] >= counts[s])))
             .fold(0u64, |acc, m| acc | 1 << m);
-        debug_assert!(whole & !logs == 0);
         Some(Trim {
             epoch: point.epoch,
             ballot: RESTART_BALLOT,

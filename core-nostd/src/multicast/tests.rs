@@ -61,6 +61,18 @@ impl Group {
         }
     }
 
+    /// A group in the persistent mode.
+    fn persistent(n: u8, window: u32) -> Group {
+        let mut g = Group::new(n, window);
+        for c in &mut g.config {
+            c.mcast_persistent = true;
+        }
+        g.engines = (0..usize::from(n))
+            .map(|i| McastEngine::new(&g.config[i], g.mems[i].clone(), 0))
+            .collect();
+        g
+    }
+
     fn engine(&mut self, i: usize) -> &mut McastEngine<TestMemory> {
         self.engines[i].as_mut().unwrap()
     }
@@ -732,15 +744,7 @@ fn hand_to_disk(g: &mut Group, i: usize) -> (Vec<(McastPersist, Vec<u8>)>, Persi
 
 #[test]
 fn persistent_mode_delivers_only_what_every_member_reported_on_disk() {
-    let mut g = Group::new(3, 8);
-    for c in &mut g.config {
-        c.mcast_persistent = true;
-    }
-    let layout = Layout::new(&g.config[0]).unwrap();
-    g.mems = (0..3).map(|_| TestMemory::new(&layout)).collect();
-    g.engines = (0..3)
-        .map(|i| McastEngine::new(&g.config[i], g.mems[i].clone(), 0))
-        .collect();
+    let mut g = Group::persistent(3, 8);
     g.steps(3);
     assert!(g.engine(0).persistent());
     g.engine(0).send(b"a").unwrap();
@@ -930,15 +934,7 @@ fn a_restart_point_outside_the_layout_is_refused() {
 
 #[test]
 fn a_persistent_member_shows_a_view_only_once_its_record_is_on_disk() {
-    let mut g = Group::new(3, 8);
-    for c in &mut g.config {
-        c.mcast_persistent = true;
-    }
-    let layout = Layout::new(&g.config[0]).unwrap();
-    g.mems = (0..3).map(|_| TestMemory::new(&layout)).collect();
-    g.engines = (0..3)
-        .map(|i| McastEngine::new(&g.config[i], g.mems[i].clone(), 0))
-        .collect();
+    let mut g = Group::persistent(3, 8);
     g.steps(4);
     assert!(g.engine(0).status().started);
     // Member 2 is gone; member 1's host does not get the next view's
