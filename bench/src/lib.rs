@@ -10,7 +10,8 @@
 //!
 //! Layout: one module per benchmark ([`latency`], [`throughput`],
 //! [`workload`], [`failover`], [`compare`], [`floor`], [`reconfig`],
-//! [`recovery`], [`lease`], [`multicast`]), the loops they share
+//! [`recovery`], [`lease`], [`multicast`] and its large messages
+//! [`rdmc`]), the loops they share
 //! ([`measure`]), statistics ([`stats`]), key choice ([`zipf`]), local
 //! clusters and cores ([`cluster`]), Redis ([`redis`], [`resp`]), the
 //! result document and its tables ([`report`]), SVG plots ([`plot`]), and
@@ -27,6 +28,7 @@ pub mod measure;
 pub mod multicast;
 pub mod plot;
 pub mod progress;
+pub mod rdmc;
 pub mod reconfig;
 pub mod recovery;
 pub mod redis;

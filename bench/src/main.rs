@@ -402,6 +402,40 @@ struct MulticastArgs {
     /// Publications per publisher in each SIGKILL round.
     #[arg(long, default_value_t = 20_000)]
     sigkill_messages: u64,
+    /// Group sizes for large messages (RDMC bandwidth); `none` skips them.
+    #[arg(long, default_value = "3,4")]
+    rdmc_members: String,
+    /// Large message sizes in bytes (K, M suffixes: 1024, 1048576).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1K,4K,16K,64K,256K,1M,4M,16M,64M"
+    )]
+    rdmc_sizes: Vec<String>,
+    /// Large messages timed per size; 0: about 256 MiB per size, 5 to 200.
+    #[arg(long, default_value_t = 0)]
+    rdmc_messages: u64,
+}
+
+/// `64K`, `1M`, `4096`: bytes.
+fn parse_size(s: &str) -> anyhow::Result<u64> {
+    let t = s.trim();
+    let (digits, unit) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => t.split_at(i),
+        None => (t, ""),
+    };
+    let n: u64 = digits
+        .parse()
+        .with_context(|| format!("`{s}` is not a size (use 4096, 64K or 1M)"))?;
+    let shift = match unit {
+        "" => 0,
+        "K" | "k" | "KiB" => 10,
+        "M" | "m" | "MiB" => 20,
+        _ => bail!("`{s}`: the unit is K or M (1024 or 1048576 bytes)"),
+    };
+    n.checked_shl(shift)
+        .filter(|&b| b >> shift == n)
+        .with_context(|| format!("`{s}` is too large"))
 }
 
 #[derive(Subcommand, Debug)]
@@ -432,8 +466,9 @@ enum Cmd {
     Lease(LeaseArgs),
     /// Derecho's multicast (issue 15): SMC receipt and ordered delivery
     /// latency to 2-4 receivers, ordered messages per second with every
-    /// member sending, and the time to the next view after a member dies;
-    /// member threads over the shared-memory fabric, no cluster.
+    /// member sending, the time to the next view after a member dies, and
+    /// large messages' (RDMC) bandwidth against memcpy; member threads
+    /// over the shared-memory fabric, no cluster.
     Multicast(MulticastArgs),
     /// Print (and with --plot, plot) saved JSON documents; measures nothing.
     /// Several files are merged: each section comes from the first file
@@ -694,6 +729,37 @@ fn run() -> anyhow::Result<()> {
                 Some(l) => parse_cores(l)?,
                 None => Vec::new(),
             };
+            let rdmc = if a.rdmc_members.eq_ignore_ascii_case("none") || a.rdmc_members.is_empty() {
+                None
+            } else {
+                let members = a
+                    .rdmc_members
+                    .split(',')
+                    .map(|m| {
+                        m.trim()
+                            .parse::<u8>()
+                            .ok()
+                            .filter(|n| (2..=8).contains(n))
+                            .with_context(|| {
+                                format!("--rdmc-members: `{m}` is not a group size of 2 to 8")
+                            })
+                    })
+                    .collect::<anyhow::Result<Vec<u8>>>()?;
+                let sizes = a
+                    .rdmc_sizes
+                    .iter()
+                    .map(|s| parse_size(s))
+                    .collect::<anyhow::Result<Vec<u64>>>()?;
+                if let Some(bad) = sizes.iter().find(|&&b| !(1..=(1u64 << 30)).contains(&b)) {
+                    bail!("--rdmc-sizes: {bad} bytes; use 1 byte to 1 GiB");
+                }
+                Some(verbatim_bench::rdmc::RdmcOptions {
+                    members,
+                    sizes,
+                    messages: a.rdmc_messages,
+                    cores: cores.clone(),
+                })
+            };
             setup.method = "member threads of one process, each with its own /dev/shm segment and \
                             shared-memory fabric endpoint, running the replicas' multicast engine \
                             (no other engine); timestamps from one monotonic clock; HDR histograms \
@@ -711,6 +777,7 @@ fn run() -> anyhow::Result<()> {
                     cores,
                     sigkill_rounds: a.sigkill,
                     sigkill_messages: a.sigkill_messages.max(3),
+                    rdmc,
                 },
                 Some(&spec),
                 |what| progress.stage(1, what),

@@ -63,6 +63,8 @@ pub struct McastOptions {
     pub sigkill_rounds: u32,
     /// See `sigkill_rounds`.
     pub sigkill_messages: u64,
+    /// Large messages (RDMC bandwidth against memcpy); `None`: skipped.
+    pub rdmc: Option<crate::rdmc::RdmcOptions>,
 }
 
 /// One latency run.
@@ -131,6 +133,10 @@ pub struct McastReport {
     /// View changes after a SIGKILL of a replica process.
     #[serde(default)]
     pub sigkill: Vec<McastKill>,
+    /// Large messages: RDMC bandwidth per group size and message size,
+    /// with memcpy's beside it.
+    #[serde(default)]
+    pub rdmc: Vec<crate::rdmc::RdmcRun>,
 }
 
 impl McastReport {
@@ -582,6 +588,9 @@ pub fn run(
             report.view_changes.push(view_change(n, o, round)?);
         }
     }
+    if let Some(r) = &o.rdmc {
+        report.rdmc = crate::rdmc::run(r, &mut progress)?;
+    }
     if let Some(spec) = spec {
         for round in 0..o.sigkill_rounds {
             progress(&format!(
@@ -616,6 +625,7 @@ mod tests {
             cores: Vec::new(),
             sigkill_rounds: 0,
             sigkill_messages: 0,
+            rdmc: None,
         };
         let r = run(&o, None, |_| {}).expect("the run");
         let l = r.latency_of(3).expect("latency with 3 members");

@@ -296,6 +296,85 @@ pub fn multicast_latency(m: &crate::multicast::McastReport, setup_line: &str) ->
     Ok(svg)
 }
 
+/// Large-message (RDMC) bandwidth against message size, per group size,
+/// with memcpy's on this machine beside it.
+pub fn multicast_rdmc(m: &crate::multicast::McastReport, setup_line: &str) -> Result<String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(err("fill"))?;
+        let (x0, x1) = log_range(m.rdmc.iter().map(|r| r.message_bytes as f64 / 1024.0));
+        let ymax = m
+            .rdmc
+            .iter()
+            .map(|r| r.gb_per_s.max(r.memcpy_gb_per_s))
+            .fold(0.1f64, f64::max)
+            * 1.15;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                "Large messages (RDMC binomial pipeline) against memcpy",
+                (FONT, 22),
+            )
+            .margin(12)
+            .x_label_area_size(50)
+            .y_label_area_size(70)
+            .build_cartesian_2d((x0..x1).log_scale(), 0f64..ymax)
+            .map_err(err("chart"))?;
+        chart
+            .configure_mesh()
+            .x_desc(format!("message (KiB) — {setup_line}"))
+            .y_desc("GB/s (send → delivered at the last member)")
+            .x_label_formatter(&|v| axis_number(*v))
+            .draw()
+            .map_err(err("mesh"))?;
+        let mut members: Vec<u8> = m.rdmc.iter().map(|r| r.members).collect();
+        members.sort_unstable();
+        members.dedup();
+        let mut series: Vec<(String, Vec<(f64, f64)>)> = members
+            .iter()
+            .map(|&n| {
+                (
+                    format!("RDMC, {n} members"),
+                    m.rdmc
+                        .iter()
+                        .filter(|r| r.members == n)
+                        .map(|r| (r.message_bytes as f64 / 1024.0, r.gb_per_s))
+                        .collect(),
+                )
+            })
+            .collect();
+        let mut memcpy: Vec<(f64, f64)> = m
+            .rdmc
+            .iter()
+            .map(|r| (r.message_bytes as f64 / 1024.0, r.memcpy_gb_per_s))
+            .collect();
+        memcpy.dedup_by(|a, b| a.0 == b.0);
+        series.push(("memcpy (one copy, this machine)".into(), memcpy));
+        for (i, (label, pts)) in series.into_iter().enumerate() {
+            let c = color(i);
+            chart
+                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
+                .map_err(err("series"))?
+                .label(label)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
+                });
+            chart
+                .draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))
+                .map_err(err("points"))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(err("legend"))?;
+        root.present().map_err(err("present"))?;
+    }
+    Ok(svg)
+}
+
 /// Latency CDFs of named series (x: µs, log scale).
 pub fn cdfs(title: &str, series: &[(String, &[CdfPoint])], setup_line: &str) -> Result<String> {
     let mut svg = String::new();
@@ -693,6 +772,9 @@ pub fn write_all(r: &Report, dir: &Path) -> Result<Vec<PathBuf>> {
                 "multicast_latency.svg".into(),
                 multicast_latency(m, &setup_line)?,
             ));
+        }
+        if !m.rdmc.is_empty() {
+            files.push(("multicast_rdmc.svg".into(), multicast_rdmc(m, &setup_line)?));
         }
     }
     let mut written = Vec::new();

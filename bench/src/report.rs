@@ -523,7 +523,54 @@ pub fn render_multicast(m: &crate::multicast::McastReport) -> String {
         }
         out.push_str(&t.render());
     }
+    if !m.rdmc.is_empty() {
+        out.push_str(
+            "large messages (RDMC, binomial pipeline), one at a time from member 0, send → delivered (copied out) at the last member; memcpy of the same size beside it:\n",
+        );
+        let mut t = Table::new(&[
+            "members",
+            "message",
+            "chunk",
+            "messages",
+            "p50 µs",
+            "min µs",
+            "max µs",
+            "GB/s",
+            "memcpy GB/s",
+            "of memcpy",
+        ]);
+        for r in &m.rdmc {
+            t.row(vec![
+                r.members.to_string(),
+                bytes_label(r.message_bytes),
+                bytes_label(r.chunk_bytes),
+                r.messages.to_string(),
+                format!("{:.1}", r.p50_us),
+                format!("{:.1}", r.min_us),
+                format!("{:.1}", r.max_us),
+                format!("{:.2}", r.gb_per_s),
+                format!("{:.2}", r.memcpy_gb_per_s),
+                if r.memcpy_gb_per_s > 0.0 {
+                    format!("{:.0} %", 100.0 * r.gb_per_s / r.memcpy_gb_per_s)
+                } else {
+                    "-".into()
+                },
+            ]);
+        }
+        out.push_str(&t.render());
+    }
     out
+}
+
+/// `65536` as `64 KiB`.
+pub fn bytes_label(b: u64) -> String {
+    if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
+        format!("{} MiB", b >> 20)
+    } else if b >= 1 << 10 && b.is_multiple_of(1 << 10) {
+        format!("{} KiB", b >> 10)
+    } else {
+        format!("{b} B")
+    }
 }
 
 /// The floor section.

@@ -187,6 +187,14 @@ pub enum Mutation {
     /// holds it, ignoring what a member delivered beyond (a delivery
     /// inside a ragged trim is rolled back).
     RestartAtCommonPrefix,
+    /// RDMC: a chunk's flag is written right behind the chunk instead of
+    /// once the chunk's WRITE completed, so a receiver whose CPU sees the
+    /// flag's data before the chunk's delivers stale bytes.
+    RdmcFlagWithChunk,
+    /// Atomic multicast of large messages: a reference counts as received
+    /// before its RDMC payload is whole here, so a message may be
+    /// delivered whose payload some member lacks.
+    LargeRefBeforePayload,
 }
 
 /// Configuration of one member. Construct with [`Config::new`], adjust
@@ -341,6 +349,19 @@ pub struct Config {
     /// [`crate::multicast::McastEngine::mark_persisted`]); false: on
     /// receipt (volatile mode).
     pub mcast_persistent: bool,
+    /// RDMC engine ([`crate::rdmc`], Derecho's large-message multicast on
+    /// a binomial pipeline): message slots per sender, at most
+    /// [`crate::rdmc::RDMC_SLOTS_CAP`]. 0 (the default) turns RDMC off
+    /// (no engine, no region).
+    pub rdmc_slots: u32,
+    /// RDMC engine: bytes of a chunk, a multiple of 64 between
+    /// [`crate::rdmc::RDMC_CHUNK_BYTES_MIN`] and
+    /// [`crate::rdmc::RDMC_CHUNK_BYTES_MAX`].
+    pub rdmc_chunk_bytes: u32,
+    /// RDMC engine: largest message, in bytes, at most
+    /// [`crate::rdmc::RDMC_MESSAGE_BYTES_CAP`] and
+    /// [`crate::rdmc::RDMC_CHUNKS_CAP`] chunks.
+    pub rdmc_message_bytes_max: u64,
     /// This process's incarnation: a number that differs from one process
     /// start to the next (the host draws it at random, the simulator
     /// counts restarts). The multicast engine ties a member's messages
@@ -398,6 +419,9 @@ impl Config {
             mcast_window: 0,
             mcast_payload_bytes_max: 256,
             mcast_persistent: false,
+            rdmc_slots: 0,
+            rdmc_chunk_bytes: 1 << 20,
+            rdmc_message_bytes_max: 1 << 24,
             incarnation: 1,
             #[cfg(feature = "mutation-testing")]
             mutation: Mutation::None,
@@ -562,6 +586,69 @@ impl Config {
                 return Err(Inconsistent {
                     field: "mcast_window",
                     reason: "the rings (window × members × slot) would exceed 1 GiB: lower mcast_window or mcast_payload_bytes_max",
+                });
+            }
+        }
+        if self.rdmc_slots != 0 {
+            use crate::rdmc::*;
+            if self.rdmc_slots > RDMC_SLOTS_CAP {
+                return Err(OutOfRange {
+                    field: "rdmc_slots",
+                    value: u64::from(self.rdmc_slots),
+                    min: 1,
+                    max: u64::from(RDMC_SLOTS_CAP),
+                });
+            }
+            if !(RDMC_CHUNK_BYTES_MIN..=RDMC_CHUNK_BYTES_MAX).contains(&self.rdmc_chunk_bytes) {
+                return Err(OutOfRange {
+                    field: "rdmc_chunk_bytes",
+                    value: u64::from(self.rdmc_chunk_bytes),
+                    min: u64::from(RDMC_CHUNK_BYTES_MIN),
+                    max: u64::from(RDMC_CHUNK_BYTES_MAX),
+                });
+            }
+            if !self.rdmc_chunk_bytes.is_multiple_of(64) {
+                return Err(Inconsistent {
+                    field: "rdmc_chunk_bytes",
+                    reason: "must be a multiple of 64 (chunks are cache-line aligned)",
+                });
+            }
+            if !(1..=RDMC_MESSAGE_BYTES_CAP).contains(&self.rdmc_message_bytes_max) {
+                return Err(OutOfRange {
+                    field: "rdmc_message_bytes_max",
+                    value: self.rdmc_message_bytes_max,
+                    min: 1,
+                    max: RDMC_MESSAGE_BYTES_CAP,
+                });
+            }
+            if self
+                .rdmc_message_bytes_max
+                .div_ceil(u64::from(self.rdmc_chunk_bytes))
+                > RDMC_CHUNKS_CAP
+            {
+                return Err(Inconsistent {
+                    field: "rdmc_chunk_bytes",
+                    reason: "cuts the largest message into more than 2^20 chunks: raise rdmc_chunk_bytes or lower rdmc_message_bytes_max",
+                });
+            }
+            if self.mcast_window != 0 && self.mcast_persistent {
+                return Err(Inconsistent {
+                    field: "rdmc_slots",
+                    reason: "large messages are not logged in the multicast's persistent mode: set rdmc_slots = 0 or mcast_persistent = false",
+                });
+            }
+            if self.mcast_window != 0
+                && (self.mcast_payload_bytes_max as usize) < crate::multicast::LARGE_REF_BYTES
+            {
+                return Err(Inconsistent {
+                    field: "mcast_payload_bytes_max",
+                    reason: "must be at least 16 with large messages on (a slot carries a large message's reference)",
+                });
+            }
+            if RdmcLayout::region_bytes_for(self).is_none_or(|b| b > RDMC_REGION_BYTES_CAP) {
+                return Err(Inconsistent {
+                    field: "rdmc_slots",
+                    reason: "the slots (members × rdmc_slots × rdmc_message_bytes_max) would exceed 16 GiB: lower rdmc_slots or rdmc_message_bytes_max",
                 });
             }
         }

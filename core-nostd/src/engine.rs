@@ -35,6 +35,8 @@ impl EngineTag {
     pub const VIEWS: EngineTag = EngineTag(2);
     /// The multicast engine (Derecho's SMC and atomic multicast).
     pub const MULTICAST: EngineTag = EngineTag(3);
+    /// The large-message multicast engine (Derecho's RDMC).
+    pub const RDMC: EngineTag = EngineTag(4);
 
     /// The fabric-wide id of an engine-local id. Panics when the engine
     /// used bits that belong to the tag: that is a bug of the engine.

@@ -159,6 +159,9 @@ pub struct Layout {
     /// The multicast engine's region ([`crate::multicast`]), when
     /// multicast is on (`mcast_window > 0`).
     pub multicast: Option<crate::multicast::McastLayout>,
+    /// The RDMC engine's region ([`crate::rdmc`]), when RDMC is on
+    /// (`rdmc_slots > 0`).
+    pub rdmc: Option<crate::rdmc::RdmcLayout>,
     /// Lease timing every member must share (a lease held by one is timed
     /// against another's wait): `lease_ns`, `lease_drift_ppm`,
     /// `coordinator_count` of the configuration (0s with views off).
@@ -247,6 +250,7 @@ impl Layout {
                 None => None,
             },
             multicast: crate::multicast::McastLayout::new(config),
+            rdmc: crate::rdmc::RdmcLayout::new(config),
             lease_terms: if config.lease_ns == 0 {
                 [0; 3]
             } else {
@@ -307,6 +311,11 @@ impl Layout {
                 c.word(w);
             }
         }
+        if let Some(r) = self.rdmc {
+            for w in r.hash_words() {
+                c.word(w);
+            }
+        }
         c.finish()
     }
 
@@ -328,6 +337,7 @@ impl Layout {
             r if r == crate::multicast::MCAST_REGION => {
                 self.multicast.map_or(0, |m| m.region_bytes)
             }
+            r if r == crate::rdmc::RDMC_REGION => self.rdmc.map_or(0, |m| m.region_bytes),
             // Not a region of this layout: nothing is inside it.
             _ => 0,
         }
@@ -385,10 +395,12 @@ impl Layout {
         // A region of no bytes (recovery or views disabled) is not
         // registered.
         let multicast = self.multicast.map(|m| m.region());
+        let rdmc = self.rdmc.map(|m| m.region());
         specs
             .into_iter()
             .chain([shared, local])
             .chain(multicast)
+            .chain(rdmc)
             .filter(|r| r.bytes > 0)
     }
 

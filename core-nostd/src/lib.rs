@@ -100,6 +100,7 @@ pub mod mem;
 pub mod membership;
 pub mod multicast;
 pub mod node;
+pub mod rdmc;
 pub mod rng;
 pub mod service;
 pub mod sessions;

@@ -157,6 +157,11 @@ const SLOT_HEADER_BYTES: u64 = 32;
 const SLOT_TRAILER_BYTES: u64 = 16;
 const KIND_DATA: u64 = 1;
 const KIND_NULL: u64 = 2;
+/// A large message's reference: its payload travels on RDMC
+/// ([`crate::rdmc`]); the slot carries its RDMC index and length.
+const KIND_LARGE: u64 = 3;
+/// Payload bytes of a large message's reference.
+pub const LARGE_REF_BYTES: usize = 16;
 
 const DOMAIN_ROW: u64 = 0x4D43_524F_5701; // "MCROW"
 const DOMAIN_SLOT: u64 = 0x4D43_534C_4F54; // "MCSLOT"
@@ -343,6 +348,18 @@ const fn meta(len: u64, kind: u64, sender: MemberId) -> u64 {
     len | (kind << 32) | ((sender.0 as u64) << 40)
 }
 
+/// A large message's reference: (RDMC index, length).
+fn large_ref(payload: &[u8]) -> (u64, u64) {
+    let word = |i: usize| {
+        let mut w = [0u8; 8];
+        if let Some(b) = payload.get(8 * i..8 * i + 8) {
+            w.copy_from_slice(b);
+        }
+        u64::from_le_bytes(w)
+    };
+    (word(0), word(1))
+}
+
 fn slot_checksum(head: u64, meta: u64, incarnation: u64, epoch: u64, payload: &[u8]) -> u64 {
     let mut c = Checksum::new(DOMAIN_SLOT);
     c.word(head);
@@ -374,6 +391,11 @@ pub struct McastDelivery {
     pub sender_incarnation: u64,
     /// Payload bytes (copied into the caller's buffer).
     pub len: usize,
+    /// A large message: its index among the sender's RDMC messages of
+    /// this epoch and its length. Its payload is RDMC's, whole at every
+    /// member of the view (its reference was stable only once every
+    /// member's RDMC had it); the caller's buffer holds the reference.
+    pub large: Option<(u64, u64)>,
 }
 
 /// A received message to put on disk (persistent mode): the host writes
@@ -789,6 +811,9 @@ pub struct McastEngine<M: Memory> {
     /// shows is on the disk of the member that showed it first (a total
     /// restart then never cuts an epoch some log shows ended).
     view_unsynced: bool,
+    /// The host's RDMC session: its epoch and, per sender, the large
+    /// messages whole here.
+    large_received: (u64, [u64; MAX_MEMBERS]),
     /// The current epoch, its members, and those suspected in it.
     epoch: u64,
     view: u64,
@@ -851,6 +876,7 @@ impl<M: Memory> McastEngine<M> {
             restart_cut: None,
             restart_tail_done: false,
             view_unsynced: false,
+            large_received: (0, [0; MAX_MEMBERS]),
             epoch: 0,
             view: (1u64 << n) - 1,
             suspected: 0,
@@ -1212,6 +1238,15 @@ impl<M: Memory> McastEngine<M> {
         if payload.len() as u64 > self.lay.payload_bytes_max {
             return Err(SendError::TooLarge);
         }
+        self.check_send()?;
+        let index = self.sent;
+        self.write_own_slot(index, KIND_DATA, payload);
+        self.invariants();
+        Ok(index)
+    }
+
+    /// Why a message cannot go out now, if it cannot.
+    fn check_send(&mut self) -> Result<(), SendError> {
         if self.halted.is_some() {
             return Err(SendError::Halted);
         }
@@ -1225,10 +1260,7 @@ impl<M: Memory> McastEngine<M> {
             self.status.window_full += 1;
             return Err(SendError::WindowFull);
         }
-        let index = self.sent;
-        self.write_own_slot(index, KIND_DATA, payload);
-        self.invariants();
-        Ok(index)
+        Ok(())
     }
 
     /// Delivers the next message if it is stable (or, while the epoch
@@ -1281,7 +1313,7 @@ impl<M: Memory> McastEngine<M> {
             };
             self.delivered += 1;
             self.row.set(&COL_DELIVERED, self.delivered);
-            if kind == KIND_DATA {
+            if kind == KIND_DATA || kind == KIND_LARGE {
                 self.status.delivered_messages += 1;
                 self.invariants();
                 self.deliver_due = true;
@@ -1293,6 +1325,7 @@ impl<M: Memory> McastEngine<M> {
                     in_trim: self.ending.is_some(),
                     sender_incarnation: incarnation,
                     len,
+                    large: (kind == KIND_LARGE).then(|| large_ref(&out[..len])),
                 });
             }
         }
@@ -1453,11 +1486,75 @@ impl<M: Memory> McastEngine<M> {
     }
 
     /// Whether `sender`'s message `index` is in our ring copy, whole and of
-    /// the incarnation we pinned.
+    /// the incarnation we pinned, and, for a large message's reference,
+    /// whether its RDMC payload is whole here too (Derecho: a message
+    /// counts as received once its data is, so stability means every
+    /// member has the payload).
     fn slot_valid(&self, sender: MemberId, index: u64, incarnation: u64) -> bool {
         let mut buf = [0u8; MCAST_PAYLOAD_BYTES_CAP as usize];
-        self.read_slot(sender, index, incarnation, &mut buf)
-            .is_some()
+        match self.read_slot(sender, index, incarnation, &mut buf) {
+            Some((KIND_LARGE, len)) => {
+                #[cfg(feature = "mutation-testing")]
+                if self.mutation == crate::config::Mutation::LargeRefBeforePayload {
+                    return true;
+                }
+                let (large_index, _) = large_ref(&buf[..len]);
+                self.large_received.0 == self.epoch
+                    && large_index < self.large_received.1[sender.index()]
+            }
+            Some(_) => true,
+            None => false,
+        }
+    }
+
+    /// Multicasts a reference to a large message the host sent on RDMC
+    /// in this epoch (its index there and its length): delivered in the
+    /// total order like any message, once every member's RDMC has it
+    /// ([`McastEngine::set_large_received`]). The host sends the payload
+    /// first, and only when [`McastEngine::can_send`] says the reference
+    /// will go out (an RDMC message nobody references would hold its
+    /// sender's later ones back).
+    pub fn send_large_ref(&mut self, rdmc_index: u64, len: u64) -> Result<u64, SendError> {
+        let mut r = [0u8; LARGE_REF_BYTES];
+        r[..8].copy_from_slice(&rdmc_index.to_le_bytes());
+        r[8..].copy_from_slice(&len.to_le_bytes());
+        if (LARGE_REF_BYTES as u64) > self.lay.payload_bytes_max {
+            return Err(SendError::TooLarge);
+        }
+        self.check_send()?;
+        let index = self.sent;
+        self.write_own_slot(index, KIND_LARGE, &r);
+        self.invariants();
+        Ok(index)
+    }
+
+    /// Whether a message sent now goes out in this epoch (formed, not
+    /// wedged, room in the window).
+    pub fn can_send(&self) -> bool {
+        self.halted.is_none()
+            && self.wedged.is_none()
+            && self.ending.is_none()
+            && self.formed()
+            && self.window_room(self.sent)
+    }
+
+    /// The host's RDMC session of `epoch` has `count` messages of
+    /// `sender` whole in our memory. References to large messages count
+    /// as received only up to it; counts of another epoch than ours are
+    /// ignored (a session belongs to one view).
+    pub fn set_large_received(&mut self, epoch: u64, sender: MemberId, count: u64) {
+        if sender.index() >= MAX_MEMBERS {
+            return;
+        }
+        if self.large_received.0 != epoch {
+            self.large_received = (epoch, [0; MAX_MEMBERS]);
+        }
+        let c = &mut self.large_received.1[sender.index()];
+        if count > *c {
+            *c = count;
+            // References waiting on it may be received now.
+            self.receive_due = true;
+        }
     }
 
     /// Copies `sender`'s message `index` of this epoch out into `out` if
@@ -1481,7 +1578,8 @@ impl<M: Memory> McastEngine<M> {
         let len = meta_word & 0xFFFF_FFFF;
         let kind = (meta_word >> 32) & 0xFF;
         if len > self.lay.payload_bytes_max
-            || (kind != KIND_DATA && kind != KIND_NULL)
+            || (kind != KIND_DATA && kind != KIND_NULL && kind != KIND_LARGE)
+            || (kind == KIND_LARGE && len != LARGE_REF_BYTES as u64)
             || (meta_word >> 40) & 0xFF != u64::from(sender.0)
             || meta_word >> 48 != 0
             || self.mem.load_u64(at.add(16)) != incarnation

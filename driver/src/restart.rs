@@ -127,6 +127,8 @@ pub fn tail_deliveries<'a>(
                 // (Not known from a log; the sender's process is gone.)
                 sender_incarnation: 0,
                 len: payload.len(),
+                // The persistent mode has no large messages.
+                large: None,
             },
             payload.as_slice(),
         ));

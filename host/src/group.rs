@@ -40,6 +40,22 @@
 //! next view without the dead member. A process that starts while the
 //! group runs asks to join, and the next view adds it.
 //!
+//! # Large messages (RDMC)
+//!
+//! With `large_slots > 0`, [`Group::send`] takes messages up to
+//! `large_message_bytes_max`: one longer than `payload_bytes_max` travels
+//! on Derecho's RDMC ([`RdmcEngine`]: chunked and relayed on a binomial
+//! pipeline, so the sender writes each chunk once and the members
+//! forward it), and a reference to it goes into the small messages'
+//! ring. The reference counts as received at a member only once the
+//! payload is whole there, so it is delivered, in the same total order as
+//! every other message, only when every member has the payload, and
+//! [`Group::next_delivery`] hands out the payload itself. An RDMC session
+//! lives for one view: a view change wedges it, the ending view's trim
+//! delivers what it holds, and the next view starts a new session among
+//! its members (a large message the trim left out is sent again, like a
+//! small one).
+//!
 //! Sending is reliable while the sender lives: [`Group::send`] keeps a
 //! copy of each message until the group delivers it, and a message a
 //! view change left out of the ended epoch (the ragged trim: delivered
@@ -59,11 +75,13 @@ use verbatim_client::notice::{notice_path, DeathNotices};
 use verbatim_client::ShmError;
 use verbatim_core::config::Config;
 use verbatim_core::engine::Engine;
-use verbatim_core::fabric::{Fabric, MemberId, MAX_MEMBERS};
+use verbatim_core::engine::EngineTag;
+use verbatim_core::fabric::{Action, Fabric, MemberId, MAX_MEMBERS};
 use verbatim_core::layout::Layout;
 use verbatim_core::multicast::{
     HaltCause, McastEngine, McastStatus, SendError, MCAST_PAYLOAD_BYTES_CAP, MCAST_WINDOW_CAP,
 };
+use verbatim_core::rdmc::{RdmcEngine, RdmcSendError, RdmcStatus};
 
 /// How often a member looks for peers whose segment it has not mapped
 /// (not started yet, or restarted after a death).
@@ -92,6 +110,14 @@ pub struct GroupOptions {
     /// before it starts without (they are looked for again while the
     /// member runs).
     pub connect_timeout: Duration,
+    /// Large messages (RDMC): message slots per sender; 0 (the default)
+    /// turns them off.
+    pub large_slots: u32,
+    /// Large messages: bytes of a chunk (a multiple of 64).
+    pub large_chunk_bytes: u32,
+    /// Large messages: the largest one, in bytes. Every member's segment
+    /// holds `members × large_slots` of them.
+    pub large_message_bytes_max: u64,
 }
 
 impl GroupOptions {
@@ -107,6 +133,9 @@ impl GroupOptions {
             payload_bytes_max: 256,
             outbox_messages: 4096,
             connect_timeout: Duration::from_secs(10),
+            large_slots: 0,
+            large_chunk_bytes: 1 << 20,
+            large_message_bytes_max: 16 << 20,
         }
     }
 
@@ -158,6 +187,18 @@ impl GroupOptions {
         if self.outbox_messages == 0 {
             return bad("outbox_messages = 0: a member must hold at least one message".into());
         }
+        if self.large_slots != 0 {
+            if let Err(e) = self.config().validate() {
+                // The core names its `rdmc_*` fields; ours are `large_*`.
+                let message = e
+                    .to_string()
+                    .replace("rdmc_message_bytes_max", "large_message_bytes_max")
+                    .replace("rdmc_chunk_bytes", "large_chunk_bytes")
+                    .replace("rdmc_slots", "large_slots")
+                    .replace("mcast_payload_bytes_max", "payload_bytes_max");
+                return bad(format!("large messages: {message}"));
+            }
+        }
         Ok(())
     }
 
@@ -168,6 +209,9 @@ impl GroupOptions {
         c.log_ring_bytes = 64 * 1024;
         c.mcast_window = self.window;
         c.mcast_payload_bytes_max = self.payload_bytes_max;
+        c.rdmc_slots = self.large_slots;
+        c.rdmc_chunk_bytes = self.large_chunk_bytes;
+        c.rdmc_message_bytes_max = self.large_message_bytes_max;
         c.incarnation = crate::replica::draw_incarnation();
         c
     }
@@ -216,6 +260,15 @@ pub enum GroupError {
     /// This member left the group for good: a new process has to join.
     #[error("this member left the group for good ({0:?}): join again as a new process")]
     Halted(HaltCause),
+    /// The message is longer than `large_message_bytes_max` (large
+    /// messages on).
+    #[error("a message of {len} bytes is longer than large_message_bytes_max = {max}")]
+    LargeTooLarge {
+        /// Its length.
+        len: u64,
+        /// The limit.
+        max: u64,
+    },
     /// The group did not form in time (a member missing, or not agreeing
     /// on the geometry).
     #[error("the group did not form within {0:?}: is every member running with the same options?")]
@@ -444,6 +497,15 @@ pub struct Group {
     peers_missing: bool,
     next_reconnect: Instant,
     requeued: u64,
+    /// Large messages: the view's RDMC session (none with them off,
+    /// before the group formed, or in a view RDMC cannot number), and the
+    /// buffer deliveries land in.
+    rdmc: Option<RdmcEngine<ShmMemory>>,
+    large_buf: Vec<u8>,
+    /// A large message the order delivered was not here: delivery stops
+    /// (never skipped).
+    large_broken: bool,
+    config: Config,
 }
 
 impl Group {
@@ -507,6 +569,14 @@ impl Group {
         // The engine rounds the payload limit up to whole words: delivery
         // takes a buffer of its size.
         let buf = vec![0u8; engine.layout().payload_bytes_max as usize];
+        // The first session starts once the group formed (a member that
+        // joins a running group must not write into slots of a view it
+        // is not in yet).
+        let large_buf = if config.rdmc_slots != 0 {
+            vec![0u8; opts.large_message_bytes_max as usize]
+        } else {
+            Vec::new()
+        };
         if !missing.is_empty() {
             tracing::warn!(group = %opts.name, missing = ?missing.iter().map(|(m, _)| m.0).collect::<Vec<_>>(), "joined without every member's segment; looking for them while running");
         }
@@ -525,6 +595,10 @@ impl Group {
             peers_missing: true,
             next_reconnect: Instant::now(),
             requeued: 0,
+            rdmc: None,
+            large_buf,
+            large_broken: false,
+            config,
         })
     }
 
@@ -585,10 +659,18 @@ impl Group {
     /// member, this one included, delivers it once.
     pub fn send(&mut self, payload: &[u8]) -> Result<(), GroupError> {
         if payload.len() > self.opts.payload_bytes_max as usize {
-            return Err(GroupError::TooLarge {
-                len: payload.len(),
-                max: self.opts.payload_bytes_max,
-            });
+            if self.config.rdmc_slots == 0 {
+                return Err(GroupError::TooLarge {
+                    len: payload.len(),
+                    max: self.opts.payload_bytes_max,
+                });
+            }
+            if payload.len() as u64 > self.opts.large_message_bytes_max {
+                return Err(GroupError::LargeTooLarge {
+                    len: payload.len() as u64,
+                    max: self.opts.large_message_bytes_max,
+                });
+            }
         }
         if let Some(cause) = self.engine.halted() {
             return Err(GroupError::Halted(cause));
@@ -616,6 +698,19 @@ impl Group {
                 self.engine.handle_action_failed(now, &a, e);
             }
             posted = true;
+        }
+        if let Some(r) = self.rdmc.as_mut() {
+            // The small messages' engine uses untagged ids; RDMC's carry
+            // its tag so that completions find their way back.
+            while let Some(mut a) = r.poll_action() {
+                if let Action::Post(w) = &mut a {
+                    w.wr_id = EngineTag::RDMC.tag(w.wr_id);
+                }
+                if let Err(e) = self.fabric.execute(&a) {
+                    r.handle_action_failed(now, &a, e);
+                }
+                posted = true;
+            }
         }
         posted
     }
@@ -649,12 +744,36 @@ impl Group {
             return;
         }
         let engine = &mut self.engine;
-        let (_, refused) = self.outbox.flush(epoch, |p| match engine.send(p) {
-            Ok(index) => Ok(index),
-            Err(SendError::WindowFull | SendError::NotStarted | SendError::Wedged) => {
-                Err(Refused::Later)
+        let rdmc = &mut self.rdmc;
+        let small_max = self.opts.payload_bytes_max as usize;
+        let (_, refused) = self.outbox.flush(epoch, |p| {
+            let sent = if p.len() > small_max {
+                // The payload on RDMC first, then its reference, which
+                // must go out with it (an RDMC message nobody references
+                // holds its sender's later ones back).
+                let Some(r) = rdmc.as_mut().filter(|r| r.epoch() == epoch) else {
+                    return Err(Refused::Later);
+                };
+                if !engine.can_send() {
+                    return Err(Refused::Later);
+                }
+                match r.send(p) {
+                    Ok(large_index) => engine.send_large_ref(large_index, p.len() as u64),
+                    Err(RdmcSendError::SlotsBusy | RdmcSendError::Wedged) => {
+                        return Err(Refused::Later)
+                    }
+                    Err(RdmcSendError::TooLarge { .. }) => Err(SendError::TooLarge),
+                }
+            } else {
+                engine.send(p)
+            };
+            match sent {
+                Ok(index) => Ok(index),
+                Err(SendError::WindowFull | SendError::NotStarted | SendError::Wedged) => {
+                    Err(Refused::Later)
+                }
+                Err(e) => Err(Refused::Never((), e)),
             }
-            Err(e) => Err(Refused::Never((), e)),
         });
         if let Some((_, e)) = refused {
             // Only a size the options exclude gets here (`send` checks).
@@ -680,6 +799,9 @@ impl Group {
             for m in self.liveness.take_newly_dead() {
                 tracing::info!(group = %self.opts.name, member = m.0, "member gone");
                 self.engine.handle_peer_down(now, m);
+                if let Some(r) = self.rdmc.as_mut() {
+                    r.handle_peer_down(now, m);
+                }
                 self.peers_missing = true;
                 // Its successor is looked for later, not in the middle of
                 // the view change (mapping a segment takes tens of µs).
@@ -692,14 +814,75 @@ impl Group {
             self.engine.handle_peer_up(now, m);
             work = true;
         }
-        while let Some(c) = self.fabric.poll_completion() {
-            self.engine.handle_completion(now, c);
+        while let Some(mut c) = self.fabric.poll_completion() {
+            let (tag, local) = EngineTag::split(c.wr_id);
+            match (tag, self.rdmc.as_mut()) {
+                (EngineTag::RDMC, Some(r)) => {
+                    c.wr_id = local;
+                    r.handle_completion(now, c);
+                }
+                // A completion of a session replaced since.
+                (EngineTag::RDMC, None) => {}
+                _ => self.engine.handle_completion(now, c),
+            }
             work = true;
         }
         self.engine.handle_timeout(now);
+        work |= self.follow_view_with_rdmc(now);
         self.flush();
         work |= self.post(now);
-        work || self.engine.progress() != before
+        // Large messages whole here are deliverable now.
+        let large_due = self
+            .rdmc
+            .as_ref()
+            .is_some_and(|r| r.next_deadline() != u64::MAX);
+        work || large_due || self.engine.progress() != before
+    }
+
+    /// Keeps the RDMC session in step with the view: wedged while the
+    /// small messages' engine is (a view change is under way: nothing
+    /// more of the ending view's large messages goes out, so none lands
+    /// in a slot the next view reuses), and started afresh, among the new
+    /// view's members, once the next view formed.
+    fn follow_view_with_rdmc(&mut self, now: u64) -> bool {
+        if self.config.rdmc_slots == 0 {
+            return false;
+        }
+        let ending = self.engine.wedged().is_some() || self.engine.halted().is_some();
+        let epoch = self.engine.epoch();
+        let formed = self.formed();
+        if let Some(r) = self.rdmc.as_mut() {
+            if ending && r.wedged().is_none() {
+                r.wedge();
+            }
+            if r.epoch() == epoch || !formed {
+                r.handle_timeout(now);
+                // References to large messages count as received up to
+                // what the session has whole.
+                let session = r.epoch();
+                for m in 0..self.opts.members {
+                    let sender = MemberId(m);
+                    self.engine
+                        .set_large_received(session, sender, r.received(sender));
+                }
+                return false;
+            }
+        } else if !formed {
+            return false;
+        }
+        // RDMC numbers views up to `RDMC_EPOCH_MAX`; past it (or in a view
+        // it cannot run in) large messages wait for the next view.
+        let memory = ShmMemory::new(self.segment.clone());
+        self.rdmc = RdmcEngine::new(&self.config, memory, epoch, self.engine.view());
+        if self.rdmc.is_none() {
+            tracing::warn!(group = %self.opts.name, epoch, "no large messages in this view: RDMC cannot run in it");
+        }
+        true
+    }
+
+    /// The RDMC session's counters, with large messages on.
+    pub fn large_status(&self) -> Option<RdmcStatus> {
+        self.rdmc.as_ref().map(|r| r.status())
     }
 
     /// The next message delivered to this member, if one is deliverable
@@ -707,18 +890,44 @@ impl Group {
     /// the same messages in the same order in a view, and a member that
     /// installs the next view delivered exactly the ones the others did.
     pub fn next_delivery(&mut self) -> Option<Delivery<'_>> {
+        if self.large_broken {
+            return None;
+        }
         let d = self.engine.poll_delivery(&mut self.buf)?;
         if d.sender == self.me() {
             if let Some(copy) = self.outbox.delivered((d.epoch, d.index)) {
                 self.spare.push(copy);
             }
         }
+        let payload = match d.large {
+            None => &self.buf[..d.len],
+            Some((large_index, len)) => {
+                // Every member has it (the reference was stable only then)
+                // in the session of the view it was sent in.
+                let taken = match self.rdmc.as_mut() {
+                    Some(r) if r.epoch() == d.epoch => {
+                        r.deliver_ordered(d.sender, large_index, &mut self.large_buf)
+                    }
+                    _ => Err(verbatim_core::rdmc::RdmcOrderError::NotReceived),
+                };
+                match taken {
+                    Ok(got) if got == len => &self.large_buf[..len as usize],
+                    other => {
+                        // Only a member that broke the protocol gets here:
+                        // nothing is delivered in its place.
+                        tracing::error!(group = %self.opts.name, sender = d.sender.0, large_index, result = ?other, "a large message in the order is not here; this member stops delivering");
+                        self.large_broken = true;
+                        return None;
+                    }
+                }
+            }
+        };
         Some(Delivery {
             sender: d.sender,
             epoch: d.epoch,
             seq: d.seq,
             index: d.index,
-            payload: &self.buf[..d.len],
+            payload,
         })
     }
 

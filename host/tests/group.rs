@@ -410,3 +410,209 @@ fn processes_joined_from_the_command_line_survive_a_sigkill() {
         }
     }
 }
+
+fn large_options(name: &str, members: u8, me: u8) -> GroupOptions {
+    let mut o = options(name, members, me);
+    o.large_slots = 2;
+    o.large_chunk_bytes = 4096;
+    o.large_message_bytes_max = 256 * 1024;
+    o
+}
+
+/// Message `k` of member `me` in the mixed runs: small ones (`m<me>-<k>`)
+/// between large ones of varied lengths (a chunk, a chunk and a bit, the
+/// largest) whose bytes say who and which.
+fn mixed_message(me: u8, k: u32) -> Vec<u8> {
+    let len = match k % 4 {
+        0 | 2 => return message(me, k),
+        1 => [4096usize, 4097, 256 * 1024, 100_000][(k as usize / 4) % 4],
+        _ => 61,
+    };
+    (0..len)
+        .map(|i| (i as u64 * 131 + u64::from(k) * 17 + u64::from(me) * 7) as u8)
+        .collect()
+}
+
+/// Polls `g` until `done`, collecting deliveries and sending our mixed
+/// messages `next .. count` while the group holds them.
+fn run_mixed(
+    g: &mut Group,
+    me: u8,
+    next: &mut u32,
+    count: u32,
+    out: &mut Delivered,
+    mut done: impl FnMut(&Group, &Delivered) -> bool,
+) {
+    let began = Instant::now();
+    while !done(g, out) {
+        assert!(
+            began.elapsed() < TIMEOUT,
+            "member {me} stuck: {} delivered, {:?} {:?}",
+            out.len(),
+            g.status(),
+            g.large_status()
+        );
+        while *next < count {
+            match g.send(&mixed_message(me, *next)) {
+                Ok(()) => *next += 1,
+                Err(GroupError::Backlog(_)) => break,
+                Err(e) => panic!("send: {e}"),
+            }
+        }
+        let worked = g.poll();
+        while let Some(d) = g.next_delivery() {
+            out.push((d.epoch, d.sender.0, d.payload.to_vec()));
+        }
+        if !worked {
+            std::thread::yield_now();
+        }
+    }
+}
+
+fn assert_mixed_once_in_order(out: &Delivered, sender: u8, count: u32) {
+    let got: Vec<&Vec<u8>> = out
+        .iter()
+        .filter(|(_, s, _)| *s == sender)
+        .map(|(_, _, p)| p)
+        .collect();
+    assert_eq!(got.len(), count as usize, "messages of member {sender}");
+    for (k, g) in got.iter().enumerate() {
+        assert!(
+            **g == mixed_message(sender, k as u32),
+            "message {k} of member {sender} ({} bytes) whole and in order",
+            g.len()
+        );
+    }
+}
+
+#[test]
+fn large_messages_are_delivered_whole_in_the_same_total_order_as_small_ones() {
+    // Three members: not a power of two, so one member relays to a twin.
+    const N: u8 = 3;
+    const PER_SENDER: u32 = 40;
+    let done = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..N)
+        .map(|me| {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let mut g = Group::join(&large_options("large", N, me)).expect("join");
+                g.wait_formed(TIMEOUT).expect("formed");
+                let mut out = Delivered::new();
+                let mut next = 0;
+                let total = usize::from(N) * PER_SENDER as usize;
+                run_mixed(&mut g, me, &mut next, PER_SENDER, &mut out, |_, out| {
+                    out.len() >= total
+                });
+                done.fetch_add(1, Ordering::AcqRel);
+                run_mixed(&mut g, me, &mut next, PER_SENDER, &mut out, |_, _| {
+                    done.load(Ordering::Acquire) == usize::from(N)
+                });
+                (out, g.large_status().expect("large messages on"))
+            })
+        })
+        .collect();
+    let results: Vec<_> = threads
+        .into_iter()
+        .map(|t| t.join().expect("member thread"))
+        .collect();
+    for (out, status) in &results {
+        for s in 0..N {
+            assert_mixed_once_in_order(out, s, PER_SENDER);
+        }
+        assert_eq!(out, &results[0].0, "every member delivers the same sequence");
+        assert!(status.wedged.is_none());
+    }
+    assert!(
+        results.iter().all(|(_, s)| s.chunks_written > 0),
+        "every member relays chunks"
+    );
+}
+
+#[test]
+fn after_a_member_leaves_large_messages_go_on_in_the_next_view_and_none_is_lost() {
+    const N: u8 = 3;
+    const PER_SURVIVOR: u32 = 60;
+    let formed = Arc::new(Barrier::new(usize::from(N)));
+    let leaver = {
+        let formed = formed.clone();
+        std::thread::spawn(move || {
+            let mut g = Group::join(&large_options("large-leave", N, 2)).expect("join");
+            g.wait_formed(TIMEOUT).expect("formed");
+            formed.wait();
+            // A few of its own, then gone while the others send.
+            let mut out = Delivered::new();
+            let mut next = 0;
+            run_mixed(&mut g, 2, &mut next, 6, &mut out, |_, out| out.len() >= 10);
+        })
+    };
+    let done = Arc::new(AtomicUsize::new(0));
+    let survivors: Vec<_> = (0..2u8)
+        .map(|me| {
+            let formed = formed.clone();
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let mut g = Group::join(&large_options("large-leave", N, me)).expect("join");
+                g.wait_formed(TIMEOUT).expect("formed");
+                formed.wait();
+                let mut out = Delivered::new();
+                let mut next = 0;
+                let ours = |out: &Delivered| out.iter().filter(|(_, s, _)| *s < 2).count();
+                run_mixed(&mut g, me, &mut next, PER_SURVIVOR, &mut out, |_, out| {
+                    ours(out) >= 2 * PER_SURVIVOR as usize
+                });
+                done.fetch_add(1, Ordering::AcqRel);
+                run_mixed(&mut g, me, &mut next, PER_SURVIVOR, &mut out, |_, _| {
+                    done.load(Ordering::Acquire) == 2
+                });
+                (out, g.view())
+            })
+        })
+        .collect();
+    leaver.join().expect("leaver");
+    let results: Vec<(Delivered, View)> = survivors
+        .into_iter()
+        .map(|t| t.join().expect("survivor"))
+        .collect();
+    for (out, view) in &results {
+        assert!(view.epoch >= 1, "the leaver is removed: {view:?}");
+        assert_mixed_once_in_order(out, 0, PER_SURVIVOR);
+        assert_mixed_once_in_order(out, 1, PER_SURVIVOR);
+        // The leaver's: a prefix of what it sent, each whole.
+        let of_leaver: Vec<&Vec<u8>> = out
+            .iter()
+            .filter(|(_, s, _)| *s == 2)
+            .map(|(_, _, p)| p)
+            .collect();
+        for (k, p) in of_leaver.iter().enumerate() {
+            assert!(**p == mixed_message(2, k as u32));
+        }
+    }
+    assert_eq!(results[0].0, results[1].0, "virtual synchrony");
+}
+
+#[test]
+fn bad_large_message_options_say_which_to_change() {
+    let mut o = large_options("large-bad", 2, 0);
+    o.large_chunk_bytes = 1000;
+    let e = Group::join(&o).err().expect("refused").to_string();
+    assert!(e.contains("large_chunk_bytes"), "{e}");
+    let mut o = large_options("large-bad", 2, 0);
+    o.large_slots = 1000;
+    let e = Group::join(&o).err().expect("refused").to_string();
+    assert!(e.contains("large_slots"), "{e}");
+    let mut o = large_options("large-bad", 2, 0);
+    o.payload_bytes_max = 8;
+    let e = Group::join(&o).err().expect("refused").to_string();
+    assert!(e.contains("payload_bytes_max"), "{e}");
+    let mut o = options("large-off", 2, 0);
+    o.connect_timeout = Duration::from_millis(1);
+    let mut g = Group::join(&o).expect("join");
+    assert!(matches!(g.send(&[0u8; 61]), Err(GroupError::TooLarge { .. })));
+    let mut o = large_options("large-on", 2, 0);
+    o.connect_timeout = Duration::from_millis(1);
+    let mut g = Group::join(&o).expect("join");
+    assert!(matches!(
+        g.send(&vec![0u8; 256 * 1024 + 1]),
+        Err(GroupError::LargeTooLarge { .. })
+    ));
+}

@@ -959,3 +959,69 @@ fn a_persistent_member_shows_a_view_only_once_its_record_is_on_disk() {
     assert!(g.engine(0).status().started);
     g.engine(0).send(b"x").unwrap();
 }
+
+/// The RDMC index and length a large message's reference carries.
+fn large_of(payload: &[u8]) -> (u64, u64) {
+    assert_eq!(payload.len(), LARGE_REF_BYTES);
+    (
+        u64::from_le_bytes(payload[..8].try_into().unwrap()),
+        u64::from_le_bytes(payload[8..].try_into().unwrap()),
+    )
+}
+
+/// Member 1 sends a large message's reference, member 2 a small message
+/// after it in the round-robin order.
+fn large_ref_then_small(g: &mut Group) {
+    g.steps(3);
+    assert!(g.engine(1).can_send());
+    assert_eq!(g.engine(1).send_large_ref(0, 5000), Ok(0));
+    g.engine(2).send(&[7]).unwrap();
+    g.steps(6);
+}
+
+#[test]
+fn a_large_messages_reference_counts_only_once_its_payload_is_whole_at_the_member() {
+    let mut g = Group::new(3, 16);
+    large_ref_then_small(&mut g);
+    for m in 0..3 {
+        assert!(
+            g.delivered[m].is_empty(),
+            "member {m}: nothing past a reference whose payload is missing somewhere"
+        );
+    }
+    // The counts of another view's session do not count.
+    for m in 0..3 {
+        g.engine(m).set_large_received(4, MemberId(1), 1);
+    }
+    g.steps(6);
+    assert!(g.delivered.iter().all(|d| d.is_empty()));
+    // Members 0 and 1 have it, member 2 not yet: still nothing.
+    for m in 0..2 {
+        g.engine(m).set_large_received(0, MemberId(1), 1);
+    }
+    g.steps(6);
+    assert!(g.delivered.iter().all(|d| d.is_empty()));
+    g.engine(2).set_large_received(0, MemberId(1), 1);
+    g.steps(6);
+    for m in 0..3 {
+        let d = &g.delivered[m];
+        assert_eq!(d.len(), 2, "member {m}: the reference, then the small one");
+        assert_eq!((d[0].0, d[0].1), (MemberId(1), 0));
+        assert_eq!(large_of(&d[0].2), (0, 5000));
+        assert_eq!((d[1].0, d[1].2.clone()), (MemberId(2), vec![7]));
+    }
+}
+
+#[cfg(feature = "mutation-testing")]
+#[test]
+fn the_mutation_counting_a_reference_before_its_payload_delivers_it_without_the_payload() {
+    let mut g = Group::new(3, 16);
+    for i in 0..3 {
+        g.config[i].mutation = crate::config::Mutation::LargeRefBeforePayload;
+        g.engines[i] = McastEngine::new(&g.config[i], g.mems[i].clone(), 0);
+    }
+    large_ref_then_small(&mut g);
+    // No member's RDMC has the payload, yet the reference is delivered:
+    // the host would have nothing to hand out.
+    assert!(g.delivered.iter().all(|d| d.len() == 2));
+}
