@@ -417,6 +417,34 @@ pub struct MulticastSection {
     /// `persistent`): `<log_dir>/mcast-<cluster>-<id>.log`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_dir: Option<PathBuf>,
+    /// Large messages (Derecho's RDMC, a binomial pipeline): message
+    /// slots per sender; 0 (the default) turns them off. A message longer
+    /// than `payload_bytes_max` then travels on RDMC and takes its place
+    /// in the same total order. Not with `persistent`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub large_slots: u32,
+    /// Large messages: bytes of a chunk (a multiple of 64).
+    pub large_chunk_bytes: u32,
+    /// Large messages: the longest (channel name and payload together).
+    /// Every replica's memory holds `members × large_slots` of them.
+    pub large_message_bytes_max: u64,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+
+impl MulticastSection {
+    /// The longest publication (channel name and payload together): a
+    /// slot's, or with large messages on, the largest of those.
+    pub fn publish_bytes_max(&self) -> u64 {
+        let small = u64::from(self.payload_bytes_max);
+        if self.large_slots > 0 {
+            self.large_message_bytes_max.max(small)
+        } else {
+            small
+        }
+    }
 }
 
 impl Default for MulticastSection {
@@ -426,6 +454,9 @@ impl Default for MulticastSection {
             payload_bytes_max: 512,
             persistent: false,
             log_dir: None,
+            large_slots: 0,
+            large_chunk_bytes: 64 * 1024,
+            large_message_bytes_max: 1 << 20,
         }
     }
 }
@@ -762,6 +793,9 @@ impl Manifest {
         cfg.mcast_window = self.multicast.window;
         cfg.mcast_payload_bytes_max = self.multicast.payload_bytes_max;
         cfg.mcast_persistent = self.multicast.persistent;
+        cfg.rdmc_slots = self.multicast.large_slots;
+        cfg.rdmc_chunk_bytes = self.multicast.large_chunk_bytes;
+        cfg.rdmc_message_bytes_max = self.multicast.large_message_bytes_max;
         cfg
     }
 
@@ -1002,6 +1036,9 @@ impl Manifest {
             "view_learn_period_ns" => ("views.learn_period_us", true),
             "mcast_window" => ("multicast.window", false),
             "mcast_payload_bytes_max" => ("multicast.payload_bytes_max", false),
+            "rdmc_slots" => ("multicast.large_slots", false),
+            "rdmc_chunk_bytes" => ("multicast.large_chunk_bytes", false),
+            "rdmc_message_bytes_max" => ("multicast.large_message_bytes_max", false),
             other => (other, false),
         };
         let reason = if unit_ns {

@@ -18,7 +18,7 @@ pub enum PubSubError {
     #[error("channel names are 1 to 255 bytes")]
     Channel,
     /// Channel and message together exceed the multicast payload limit.
-    #[error("channel and message take {bytes} bytes; the multicast payload limit is {max} (multicast.payload_bytes_max, at most 1024)")]
+    #[error("channel and message take {bytes} bytes; the multicast payload limit is {max} (multicast.payload_bytes_max, at most 1024, or multicast.large_message_bytes_max with large_slots > 0)")]
     TooLarge {
         /// What they would take.
         bytes: usize,

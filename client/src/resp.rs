@@ -194,6 +194,24 @@ impl RespLimits {
     }
 }
 
+impl RespLimits {
+    /// These limits raised so that one bulk string may carry a publication
+    /// of `publish_bytes_max` bytes (a multicast group with large
+    /// messages: a PUBLISH, or the message a subscriber is pushed).
+    pub fn with_publications(self, publish_bytes_max: u64) -> RespLimits {
+        let publish = usize::try_from(publish_bytes_max)
+            .unwrap_or(usize::MAX)
+            .saturating_add(Self::BULK_MARGIN_BYTES);
+        RespLimits {
+            bulk_bytes_max: self.bulk_bytes_max.max(publish),
+            frame_bytes_max: self
+                .frame_bytes_max
+                .max(publish.saturating_add(Self::HEADER_BYTES_MAX)),
+            ..self
+        }
+    }
+}
+
 /// Limits used to re-read bytes that were validated already (array
 /// iteration): the stricter check has been done once.
 const REREAD: RespLimits = RespLimits {

@@ -1238,15 +1238,16 @@ impl<M: Memory> McastEngine<M> {
         if payload.len() as u64 > self.lay.payload_bytes_max {
             return Err(SendError::TooLarge);
         }
-        self.check_send()?;
+        self.ready_to_send()?;
         let index = self.sent;
         self.write_own_slot(index, KIND_DATA, payload);
         self.invariants();
         Ok(index)
     }
 
-    /// Why a message cannot go out now, if it cannot.
-    fn check_send(&mut self) -> Result<(), SendError> {
+    /// Why a message sent now would not go out, if it would not (a full
+    /// window is counted in the status).
+    pub fn ready_to_send(&mut self) -> Result<(), SendError> {
         if self.halted.is_some() {
             return Err(SendError::Halted);
         }
@@ -1521,7 +1522,7 @@ impl<M: Memory> McastEngine<M> {
         if (LARGE_REF_BYTES as u64) > self.lay.payload_bytes_max {
             return Err(SendError::TooLarge);
         }
-        self.check_send()?;
+        self.ready_to_send()?;
         let index = self.sent;
         self.write_own_slot(index, KIND_LARGE, &r);
         self.invariants();

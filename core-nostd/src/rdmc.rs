@@ -105,7 +105,13 @@ const TAG_COUNT_MASK: u64 = (1 << TAG_EPOCH_SHIFT) - 1;
 
 const WR_KIND_SHIFT: u32 = 48;
 const WR_SENDER_SHIFT: u32 = 40;
-const WR_CHUNK_MASK: u64 = (1 << WR_SENDER_SHIFT) - 1;
+/// A work request carries its session's epoch (low bits) above the
+/// chunk: a completion of an earlier session, reaped after the host
+/// replaced it, is told apart.
+const WR_EPOCH_SHIFT: u32 = 24;
+const WR_EPOCH_MASK: u64 = (1 << (WR_SENDER_SHIFT - WR_EPOCH_SHIFT)) - 1;
+const WR_CHUNK_MASK: u64 = (1 << WR_EPOCH_SHIFT) - 1;
+const _: () = assert!(RDMC_CHUNKS_CAP <= WR_CHUNK_MASK + 1);
 const WR_CHUNK: u64 = 1;
 const WR_FLAG: u64 = 2;
 const WR_HEADER: u64 = 3;
@@ -331,21 +337,20 @@ impl RdmcLayout {
         })
     }
 
-    /// Bytes of a region these parameters would need (validation).
+    /// Bytes of the region these parameters would need, `None` past
+    /// `u64` (validation, before [`RdmcLayout::new`] may compute it).
     pub fn region_bytes_for(config: &Config) -> Option<u64> {
-        let chunk = u64::from(config.rdmc_chunk_bytes.max(1));
+        let chunk = u64::from(config.rdmc_chunk_bytes.max(RDMC_CHUNK_BYTES_MIN));
+        let message = config.rdmc_message_bytes_max.max(1);
+        let flags = message.div_ceil(chunk).checked_mul(8)?;
         let per_slot = HEADER_BYTES
-            + round_up(
-                config
-                    .rdmc_message_bytes_max
-                    .div_ceil(chunk)
-                    .checked_mul(8)?,
-                64,
-            )
-            + round_up(config.rdmc_message_bytes_max, 64);
+            .checked_add(flags.checked_next_multiple_of(64)?)?
+            .checked_add(message.checked_next_multiple_of(64)?)?;
+        let span = u64::from(config.member_count);
         per_slot
             .checked_mul(u64::from(config.rdmc_slots))?
-            .checked_mul(u64::from(config.member_count))
+            .checked_mul(span)?
+            .checked_add(span * ROW_BYTES)
     }
 
     /// The region as the fabric registers it.
@@ -583,8 +588,13 @@ fn header_check(tag: u64, len: u64) -> u64 {
     mix64(DOMAIN_HEADER ^ tag ^ len.rotate_left(17))
 }
 
-fn wr(kind: u64, sender_rank: u8, chunk: u64) -> WrId {
-    WrId((kind << WR_KIND_SHIFT) | (u64::from(sender_rank) << WR_SENDER_SHIFT) | chunk)
+fn wr(kind: u64, sender_rank: u8, epoch: u64, chunk: u64) -> WrId {
+    WrId(
+        (kind << WR_KIND_SHIFT)
+            | (u64::from(sender_rank) << WR_SENDER_SHIFT)
+            | ((epoch & WR_EPOCH_MASK) << WR_EPOCH_SHIFT)
+            | chunk,
+    )
 }
 
 impl<M: Memory> RdmcEngine<M> {
@@ -842,14 +852,14 @@ impl<M: Memory> RdmcEngine<M> {
         }
         let s = self.sessions[rank];
         if index != s.delivered {
-            return Err(RdmcOrderError::OutOfOrder {
-                next: s.delivered,
-            });
+            return Err(RdmcOrderError::OutOfOrder { next: s.delivered });
         }
         if index >= s.received {
             return Err(RdmcOrderError::NotReceived);
         }
-        let len = self.read_header(sender, index).ok_or(RdmcOrderError::Corrupt)?;
+        let len = self
+            .read_header(sender, index)
+            .ok_or(RdmcOrderError::Corrupt)?;
         if out.len() < len as usize {
             return Err(RdmcOrderError::BufferTooSmall { len });
         }
@@ -983,8 +993,19 @@ impl<M: Memory> RdmcEngine<M> {
                 break;
             }
             let at = self.lay.chunk(sender, s.index, t.chunk);
+            if self.lay.chunk_len(len, t.chunk) == 0 {
+                // An empty message's one chunk has no bytes: only its flag
+                // goes (no zero-length WRITE).
+                let flag = (self.ranks[usize::from(t.peer)], rank as u8, t.chunk);
+                if self.flags.push_back(flag).is_err() {
+                    break;
+                }
+                s.inflight += 1;
+                s.send_step += 1;
+                continue;
+            }
             found = Some(WorkRequest {
-                wr_id: wr(WR_CHUNK, rank as u8, t.chunk),
+                wr_id: wr(WR_CHUNK, rank as u8, self.epoch, t.chunk),
                 peer: self.ranks[usize::from(t.peer)],
                 op: Op::Write {
                     local: at,
@@ -1009,6 +1030,19 @@ impl<M: Memory> RdmcEngine<M> {
             }
         }
         found
+    }
+
+    /// The next flag WRITE due (a chunk whose WRITE completed).
+    fn next_flag(&mut self) -> Option<Action> {
+        let (peer, rank, chunk) = self.flags.pop_front()?;
+        let sender = self.ranks[usize::from(rank)];
+        let index = self.sessions[usize::from(rank)].index;
+        Some(Action::Post(WorkRequest {
+            wr_id: wr(WR_FLAG, rank, self.epoch, chunk),
+            peer,
+            op: Op::write_u64(self.lay.flag(sender, index, chunk), tag(self.epoch, index)),
+            notify: true,
+        }))
     }
 
     fn invariants(&self) {
@@ -1036,6 +1070,10 @@ impl<M: Memory> Engine for RdmcEngine<M> {
         let kind = id >> WR_KIND_SHIFT;
         let rank = ((id >> WR_SENDER_SHIFT) & 0xFF) as usize;
         let chunk = id & WR_CHUNK_MASK;
+        if (id >> WR_EPOCH_SHIFT) & WR_EPOCH_MASK != self.epoch & WR_EPOCH_MASK {
+            // An earlier session's.
+            return;
+        }
         if !completion.status.is_ok() {
             self.wedge_because(RdmcWedge::WriteFailed(completion.peer));
             return;
@@ -1089,15 +1127,8 @@ impl<M: Memory> Engine for RdmcEngine<M> {
             return None;
         }
         // Flags first: they unblock the peers.
-        if let Some((peer, rank, chunk)) = self.flags.pop_front() {
-            let sender = self.ranks[usize::from(rank)];
-            let index = self.sessions[usize::from(rank)].index;
-            return Some(Action::Post(WorkRequest {
-                wr_id: wr(WR_FLAG, rank, chunk),
-                peer,
-                op: Op::write_u64(self.lay.flag(sender, index, chunk), tag(self.epoch, index)),
-                notify: true,
-            }));
+        if let Some(flag) = self.next_flag() {
+            return Some(flag);
         }
         for r in 0..usize::from(self.n) {
             let peer = self.ranks[r];
@@ -1110,7 +1141,7 @@ impl<M: Memory> Engine for RdmcEngine<M> {
                 self.headers_posted[p] += 1;
                 let at = self.lay.header(self.me, index);
                 return Some(Action::Post(WorkRequest {
-                    wr_id: wr(WR_HEADER, self.my_rank, 0),
+                    wr_id: wr(WR_HEADER, self.my_rank, self.epoch, 0),
                     peer,
                     op: Op::Write {
                         local: at,
@@ -1125,7 +1156,7 @@ impl<M: Memory> Engine for RdmcEngine<M> {
                 self.row_inflight[p] = true;
                 let at = self.lay.row(self.me);
                 return Some(Action::Post(WorkRequest {
-                    wr_id: wr(WR_ROW, self.my_rank, 0),
+                    wr_id: wr(WR_ROW, self.my_rank, self.epoch, 0),
                     peer,
                     op: Op::Write {
                         local: at,
@@ -1145,7 +1176,8 @@ impl<M: Memory> Engine for RdmcEngine<M> {
                 return Some(Action::Post(w));
             }
         }
-        None
+        // An empty chunk's flag queued by the sends just looked at.
+        self.next_flag()
     }
 
     fn handle_action_failed(&mut self, now_ns: u64, action: &Action, _error: FabricError) {

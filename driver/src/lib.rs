@@ -55,6 +55,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod large;
 pub mod restart;
 
 use std::collections::{HashMap, VecDeque};
@@ -106,6 +107,10 @@ pub struct Engines<M: Memory, S: StateMachine> {
     /// Derecho's atomic multicast (`None` with multicast off, or for a
     /// member outside the multicast group).
     pub multicast: Option<McastEngine<M>>,
+    /// The view's RDMC session carrying the multicast's large messages
+    /// (`None` with them off, or before the multicast group formed; see
+    /// [`large`]).
+    pub rdmc: Option<verbatim_core::rdmc::RdmcEngine<M>>,
 }
 
 /// A client request as a gateway hands it over.
@@ -301,6 +306,10 @@ pub struct DriverCounters {
     pub access_changes: u64,
     /// Fabric actions that failed.
     pub actions_failed: u64,
+    /// Large multicast messages the total order delivered whose payload
+    /// was not here (only a member that broke the protocol gets one; the
+    /// member then leaves the multicast group instead of skipping it).
+    pub large_missing: u64,
 }
 
 /// Multiplicative hasher for the pending maps: their keys are our own
@@ -348,6 +357,10 @@ pub struct Driver<M: Memory + Clone, S: StateMachine, R> {
     own_acceptor_reported: bool,
     /// Landing buffer of one multicast delivery.
     mcast_buf: Vec<u8>,
+    /// Landing buffer of one large multicast message (empty with them
+    /// off), and the memory a new RDMC session is built over.
+    large_buf: Vec<u8>,
+    memory: M,
     /// Requests that came while no leader was known (an election runs),
     /// with the time after which they are answered "no leader" anyway. A
     /// client told "no leader" at once backs off and turns to another
@@ -379,13 +392,18 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
         let views = ViewEngine::new(&config, &layout, memory.clone(), now_ns);
         let multicast = McastEngine::new(&config, memory.clone(), now_ns);
         let mcast_buf = vec![0u8; layout.multicast.map_or(0, |m| m.payload_bytes_max as usize)];
-        let log = Box::new(Node::new(config, memory, service, now_ns)?);
+        let large_buf = match (layout.multicast, layout.rdmc) {
+            (Some(_), Some(r)) => vec![0u8; r.message_bytes_max as usize],
+            _ => Vec::new(),
+        };
+        let log = Box::new(Node::new(config, memory.clone(), service, now_ns)?);
         Ok(Driver {
             engines: Engines {
                 log,
                 heartbeat,
                 views,
                 multicast,
+                rdmc: None,
             },
             pending_writes: HashMap::default(),
             pending_reads: HashMap::default(),
@@ -398,6 +416,8 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             views_due_ns: 0,
             own_acceptor_reported: false,
             mcast_buf,
+            large_buf,
+            memory,
             held: VecDeque::new(),
         })
     }
@@ -437,7 +457,9 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
     /// stream.
     pub fn multicast_send(&mut self, payload: &[u8]) -> Result<u64, McastSendError> {
         match &mut self.engines.multicast {
-            Some(m) => m.send(payload).map_err(McastSendError::Engine),
+            Some(m) => {
+                large::send(m, &mut self.engines.rdmc, payload).map_err(McastSendError::Engine)
+            }
             None => Err(McastSendError::Off),
         }
     }
@@ -477,6 +499,12 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                     .as_ref()
                     .map_or(u64::MAX, |m| m.next_deadline()),
             )
+            .min(
+                self.engines
+                    .rdmc
+                    .as_ref()
+                    .map_or(u64::MAX, |r| r.next_deadline()),
+            )
     }
 
     /// One iteration of the loop (see the crate documentation). Returns
@@ -496,6 +524,9 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             }
             if let Some(m) = &mut self.engines.multicast {
                 m.handle_peer_down(now_ns, peer);
+            }
+            if let Some(r) = &mut self.engines.rdmc {
+                r.handle_peer_down(now_ns, peer);
             }
             self.heartbeat_due_ns = 0;
             self.views_due_ns = 0;
@@ -663,10 +694,23 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                 m.restart_delivered();
             }
         }
+        let config = self.engines.log.config();
+        let mut work = large::follow_view(m, &mut self.engines.rdmc, config, &self.memory, now_ns);
         while let Some(d) = m.poll_delivery(&mut self.mcast_buf) {
-            host.multicast_delivered(now_ns, &d, &self.mcast_buf[..d.len]);
+            match large::take(&mut self.engines.rdmc, &d, &mut self.large_buf) {
+                None => host.multicast_delivered(now_ns, &d, &self.mcast_buf[..d.len]),
+                Some(Ok(len)) => host.multicast_delivered(now_ns, &d, &self.large_buf[..len]),
+                Some(Err(e)) => {
+                    // Nothing is delivered in its place: this member
+                    // leaves the group (the others remove it).
+                    tracing::error!(sender = d.sender.0, epoch = d.epoch, error = ?e, "a large multicast message in the order is not here; leaving the multicast group");
+                    self.counters.large_missing += 1;
+                    m.leave();
+                    break;
+                }
+            }
         }
-        let posted = execute(
+        work |= execute(
             now_ns,
             m,
             EngineTag::MULTICAST,
@@ -674,7 +718,10 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             host,
             &mut self.counters,
         );
-        posted || m.progress() != before
+        if let Some(r) = self.engines.rdmc.as_mut() {
+            work |= execute(now_ns, r, EngineTag::RDMC, fabric, host, &mut self.counters);
+        }
+        work || m.progress() != before
     }
 
     /// Whether the log engine now wants another view than the view engine
@@ -825,6 +872,12 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                 },
                 EngineTag::MULTICAST => match &mut self.engines.multicast {
                     Some(m) => m.handle_completion(now_ns, c),
+                    None => self.counters.completions_unrouted += 1,
+                },
+                // (A completion of a session replaced since is dropped
+                // with it.)
+                EngineTag::RDMC => match &mut self.engines.rdmc {
+                    Some(r) => r.handle_completion(now_ns, c),
                     None => self.counters.completions_unrouted += 1,
                 },
                 _ => self.counters.completions_unrouted += 1,

@@ -81,7 +81,8 @@ use verbatim_core::layout::Layout;
 use verbatim_core::multicast::{
     HaltCause, McastEngine, McastStatus, SendError, MCAST_PAYLOAD_BYTES_CAP, MCAST_WINDOW_CAP,
 };
-use verbatim_core::rdmc::{RdmcEngine, RdmcSendError, RdmcStatus};
+use verbatim_core::rdmc::{RdmcEngine, RdmcStatus};
+use verbatim_driver::large;
 
 /// How often a member looks for peers whose segment it has not mapped
 /// (not started yet, or restarted after a death).
@@ -745,36 +746,15 @@ impl Group {
         }
         let engine = &mut self.engine;
         let rdmc = &mut self.rdmc;
-        let small_max = self.opts.payload_bytes_max as usize;
-        let (_, refused) = self.outbox.flush(epoch, |p| {
-            let sent = if p.len() > small_max {
-                // The payload on RDMC first, then its reference, which
-                // must go out with it (an RDMC message nobody references
-                // holds its sender's later ones back).
-                let Some(r) = rdmc.as_mut().filter(|r| r.epoch() == epoch) else {
-                    return Err(Refused::Later);
-                };
-                if !engine.can_send() {
-                    return Err(Refused::Later);
-                }
-                match r.send(p) {
-                    Ok(large_index) => engine.send_large_ref(large_index, p.len() as u64),
-                    Err(RdmcSendError::SlotsBusy | RdmcSendError::Wedged) => {
-                        return Err(Refused::Later)
-                    }
-                    Err(RdmcSendError::TooLarge { .. }) => Err(SendError::TooLarge),
-                }
-            } else {
-                engine.send(p)
-            };
-            match sent {
+        let (_, refused) = self
+            .outbox
+            .flush(epoch, |p| match large::send(engine, rdmc, p) {
                 Ok(index) => Ok(index),
                 Err(SendError::WindowFull | SendError::NotStarted | SendError::Wedged) => {
                     Err(Refused::Later)
                 }
                 Err(e) => Err(Refused::Never((), e)),
-            }
-        });
+            });
         if let Some((_, e)) = refused {
             // Only a size the options exclude gets here (`send` checks).
             tracing::warn!(group = %self.opts.name, error = ?e, "a message could not be multicast");
@@ -839,45 +819,11 @@ impl Group {
         work || large_due || self.engine.progress() != before
     }
 
-    /// Keeps the RDMC session in step with the view: wedged while the
-    /// small messages' engine is (a view change is under way: nothing
-    /// more of the ending view's large messages goes out, so none lands
-    /// in a slot the next view reuses), and started afresh, among the new
-    /// view's members, once the next view formed.
+    /// Keeps the RDMC session in step with the view (see
+    /// [`verbatim_driver::large`]).
     fn follow_view_with_rdmc(&mut self, now: u64) -> bool {
-        if self.config.rdmc_slots == 0 {
-            return false;
-        }
-        let ending = self.engine.wedged().is_some() || self.engine.halted().is_some();
-        let epoch = self.engine.epoch();
-        let formed = self.formed();
-        if let Some(r) = self.rdmc.as_mut() {
-            if ending && r.wedged().is_none() {
-                r.wedge();
-            }
-            if r.epoch() == epoch || !formed {
-                r.handle_timeout(now);
-                // References to large messages count as received up to
-                // what the session has whole.
-                let session = r.epoch();
-                for m in 0..self.opts.members {
-                    let sender = MemberId(m);
-                    self.engine
-                        .set_large_received(session, sender, r.received(sender));
-                }
-                return false;
-            }
-        } else if !formed {
-            return false;
-        }
-        // RDMC numbers views up to `RDMC_EPOCH_MAX`; past it (or in a view
-        // it cannot run in) large messages wait for the next view.
         let memory = ShmMemory::new(self.segment.clone());
-        self.rdmc = RdmcEngine::new(&self.config, memory, epoch, self.engine.view());
-        if self.rdmc.is_none() {
-            tracing::warn!(group = %self.opts.name, epoch, "no large messages in this view: RDMC cannot run in it");
-        }
-        true
+        large::follow_view(&mut self.engine, &mut self.rdmc, &self.config, &memory, now)
     }
 
     /// The RDMC session's counters, with large messages on.
@@ -899,27 +845,15 @@ impl Group {
                 self.spare.push(copy);
             }
         }
-        let payload = match d.large {
+        let payload = match large::take(&mut self.rdmc, &d, &mut self.large_buf) {
             None => &self.buf[..d.len],
-            Some((large_index, len)) => {
-                // Every member has it (the reference was stable only then)
-                // in the session of the view it was sent in.
-                let taken = match self.rdmc.as_mut() {
-                    Some(r) if r.epoch() == d.epoch => {
-                        r.deliver_ordered(d.sender, large_index, &mut self.large_buf)
-                    }
-                    _ => Err(verbatim_core::rdmc::RdmcOrderError::NotReceived),
-                };
-                match taken {
-                    Ok(got) if got == len => &self.large_buf[..len as usize],
-                    other => {
-                        // Only a member that broke the protocol gets here:
-                        // nothing is delivered in its place.
-                        tracing::error!(group = %self.opts.name, sender = d.sender.0, large_index, result = ?other, "a large message in the order is not here; this member stops delivering");
-                        self.large_broken = true;
-                        return None;
-                    }
-                }
+            Some(Ok(len)) => &self.large_buf[..len],
+            Some(Err(e)) => {
+                // Only a member that broke the protocol gets here: nothing
+                // is delivered in its place, and nothing after it.
+                tracing::error!(group = %self.opts.name, sender = d.sender.0, error = ?e, "a large message in the order is not here; this member stops delivering");
+                self.large_broken = true;
+                return None;
             }
         };
         Some(Delivery {

@@ -519,7 +519,10 @@ fn large_messages_are_delivered_whole_in_the_same_total_order_as_small_ones() {
         for s in 0..N {
             assert_mixed_once_in_order(out, s, PER_SENDER);
         }
-        assert_eq!(out, &results[0].0, "every member delivers the same sequence");
+        assert_eq!(
+            out, &results[0].0,
+            "every member delivers the same sequence"
+        );
         assert!(status.wedged.is_none());
     }
     assert!(
@@ -607,7 +610,10 @@ fn bad_large_message_options_say_which_to_change() {
     let mut o = options("large-off", 2, 0);
     o.connect_timeout = Duration::from_millis(1);
     let mut g = Group::join(&o).expect("join");
-    assert!(matches!(g.send(&[0u8; 61]), Err(GroupError::TooLarge { .. })));
+    assert!(matches!(
+        g.send(&[0u8; 61]),
+        Err(GroupError::TooLarge { .. })
+    ));
     let mut o = large_options("large-on", 2, 0);
     o.connect_timeout = Duration::from_millis(1);
     let mut g = Group::join(&o).expect("join");

@@ -23,7 +23,8 @@ fn connect(manifest: &Manifest, member: u8) -> Result<Conn> {
     let mut c = Conn {
         stream,
         buf: Vec::new(),
-        limits: RespLimits::for_kv(&manifest.kv_limits()),
+        limits: RespLimits::for_kv(&manifest.kv_limits())
+            .with_publications(manifest.multicast.publish_bytes_max()),
     };
     if let Some(password) = &manifest.cluster.resp_password {
         c.send(&[b"AUTH", password.as_bytes()])?;

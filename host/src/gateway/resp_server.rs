@@ -390,7 +390,8 @@ impl<'c> Conn<'c> {
             next_tag: 1,
             early: std::collections::HashMap::new(),
             upstream: None,
-            resp_limits: RespLimits::for_kv(&kv_limits),
+            resp_limits: RespLimits::for_kv(&kv_limits)
+                .with_publications(ctx.manifest.multicast.publish_bytes_max()),
             kv_limits,
             named_hops: 0,
             authenticated: ctx.manifest.cluster.resp_password.is_none(),
@@ -674,12 +675,9 @@ impl<'c> Conn<'c> {
             return;
         }
         let mut payload = Vec::new();
-        if let Err(e) = verbatim_client::pubsub::encode(
-            channel,
-            message,
-            mc.payload_bytes_max as usize,
-            &mut payload,
-        ) {
+        // Longer than a slot: a large message (RDMC), when they are on.
+        let limit = usize::try_from(mc.publish_bytes_max()).unwrap_or(usize::MAX);
+        if let Err(e) = verbatim_client::pubsub::encode(channel, message, limit, &mut payload) {
             resp::encode_error(format!("ERR {e}").as_bytes(), out);
             return;
         }
