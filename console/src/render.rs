@@ -748,7 +748,11 @@ fn render_replica(app: &App, model: &Model, area: Rect, buf: &mut Buffer) {
         Constraint::Length(6),
         Constraint::Length(peer_count.max(1) + 3),
         Constraint::Length(if views.is_some() { 6 } else { 0 }),
-        Constraint::Length(if multicast.is_some() { 6 } else { 0 }),
+        Constraint::Length(match multicast {
+            Some(m) if m.large.is_some() => 7,
+            Some(_) => 6,
+            None => 0,
+        }),
         Constraint::Min(0),
     ])
     .areas(area);
@@ -856,7 +860,43 @@ fn render_multicast(m: &verbatim_status::MulticastState, area: Rect, buf: &mut B
         )),
         Line::styled(trim, DIM),
     ];
+    let mut lines = lines;
+    if let Some(l) = &m.large {
+        lines.push(large_line(l));
+    }
     Paragraph::new(lines).block(block).render(area, buf);
+}
+
+/// The multicast's large messages (RDMC): the view's session, what it
+/// holds and delivered per sender, and what this replica relayed.
+fn large_line(l: &verbatim_status::LargeState) -> Line<'static> {
+    let per_sender = |v: &[u64]| {
+        v.iter()
+            .enumerate()
+            .map(|(s, n)| format!("r{s} {}", format::count(*n)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let Some(epoch) = l.epoch else {
+        return Line::styled(
+            format!(
+                "large (RDMC): {} slots × {} B chunks · no session until the group forms",
+                l.slots, l.chunk_bytes
+            ),
+            DIM,
+        );
+    };
+    let text = format!(
+        "large (RDMC) epoch {epoch}: received {} · delivered {} · relayed {} chunks ({} MiB)",
+        per_sender(&l.received),
+        per_sender(&l.delivered),
+        format::count(l.chunks_written),
+        l.bytes_written >> 20
+    );
+    match &l.wedged {
+        Some(why) => Line::styled(format!("{text} · WEDGED: {why}"), BAD),
+        None => Line::from(text),
+    }
 }
 
 /// Views and leases (uKharon): the view, the lease, the coordinators.
@@ -1708,6 +1748,7 @@ mod tests {
             "{all}"
         );
         assert!(all.contains("no view change yet"), "{all}");
+        assert!(!all.contains("large (RDMC)"), "{all}");
         assert!(all.contains("sent 120 (20 nulls) · window full 3"), "{all}");
         assert!(
             all.contains("received r0 100 · r1 120 · r2 90 · delivered 270 (250 messages)"),
@@ -1775,6 +1816,54 @@ mod tests {
         app.handle_message(report(0, s), t0);
         let all = frame(&app, 100, 34);
         assert!(all.contains("LEFT THE GROUP: excluded"), "{all}");
+    }
+
+    #[test]
+    fn the_multicast_panel_shows_the_large_messages_session() {
+        let (mut app, t0) = one_replica_app();
+        let mut s = snapshot(1, "leader", 4, Some(1));
+        s.multicast = Some(verbatim_status::MulticastState {
+            started: true,
+            window: 64,
+            view: vec![0, 1, 2],
+            received: vec![1, 1, 1],
+            large: Some(verbatim_status::LargeState {
+                epoch: None,
+                slots: 2,
+                chunk_bytes: 65536,
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        app.handle_message(report(0, s.clone()), t0);
+        app.tick(t0);
+        press(&mut app, KeyCode::Enter);
+        let all = frame(&app, 140, 36);
+        assert!(
+            all.contains(
+                "large (RDMC): 2 slots × 65536 B chunks · no session until the group forms"
+            ),
+            "{all}"
+        );
+        let l = s.multicast.as_mut().unwrap().large.as_mut().unwrap();
+        l.epoch = Some(3);
+        l.received = vec![4, 5, 6];
+        l.delivered = vec![4, 5, 5];
+        l.chunks_written = 96;
+        l.bytes_written = 6 << 20;
+        app.handle_message(report(0, s.clone()), t0);
+        let lines = draw(&app, 140, 36);
+        let all = lines.join("\n");
+        assert!(
+            all.contains("large (RDMC) epoch 3: received r0 4 r1 5 r2 6 · delivered r0 4 r1 5 r2 5 · relayed 96 chunks (6 MiB)"),
+            "{all}"
+        );
+        assert_boxes_intact(&lines, 1);
+        s.multicast.as_mut().unwrap().large.as_mut().unwrap().wedged =
+            Some("the view changes".into());
+        app.handle_message(report(0, s), t0);
+        let all = frame(&app, 160, 36);
+        assert!(all.contains("WEDGED: the view changes"), "{all}");
     }
 
     #[test]

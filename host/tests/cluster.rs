@@ -2384,6 +2384,23 @@ fn large_publications_reach_every_subscriber_whole_in_the_one_order() {
             );
         }
     }
+    // The status shows the view's RDMC session and what went through it
+    // (two of every three publications are large).
+    let large: Vec<verbatim_status::LargeState> = cluster
+        .status()
+        .into_iter()
+        .map(|s| {
+            s.and_then(|s| s.multicast)
+                .and_then(|m| m.large)
+                .expect("every replica reports its large messages")
+        })
+        .collect();
+    for l in &large {
+        assert_eq!(l.epoch, Some(0));
+        assert!(l.wedged.is_none());
+        assert_eq!(l.delivered[1] + l.delivered[2], 2 * (2 * EACH as u64 / 3));
+    }
+    assert!(large.iter().map(|l| l.chunks_written).sum::<u64>() > 0);
     drop(cluster);
 }
 

@@ -151,6 +151,33 @@ pub struct MulticastState {
     /// view when they were publications).
     #[serde(default)]
     pub trimmed_own: u64,
+    /// Large messages (RDMC), when they are on.
+    #[serde(default)]
+    pub large: Option<LargeState>,
+}
+
+/// The view's RDMC session, which carries the multicast's large messages
+/// (Derecho's binomial pipeline).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LargeState {
+    /// The view (epoch) the session belongs to; `None` before the group
+    /// formed (no session yet).
+    pub epoch: Option<u64>,
+    /// Why the session is wedged, if it is (a view change, a member gone).
+    pub wedged: Option<String>,
+    /// Message slots per sender.
+    pub slots: u64,
+    /// Bytes of a chunk.
+    pub chunk_bytes: u64,
+    /// Large messages whole here, per sender (member ids in order).
+    pub received: Vec<u64>,
+    /// Large messages delivered here, per sender.
+    pub delivered: Vec<u64>,
+    /// Chunks this replica wrote to others (its own and relayed), and
+    /// their bytes.
+    pub chunks_written: u64,
+    /// See `chunks_written`.
+    pub bytes_written: u64,
 }
 
 /// A ragged trim: how an epoch ended (Derecho §3.4).

@@ -1056,6 +1056,7 @@ impl<F: HostFabric> Replica<F> {
                         counts: t.counts[..e.members()].to_vec(),
                     }),
                     trimmed_own: s.trimmed_own,
+                    large: large_state(&self.driver, e.members()),
                 }
             }),
         }
@@ -1761,6 +1762,44 @@ pub fn group_configuration(
         is_member: c.active.contains(me),
         in_progress,
     }
+}
+
+/// The RDMC session's part of the multicast status (large messages on).
+fn large_state(
+    driver: &Driver<ShmMemory, Kv, HostRoute>,
+    members: usize,
+) -> Option<verbatim_status::LargeState> {
+    let config = driver.log().config();
+    if config.rdmc_slots == 0 {
+        return None;
+    }
+    let mut l = verbatim_status::LargeState {
+        slots: u64::from(config.rdmc_slots),
+        chunk_bytes: u64::from(config.rdmc_chunk_bytes),
+        ..Default::default()
+    };
+    if let Some(r) = &driver.engines().rdmc {
+        let st = r.status();
+        l.epoch = Some(st.epoch);
+        l.wedged = st.wedged.map(|w| match w {
+            verbatim_core::rdmc::RdmcWedge::PeerDown(p) => format!("member {} is gone", p.0),
+            verbatim_core::rdmc::RdmcWedge::WriteFailed(p) => {
+                format!("a WRITE to member {} failed", p.0)
+            }
+            verbatim_core::rdmc::RdmcWedge::Corrupt(p) => {
+                format!(
+                    "a message of member {} was overwritten before delivery",
+                    p.0
+                )
+            }
+            verbatim_core::rdmc::RdmcWedge::Asked => "the view changes".to_string(),
+        });
+        l.received = st.senders[..members].iter().map(|s| s.received).collect();
+        l.delivered = st.senders[..members].iter().map(|s| s.delivered).collect();
+        l.chunks_written = st.chunks_written;
+        l.bytes_written = st.bytes_written;
+    }
+    Some(l)
 }
 
 /// The member ids of a bit mask.
