@@ -56,6 +56,30 @@ fn log_range(values: impl Iterator<Item = f64>) -> (f64, f64) {
     (lo / 1.5, hi * 1.5)
 }
 
+/// One labelled series: a line through `pts` and a dot at each.
+fn line_with_points<'a, X, Y>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
+    pts: &[(X::ValueType, Y::ValueType)],
+    label: impl Into<String>,
+    c: RGBColor,
+) -> Result<()>
+where
+    X: Ranged,
+    Y: Ranged,
+    X::ValueType: Copy + 'static,
+    Y::ValueType: Copy + 'static,
+{
+    chart
+        .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
+        .map_err(err("series"))?
+        .label(label)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+    chart
+        .draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))
+        .map_err(err("points"))?;
+    Ok(())
+}
+
 /// Latency (p50 and p99, SET and GET, per group size) against value size.
 pub fn latency_vs_size(l: &LatencyReport, setup_line: &str) -> Result<String> {
     let mut svg = String::new();
@@ -201,16 +225,7 @@ pub fn throughput_vs_clients(t: &ThroughputReport, setup_line: &str) -> Result<S
                 continue;
             }
             let c = color(i);
-            chart
-                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
-                .map_err(err("series"))?
-                .label(label)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
-                });
-            chart
-                .draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))
-                .map_err(err("points"))?;
+            line_with_points(&mut chart, &pts, label, c)?;
         }
         chart
             .configure_series_labels()
@@ -273,16 +288,7 @@ pub fn multicast_latency(m: &crate::multicast::McastReport, setup_line: &str) ->
                 .map(|l| (f64::from(l.members - 1), us(pick(l))))
                 .collect();
             let c = color(i);
-            chart
-                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
-                .map_err(err("series"))?
-                .label(label)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
-                });
-            chart
-                .draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))
-                .map_err(err("points"))?;
+            line_with_points(&mut chart, &pts, label, c)?;
         }
         chart
             .configure_series_labels()
@@ -352,16 +358,7 @@ pub fn multicast_rdmc(m: &crate::multicast::McastReport, setup_line: &str) -> Re
         series.push(("memcpy (one copy, this machine)".into(), memcpy));
         for (i, (label, pts)) in series.into_iter().enumerate() {
             let c = color(i);
-            chart
-                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
-                .map_err(err("series"))?
-                .label(label)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
-                });
-            chart
-                .draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))
-                .map_err(err("points"))?;
+            line_with_points(&mut chart, &pts, label, c)?;
         }
         chart
             .configure_series_labels()

@@ -443,15 +443,7 @@ fn run_mixed(
     out: &mut Delivered,
     mut done: impl FnMut(&Group, &Delivered) -> bool,
 ) {
-    let began = Instant::now();
-    while !done(g, out) {
-        assert!(
-            began.elapsed() < TIMEOUT,
-            "member {me} stuck: {} delivered, {:?} {:?}",
-            out.len(),
-            g.status(),
-            g.large_status()
-        );
+    run_until(g, out, |g, out| {
         while *next < count {
             match g.send(&mixed_message(me, *next)) {
                 Ok(()) => *next += 1,
@@ -459,14 +451,8 @@ fn run_mixed(
                 Err(e) => panic!("send: {e}"),
             }
         }
-        let worked = g.poll();
-        while let Some(d) = g.next_delivery() {
-            out.push((d.epoch, d.sender.0, d.payload.to_vec()));
-        }
-        if !worked {
-            std::thread::yield_now();
-        }
-    }
+        done(g, out)
+    });
 }
 
 fn assert_mixed_once_in_order(out: &Delivered, sender: u8, count: u32) {
