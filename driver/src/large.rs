@@ -75,17 +75,21 @@ pub fn follow_view<M: Memory + Clone>(
 pub fn send<M: Memory>(
     m: &mut McastEngine<M>,
     rdmc: &mut Option<RdmcEngine<M>>,
+    config: &Config,
     payload: &[u8],
 ) -> Result<u64, SendError> {
-    if payload.len() as u64 <= m.layout().payload_bytes_max {
+    let len = payload.len() as u64;
+    if len <= m.layout().payload_bytes_max {
         return m.send(payload);
     }
-    let Some(r) = rdmc.as_mut() else {
-        return Err(SendError::TooLarge);
-    };
-    if payload.len() as u64 > r.layout().message_bytes_max {
+    if config.rdmc_slots == 0 || len > config.rdmc_message_bytes_max {
         return Err(SendError::TooLarge);
     }
+    let Some(r) = rdmc.as_mut() else {
+        // No session yet: the group has not formed (or RDMC cannot number
+        // this view).
+        return Err(SendError::NotStarted);
+    };
     if r.epoch() != m.epoch() {
         // The view's session has not started yet.
         return Err(SendError::NotStarted);

@@ -458,7 +458,9 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
     pub fn multicast_send(&mut self, payload: &[u8]) -> Result<u64, McastSendError> {
         match &mut self.engines.multicast {
             Some(m) => {
-                large::send(m, &mut self.engines.rdmc, payload).map_err(McastSendError::Engine)
+                let config = self.engines.log.config();
+                large::send(m, &mut self.engines.rdmc, config, payload)
+                    .map_err(McastSendError::Engine)
             }
             None => Err(McastSendError::Off),
         }

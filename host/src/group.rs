@@ -746,15 +746,16 @@ impl Group {
         }
         let engine = &mut self.engine;
         let rdmc = &mut self.rdmc;
-        let (_, refused) = self
-            .outbox
-            .flush(epoch, |p| match large::send(engine, rdmc, p) {
-                Ok(index) => Ok(index),
-                Err(SendError::WindowFull | SendError::NotStarted | SendError::Wedged) => {
-                    Err(Refused::Later)
-                }
-                Err(e) => Err(Refused::Never((), e)),
-            });
+        let config = &self.config;
+        let (_, refused) =
+            self.outbox
+                .flush(epoch, |p| match large::send(engine, rdmc, config, p) {
+                    Ok(index) => Ok(index),
+                    Err(SendError::WindowFull | SendError::NotStarted | SendError::Wedged) => {
+                        Err(Refused::Later)
+                    }
+                    Err(e) => Err(Refused::Never((), e)),
+                });
         if let Some((_, e)) = refused {
             // Only a size the options exclude gets here (`send` checks).
             tracing::warn!(group = %self.opts.name, error = ?e, "a message could not be multicast");

@@ -608,3 +608,29 @@ fn bad_large_message_options_say_which_to_change() {
         Err(GroupError::LargeTooLarge { .. })
     ));
 }
+
+#[test]
+fn a_large_message_sent_before_the_group_formed_waits_and_is_delivered() {
+    const N: u8 = 2;
+    let threads: Vec<_> = (0..N)
+        .map(|me| {
+            std::thread::spawn(move || {
+                let mut g = Group::join(&large_options("large-early", N, me)).expect("join");
+                let mut next = 0;
+                let mut out = Delivered::new();
+                // Sent at once: no RDMC session until the group formed.
+                if me == 0 {
+                    g.send(&mixed_message(0, 1))
+                        .expect("held until the group forms");
+                }
+                run_mixed(&mut g, me, &mut next, 0, &mut out, |_, out| !out.is_empty());
+                out
+            })
+        })
+        .collect();
+    for t in threads {
+        let out = t.join().expect("member");
+        assert_eq!(out.len(), 1);
+        assert!(out[0].2 == mixed_message(0, 1), "delivered whole");
+    }
+}
