@@ -644,6 +644,24 @@ fn main() -> Result<()> {
                             String::new()
                         }
                     );
+                    if let Some(l) = &m.large {
+                        match l.epoch {
+                            Some(epoch) => println!(
+                                "multicast {} large (RDMC) epoch {epoch}: received {:?} · delivered {:?} · relayed {} chunks{}",
+                                s.id,
+                                l.received,
+                                l.delivered,
+                                l.chunks_written,
+                                l.wedged
+                                    .as_ref()
+                                    .map_or(String::new(), |w| format!(" · WEDGED ({w})"))
+                            ),
+                            None => println!(
+                                "multicast {} large (RDMC): no session until the group forms",
+                                s.id
+                            ),
+                        }
+                    }
                 }
             }
             Ok(())
