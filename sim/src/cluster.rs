@@ -354,6 +354,10 @@ pub struct ClusterOptions {
     /// Persistent multicast (`config.mcast_persistent`): how long a
     /// member's disk takes to sync what it was handed.
     pub mcast_sync_ns: u64,
+    /// Large messages (with `config.rdmc_slots > 0`): about one send in
+    /// this many is longer than a ring slot (up to
+    /// `config.rdmc_message_bytes_max`) and goes on RDMC. 0: none.
+    pub mcast_large_one_in: u64,
 }
 
 impl ClusterOptions {
@@ -407,6 +411,7 @@ impl ClusterOptions {
             ops_limit: None,
             mcast_send_period_ns: 0,
             mcast_sync_ns: 0,
+            mcast_large_one_in: 4,
         }
     }
 
@@ -506,6 +511,11 @@ pub struct RunReport {
     pub mcast_restarts: u64,
     /// Multicast: processes that joined a running group.
     pub mcast_joins: u64,
+    /// Multicast: large messages (on RDMC) sent, and delivered (over all
+    /// members).
+    pub mcast_large_sent: u64,
+    /// See `mcast_large_sent`.
+    pub mcast_large: u64,
     /// Suspicions of a leader whose heartbeat counter stood still (the
     /// second detector level acting), summed like `view_takeovers`.
     pub counter_suspicions: u64,
@@ -857,6 +867,12 @@ pub struct Cluster {
     mcast: crate::check::multicast::McastOrder,
     mcast_durable: crate::check::multicast::McastDurable,
     mcast_rng: SplitMix64,
+    /// Which sends are large, and how long (a stream of its own: a seed
+    /// without RDMC sends what it sent before large messages existed).
+    mcast_large_rng: SplitMix64,
+    /// Large messages sent, and delivered (all members).
+    mcast_large_sent: u64,
+    mcast_large_delivered: u64,
     /// Processes that joined a running multicast group.
     mcast_joins: u64,
     /// Total restarts of the persistent multicast (one message per
@@ -1057,6 +1073,9 @@ impl Cluster {
             mcast: crate::check::multicast::McastOrder::new(),
             mcast_durable: crate::check::multicast::McastDurable::default(),
             mcast_rng: SplitMix64::new(seed ^ 0x4D43_4153),
+            mcast_large_rng: SplitMix64::new(seed ^ 0x004C_4152_4745), // "LARGE"
+            mcast_large_sent: 0,
+            mcast_large_delivered: 0,
             mcast_joins: 0,
             mcast_restarts: Default::default(),
             mcast_generation: 0,
@@ -1766,16 +1785,40 @@ impl Cluster {
 
     /// The multicast workload: a random running member multicasts a
     /// message naming itself and a counter; the next one is scheduled
-    /// until the safety phase ends.
+    /// until the safety phase ends. With RDMC on, about one in
+    /// `mcast_large_one_in` is longer than a ring slot (the driver sends
+    /// it on RDMC), its every 8-byte word distinct, so that a chunk
+    /// placed at another offset or from another message shows.
     fn mcast_send(&mut self) {
         let n = self.nodes.len() as u64;
         let i = self.mcast_rng.range_inclusive(0, n - 1) as usize;
         if self.nodes[i].state == NodeState::Running {
             let tag = self.mcast.sent_total;
             let len = self.mcast_rng.range_inclusive(0, 24) as usize;
+            let slot_bytes = u64::from(self.opts.config.mcast_payload_bytes_max);
+            let large_len = (self.opts.config.rdmc_slots > 0
+                && self.opts.mcast_large_one_in > 0
+                && self.mcast_large_rng.chance(1, self.opts.mcast_large_one_in))
+            .then(|| {
+                self.mcast_large_rng
+                    .range_inclusive(slot_bytes + 1, self.opts.config.rdmc_message_bytes_max)
+                    as usize
+            });
             let mut payload = tag.to_le_bytes().to_vec();
-            payload.extend((0..len).map(|k| (tag as u8).wrapping_add(k as u8)));
-            payload.truncate(self.opts.config.mcast_payload_bytes_max as usize);
+            match large_len {
+                None => {
+                    payload.extend((0..len).map(|k| (tag as u8).wrapping_add(k as u8)));
+                    payload.truncate(slot_bytes as usize);
+                }
+                Some(large) => {
+                    let mut k = 1u64;
+                    while payload.len() < large {
+                        payload.extend((tag << 24 | k).to_le_bytes());
+                        k += 1;
+                    }
+                    payload.truncate(large);
+                }
+            }
             let driver = &mut self.nodes[i].driver;
             let who = driver
                 .engines()
@@ -1790,6 +1833,7 @@ impl Cluster {
                     )
                 });
                 self.mcast.sent(i, inc, epoch, index, &payload);
+                self.mcast_large_sent += u64::from(large_len.is_some());
                 self.wake(i, self.now);
             }
         }
@@ -1853,6 +1897,7 @@ impl Cluster {
         }
         let mut installed = after.epoch == before.epoch;
         for (d, payload) in delivered {
+            self.mcast_large_delivered += u64::from(d.large.is_some());
             if d.epoch != before.epoch && !installed {
                 found.extend(self.mcast_installed(i, inc, before, after, trim));
                 installed = true;
@@ -1995,6 +2040,7 @@ impl Cluster {
             .multicast
             .as_ref()
             .and_then(McastSeen::of);
+        let counters_before = self.nodes[i].driver.counters();
         {
             let SimNode {
                 driver,
@@ -2056,6 +2102,21 @@ impl Cluster {
             }
         }
         self.observe_multicast(i, mcast_before, mcast_delivered);
+        let epoch = self.nodes[i]
+            .driver
+            .engines()
+            .multicast
+            .as_ref()
+            .map_or(0, |m| m.epoch());
+        if let Some(v) = crate::check::large::check_large_whole(
+            self.now,
+            i,
+            epoch,
+            &counters_before,
+            &self.nodes[i].driver.counters(),
+        ) {
+            self.violation(v);
+        }
         let mut depart = t + self.opts.net.poll_ns as u64;
         // The CPU time of the piece of a restore this step did.
         let recovery_after = self.nodes[i].driver.log().recovery_status();
@@ -3361,6 +3422,8 @@ impl Cluster {
                 .count() as u64,
             mcast_installs: self.mcast.installs,
             mcast_joins: self.mcast_joins,
+            mcast_large_sent: self.mcast_large_sent,
+            mcast_large: self.mcast_large_delivered,
             mcast_restarts: self.mcast_restarts.restarts,
             mcast_halted: self
                 .nodes

@@ -10,4 +10,5 @@ pub mod mcast_disk;
 pub mod memory;
 pub mod model;
 pub mod net;
+pub mod rdmc_run;
 pub mod swarm;

@@ -4,11 +4,19 @@
 //! verbatim-sim --seeds N [--start S] [--threads T] [--mutation NAME] [--allow-undecided]
 //! verbatim-sim --seed S [--trace] [--mutation NAME] [--allow-undecided]
 //! verbatim-sim --model
+//! verbatim-sim --rdmc --seeds N [--start S] [--threads T] [--members M] [--mutation NAME]
+//! verbatim-sim --rdmc --seed S [--trace] [--members M] [--mutation NAME]
 //! ```
 //! A swarm run ends with `seeds: N, violations: V, undecided: U` and exits
 //! 1 when V > 0 or U > 0: a seed whose linearizability search ran out of
 //! budget proved nothing, so it is not a pass (`--allow-undecided` says
 //! otherwise, for exploring).
+//!
+//! `--rdmc` runs Derecho's large-message multicast (`verbatim_sim::rdmc_run`)
+//! alone instead of the cluster, with the same summary line and exit
+//! status; a mutation that breaks RDMC itself (`rdmc-flag-with-chunk`) runs
+//! there without `--rdmc` too: the cluster swarm runs RDMC only under the
+//! atomic multicast's large messages, in about one seed in twelve.
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,20 +28,25 @@ use verbatim_sim::swarm::{describe, run_seed};
 fn usage() -> ExitCode {
     eprintln!(
         "usage:\n  verbatim-sim --seeds N [--start S] [--threads T] [--mutation NAME] [--allow-undecided]\n  \
-         verbatim-sim --seed S [--trace] [--mutation NAME] [--allow-undecided]\n  verbatim-sim --model\n\
+         verbatim-sim --seed S [--trace] [--mutation NAME] [--allow-undecided]\n  verbatim-sim --model\n  \
+         verbatim-sim --rdmc --seeds N [--start S] [--threads T] [--members M] [--mutation NAME]\n  \
+         verbatim-sim --rdmc --seed S [--trace] [--members M] [--mutation NAME]\n\
          mutations: none, commit-on-minority, vote-without-log-check, read-without-term-check, counter-read-without-gap, ignore-revoke-failure, commit-pointer-beyond-ack,\n  \
          skip-revoke, skip-vote-replication, commit-before-own-noop, drop-overwrite-guard, skip-session-check,\n  \
          recover-from-any-donor, restart-without-vote-recovery, false-suspicion-without-proof,\n  \
          act-on-own-stall, transitional-new-majority-only, never-readd-zombies, grant-while-copying,\n  \
          grant-while-restoring, commit-before-view-active, lease-without-drift-allowance,\n  \
-         hold-log-for-recovery-until-full\n\
+         hold-log-for-recovery-until-full, pb-commit-on-majority, view-leader-without-votes,\n  \
+         campaign-without-view, reply-on-speculation, keep-speculation-when-deposed,\n  \
+         deliver-before-stable, trim-before-echo, ignore-suspicions, deliver-before-persisted,\n  \
+         restart-at-common-prefix, rdmc-flag-with-chunk, large-ref-before-payload\n\
          verbatim-sim --list-mutations prints them one per line"
     );
     ExitCode::from(2)
 }
 
 /// Every mutation's name (the soak script runs each).
-const MUTATIONS: [&str; 32] = [
+const MUTATIONS: [&str; 34] = [
     "commit-on-minority",
     "vote-without-log-check",
     "read-without-term-check",
@@ -66,6 +79,8 @@ const MUTATIONS: [&str; 32] = [
     "ignore-suspicions",
     "deliver-before-persisted",
     "restart-at-common-prefix",
+    "rdmc-flag-with-chunk",
+    "large-ref-before-payload",
 ];
 
 fn parse_mutation(s: &str) -> Option<Mutation> {
@@ -103,6 +118,8 @@ fn parse_mutation(s: &str) -> Option<Mutation> {
         "ignore-suspicions" => Mutation::IgnoreSuspicions,
         "deliver-before-persisted" => Mutation::DeliverBeforePersisted,
         "restart-at-common-prefix" => Mutation::RestartAtCommonPrefix,
+        "rdmc-flag-with-chunk" => Mutation::RdmcFlagWithChunk,
+        "large-ref-before-payload" => Mutation::LargeRefBeforePayload,
         _ => return None,
     })
 }
@@ -117,6 +134,9 @@ fn main() -> ExitCode {
     let mut model = false;
     let mut mutation = Mutation::None;
     let mut allow_undecided = false;
+    let mut rdmc = false;
+    let mut mutation_name = String::from("none");
+    let mut members: Option<u8> = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut num = |name: &str| -> Option<u64> {
@@ -144,6 +164,15 @@ fn main() -> ExitCode {
                 None => return usage(),
             },
             "--trace" => trace = true,
+            "--rdmc" => rdmc = true,
+            "--members" => match num("--members") {
+                Some(v @ 2..=6) => members = Some(v as u8),
+                Some(v) => {
+                    eprintln!("--members takes 2 to 6, not {v}");
+                    return usage();
+                }
+                None => return usage(),
+            },
             "--list-mutations" => {
                 for m in MUTATIONS {
                     println!("{m}");
@@ -152,8 +181,11 @@ fn main() -> ExitCode {
             }
             "--allow-undecided" => allow_undecided = true,
             "--model" => model = true,
-            "--mutation" => match it.next().and_then(|m| parse_mutation(m)) {
-                Some(m) => mutation = m,
+            "--mutation" => match it.next().and_then(|m| Some((m, parse_mutation(m)?))) {
+                Some((name, m)) => {
+                    mutation = m;
+                    mutation_name = name.clone();
+                }
                 None => return usage(),
             },
             "-h" | "--help" => {
@@ -172,6 +204,22 @@ fn main() -> ExitCode {
             verbatim_sim::model::render(&verbatim_sim::model::run_model())
         );
         return ExitCode::SUCCESS;
+    }
+    if rdmc || verbatim_sim::rdmc_run::is_rdmc_mutation(mutation) {
+        return rdmc_main(RdmcArgs {
+            seed,
+            seeds,
+            start,
+            threads,
+            members,
+            mutation,
+            mutation_name,
+            trace,
+        });
+    }
+    if members.is_some() {
+        eprintln!("--members is for --rdmc runs (a cluster seed draws its group size)");
+        return usage();
     }
     if let Some(s) = seed {
         let r = run_seed(s, mutation, trace);
@@ -204,6 +252,17 @@ fn main() -> ExitCode {
             "leaders: {} elections started, {} of them by a view; {} primaries by a view",
             r.report.elections_started, r.report.view_campaigns, r.report.view_takeovers
         );
+        if r.report.mcast_sent > 0 {
+            println!(
+                "multicast: {} sent, {} deliveries checked, {} views installed; large (RDMC): \
+                 {} sent, mcast_large {} delivered",
+                r.report.mcast_sent,
+                r.report.mcast_delivered,
+                r.report.mcast_installs,
+                r.report.mcast_large_sent,
+                r.report.mcast_large
+            );
+        }
         println!(
             "seeds: 1, violations: {}, undecided: {undecided}",
             r.report.violations.len()
@@ -223,8 +282,10 @@ fn main() -> ExitCode {
     let done = Arc::new(AtomicU64::new(0));
     // Seeds in which a view started a campaign, took a primary over, a
     // primary executed ahead of its commit, one rolled that back; seeds
-    // that multicast, and the multicast deliveries checked.
-    let by_view: Arc<[AtomicU64; 11]> = Arc::new(Default::default());
+    // that multicast, and the multicast deliveries checked; seeds that
+    // drew large messages, those that delivered one, the large deliveries
+    // checked, and the seeds with large messages that changed a view.
+    let by_view: Arc<[AtomicU64; 15]> = Arc::new(Default::default());
     let workers: Vec<_> = (0..threads)
         .map(|_| {
             let (next, failed, undecided, most_steps, done, by_view) = (
@@ -259,6 +320,16 @@ fn main() -> ExitCode {
                 by_view[8].fetch_add(r.report.mcast_joins, Ordering::Relaxed);
                 by_view[9].fetch_add(u64::from(r.report.mcast_restarts > 0), Ordering::Relaxed);
                 by_view[10].fetch_add(r.report.mcast_restarts, Ordering::Relaxed);
+                by_view[11].fetch_add(
+                    u64::from(r.options.config.rdmc_slots > 0),
+                    Ordering::Relaxed,
+                );
+                by_view[12].fetch_add(u64::from(r.report.mcast_large > 0), Ordering::Relaxed);
+                by_view[13].fetch_add(r.report.mcast_large, Ordering::Relaxed);
+                by_view[14].fetch_add(
+                    u64::from(r.report.mcast_large > 0 && r.report.mcast_installs > 0),
+                    Ordering::Relaxed,
+                );
                 if r.report.linearizability_unknown {
                     eprintln!(
                         "seed {s} UNDECIDED: the linearizability search ran out of budget ({})",
@@ -301,7 +372,9 @@ fn main() -> ExitCode {
         "seeds with a campaign started by a view: {}, with a primary taking over by a view: {}, \
          executing ahead of the commit: {} (rolled back: {}); multicasting: {} ({} deliveries checked; \
          {} seeds changed a multicast view, {} views installed, {} joins; {} seeds restarted a \
-         persistent group from its logs, {} restart cuts delivered)",
+         persistent group from its logs, {} restart cuts delivered; {} seeds drew large messages \
+         (RDMC), {} delivered some, mcast_large {} large deliveries checked, {} of those seeds \
+         changed a view)",
         by_view[0].load(Ordering::Relaxed),
         by_view[1].load(Ordering::Relaxed),
         by_view[2].load(Ordering::Relaxed),
@@ -312,7 +385,11 @@ fn main() -> ExitCode {
         by_view[7].load(Ordering::Relaxed),
         by_view[8].load(Ordering::Relaxed),
         by_view[9].load(Ordering::Relaxed),
-        by_view[10].load(Ordering::Relaxed)
+        by_view[10].load(Ordering::Relaxed),
+        by_view[11].load(Ordering::Relaxed),
+        by_view[12].load(Ordering::Relaxed),
+        by_view[13].load(Ordering::Relaxed),
+        by_view[14].load(Ordering::Relaxed)
     );
     if !failed.is_empty() {
         let list: Vec<String> = failed.iter().map(|(s, _)| s.to_string()).collect();
@@ -327,6 +404,128 @@ fn main() -> ExitCode {
         undecided.len()
     );
     if violations > 0 || (!undecided.is_empty() && !allow_undecided) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// What an RDMC run was asked for.
+struct RdmcArgs {
+    seed: Option<u64>,
+    seeds: Option<u64>,
+    start: u64,
+    threads: usize,
+    members: Option<u8>,
+    mutation: Mutation,
+    /// As given on the command line (for the reproduce line).
+    mutation_name: String,
+    trace: bool,
+}
+
+/// `--rdmc`: one traced seed, or a swarm of seeds on a few threads, with
+/// the cluster swarm's closing line (`seeds: N, violations: V, undecided:
+/// 0`; RDMC's checkers always decide) and exit status.
+fn rdmc_main(a: RdmcArgs) -> ExitCode {
+    use verbatim_sim::rdmc_run::{describe as describe_rdmc, run_seed_with_members};
+    if let Some(s) = a.seed {
+        let r = run_seed_with_members(s, a.members, a.mutation, a.trace);
+        for line in &r.report.trace {
+            println!("{line}");
+        }
+        println!("seed {s}: {}", describe_rdmc(&r.options));
+        println!(
+            "sent {}, delivered {}, chunks written {}, wedged members {}, late placements {}, \
+             events {}, end {:.3} ms",
+            r.report.sent,
+            r.report.delivered,
+            r.report.chunks_written,
+            r.report.wedged,
+            r.report.late_placements,
+            r.report.events,
+            r.report.end_ns as f64 / 1e6
+        );
+        for v in &r.report.violations {
+            println!("{v}");
+        }
+        println!(
+            "seeds: 1, violations: {}, undecided: 0",
+            r.report.violations.len()
+        );
+        return if r.report.violations.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
+    let Some(n) = a.seeds else { return usage() };
+    let (start, members, mutation) = (a.start, a.members, a.mutation);
+    let mutated = if mutation == Mutation::None {
+        String::new()
+    } else {
+        format!(" --mutation {}", a.mutation_name)
+    };
+    let began = Instant::now();
+    let next = Arc::new(AtomicU64::new(start));
+    let failed = Arc::new(Mutex::new(Vec::new()));
+    // Totals: messages sent, deliveries checked, seeds with reordering,
+    // with a crash, with a wedged member.
+    let totals: Arc<[AtomicU64; 5]> = Arc::new(Default::default());
+    let workers: Vec<_> = (0..a.threads)
+        .map(|_| {
+            let (next, failed, totals, mutated) =
+                (next.clone(), failed.clone(), totals.clone(), mutated.clone());
+            std::thread::spawn(move || loop {
+                let s = next.fetch_add(1, Ordering::Relaxed);
+                if s >= start + n {
+                    break;
+                }
+                let r = run_seed_with_members(s, members, mutation, false);
+                totals[0].fetch_add(r.report.sent, Ordering::Relaxed);
+                totals[1].fetch_add(r.report.delivered, Ordering::Relaxed);
+                totals[2].fetch_add(u64::from(r.options.reordering), Ordering::Relaxed);
+                totals[3].fetch_add(u64::from(r.options.crash.is_some()), Ordering::Relaxed);
+                totals[4].fetch_add(u64::from(r.report.wedged > 0), Ordering::Relaxed);
+                if !r.report.violations.is_empty() {
+                    eprintln!("seed {s} FAILED ({}):", describe_rdmc(&r.options));
+                    for v in r.report.violations.iter().take(10) {
+                        eprintln!("  {v}");
+                    }
+                    let m = members.map_or(String::new(), |m| format!(" --members {m}"));
+                    eprintln!(
+                        "  reproduce: cargo run -p verbatim-sim --release -- --rdmc --seed {s}{m}{mutated} --trace"
+                    );
+                    failed
+                        .lock()
+                        .unwrap()
+                        .push((s, r.report.violations.len()));
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("worker thread");
+    }
+    let mut failed = failed.lock().unwrap();
+    failed.sort_unstable();
+    let violations: usize = failed.iter().map(|(_, v)| v).sum();
+    println!(
+        "wall time {:.1} s, {} threads; rdmc: {} messages sent, {} deliveries checked; seeds with \
+         reordering: {}, with a crash: {}, with a wedged member: {}",
+        began.elapsed().as_secs_f64(),
+        a.threads,
+        totals[0].load(Ordering::Relaxed),
+        totals[1].load(Ordering::Relaxed),
+        totals[2].load(Ordering::Relaxed),
+        totals[3].load(Ordering::Relaxed),
+        totals[4].load(Ordering::Relaxed)
+    );
+    if !failed.is_empty() {
+        let list: Vec<String> = failed.iter().map(|(s, _)| s.to_string()).collect();
+        println!("failing seeds: {}", list.join(" "));
+    }
+    println!("seeds: {n}, violations: {violations}, undecided: 0");
+    if violations > 0 {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS

@@ -162,6 +162,26 @@ fn multicast(seed: u64, o: &mut ClusterOptions) {
             }
         }
     }
+    large_messages(seed, o);
+}
+
+/// Large messages in the atomic multicast (Derecho: RDMC carries the
+/// data, the SST orders a reference to it), from a stream of their own:
+/// half of the volatile multicast seeds (the persistent mode logs no
+/// large message) give each member 1 to 3 RDMC slots of 4 KiB, cut in
+/// chunks of 64 to 512 bytes, and about one send in four
+/// (`ClusterOptions::mcast_large_one_in`) is 65 bytes to 4 KiB, longer
+/// than a ring slot, so it goes on RDMC. The seed's faults hit it too: a
+/// crash or a cut wedges a session in the middle of a message, and the
+/// view change must deliver a reference only with its payload.
+fn large_messages(seed: u64, o: &mut ClusterOptions) {
+    let mut l = SplitMix64::new(seed ^ 0x5244_4D43); // "RDMC"
+    if o.config.mcast_window == 0 || o.config.mcast_persistent || !l.chance(1, 2) {
+        return;
+    }
+    o.config.rdmc_slots = l.range_inclusive(1, 3) as u32;
+    o.config.rdmc_chunk_bytes = [64u32, 128, 256, 512][l.range_inclusive(0, 3) as usize];
+    o.config.rdmc_message_bytes_max = 4096;
 }
 
 /// The heartbeat-counter detector (uKharon §4.2, issue 14), from a stream
@@ -266,10 +286,23 @@ fn zombie_removal(seed: u64, o: &mut ClusterOptions) {
     }
 }
 
+/// The options of `seed` as they were before large multicast messages
+/// were drawn (a seed pinned as a regression test keeps its scenario:
+/// without RDMC the workload draws nothing from its large-message
+/// stream, so every send is the same as then).
+pub fn options_for_seed_before_rdmc(seed: u64) -> ClusterOptions {
+    let mut o = options_for_seed(seed);
+    let default = verbatim_core::Config::new(o.members, verbatim_core::MemberId(0));
+    o.config.rdmc_slots = default.rdmc_slots;
+    o.config.rdmc_chunk_bytes = default.rdmc_chunk_bytes;
+    o.config.rdmc_message_bytes_max = default.rdmc_message_bytes_max;
+    o
+}
+
 /// The options of `seed` as they were before the persistent multicast
 /// was drawn (a seed pinned as a regression test keeps its scenario).
 pub fn options_for_seed_before_persistence(seed: u64) -> ClusterOptions {
-    let mut o = options_for_seed(seed);
+    let mut o = options_for_seed_before_rdmc(seed);
     o.config.mcast_persistent = false;
     o.mcast_sync_ns = 0;
     o.faults
@@ -475,9 +508,25 @@ pub fn describe(o: &ClusterOptions) -> String {
             "multicast=off".to_string()
         } else {
             format!(
-                "multicast(window={} every≈{}µs)",
+                "multicast(window={} every≈{}µs{}{})",
                 o.config.mcast_window,
-                o.mcast_send_period_ns / 1000
+                o.mcast_send_period_ns / 1000,
+                if o.config.mcast_persistent {
+                    format!(" persistent sync={}µs", o.mcast_sync_ns / 1000)
+                } else {
+                    String::new()
+                },
+                if o.config.rdmc_slots == 0 {
+                    String::new()
+                } else {
+                    format!(
+                        " large(rdmc slots={} chunk={}B max={}B one_in={})",
+                        o.config.rdmc_slots,
+                        o.config.rdmc_chunk_bytes,
+                        o.config.rdmc_message_bytes_max,
+                        o.mcast_large_one_in
+                    )
+                }
             )
         },
         o.faults

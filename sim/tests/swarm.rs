@@ -3,7 +3,7 @@
 //! mutation tests that prove the checkers catch broken rules.
 
 use verbatim_core::config::Mutation;
-use verbatim_sim::cluster::{run, ClusterOptions, Fault};
+use verbatim_sim::cluster::{run, ClusterOptions, Fault, RunReport};
 use verbatim_sim::swarm::{describe, options_for_seed_before_persistence, run_seed};
 
 /// Seeds run by `cargo test` (the release CLI runs 10,000).
@@ -1571,7 +1571,7 @@ fn multicast_members_deliver_the_same_messages_in_the_same_order() {
 
 /// No violation, and every member delivers (nearly) everything sent: the
 /// pause and the cut delay messages, they lose none; nobody wedges.
-fn assert_every_member_delivers_nearly_everything(seed: u64, o: ClusterOptions) {
+fn assert_every_member_delivers_nearly_everything(seed: u64, o: ClusterOptions) -> RunReport {
     let r = run(o);
     assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
     assert!(r.mcast_sent > 200, "seed {seed}: {} sent", r.mcast_sent);
@@ -1582,6 +1582,7 @@ fn assert_every_member_delivers_nearly_everything(seed: u64, o: ClusterOptions) 
         3 * r.mcast_sent
     );
     assert_eq!(r.mcast_wedged, 0, "seed {seed}");
+    r
 }
 
 /// The multicast scenario in the persistent mode, with a disk that takes
@@ -1632,6 +1633,78 @@ fn delivering_before_stable_is_caught() {
             r.violations
         );
     }
+}
+
+/// The multicast scenario with large messages (Derecho: RDMC carries the
+/// data, the SST orders a reference to it): each member has two RDMC
+/// slots of up to 4 KiB cut in chunks of 256 bytes, and about one send in
+/// three is longer than a ring slot.
+fn large_scenario(seed: u64, mutation: Mutation) -> ClusterOptions {
+    let mut o = multicast_scenario(seed, mutation);
+    o.config.rdmc_slots = 2;
+    o.config.rdmc_chunk_bytes = 256;
+    o.config.rdmc_message_bytes_max = 4096;
+    o.mcast_large_one_in = 3;
+    o
+}
+
+/// Large messages go through the pause and the cut like small ones:
+/// every member delivers (nearly) everything, each large payload whole
+/// and as sent, in the one order.
+#[test]
+fn large_multicast_messages_are_delivered_whole_in_the_same_order() {
+    for seed in 0..3 {
+        let r = assert_every_member_delivers_nearly_everything(
+            seed,
+            large_scenario(seed, Mutation::None),
+        );
+        assert!(
+            r.mcast_large_sent > 30 && r.mcast_large >= 3 * (r.mcast_large_sent - 2 * 3),
+            "seed {seed}: {} large deliveries of {} sent",
+            r.mcast_large,
+            r.mcast_large_sent
+        );
+    }
+}
+
+/// A reference counted received before its RDMC payload is whole
+/// (`large-ref-before-payload`) becomes stable, and the total order
+/// reaches it at members that lack the payload.
+#[test]
+fn counting_a_large_reference_before_its_payload_is_caught() {
+    for seed in 0..2 {
+        let r = run(large_scenario(seed, Mutation::LargeRefBeforePayload));
+        assert!(
+            r.violations
+                .iter()
+                .any(|v| v.invariant == "multicast delivers large messages whole"),
+            "seed {seed}: a large message delivered without its payload went unnoticed: {:?}",
+            r.violations
+        );
+    }
+}
+
+/// The swarm's own seeds with large messages (about one in twelve: half
+/// of the volatile multicast seeds) catch `large-ref-before-payload`
+/// within their first few.
+#[test]
+fn the_swarm_catches_a_large_reference_counted_before_its_payload() {
+    let seeds: Vec<u64> = (0..1000)
+        .filter(|&s| verbatim_sim::swarm::options_for_seed(s).config.rdmc_slots > 0)
+        .take(5)
+        .collect();
+    assert_eq!(seeds.len(), 5, "too few swarm seeds with large messages");
+    let caught = seeds.iter().find(|&&s| {
+        run_seed(s, Mutation::LargeRefBeforePayload, false)
+            .report
+            .violations
+            .iter()
+            .any(|v| v.invariant == "multicast delivers large messages whole")
+    });
+    assert!(
+        caught.is_some(),
+        "none of the swarm seeds {seeds:?} caught a large reference counted before its payload"
+    );
 }
 
 /// A member crashes while the others multicast: its death notice wedges
