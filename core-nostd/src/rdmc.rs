@@ -570,6 +570,9 @@ pub struct RdmcEngine<M: Memory> {
     next_session: usize,
     next_delivery: usize,
     wedged: Option<RdmcWedge>,
+    /// Deliveries are taken in an order decided above
+    /// ([`RdmcEngine::deliver_ordered`]), never by `poll_delivery`.
+    ordered: bool,
     chunks_written: u64,
     bytes_written: u64,
     now: u64,
@@ -644,6 +647,7 @@ impl<M: Memory> RdmcEngine<M> {
             next_session: 0,
             next_delivery: 0,
             wedged: None,
+            ordered: false,
             chunks_written: 0,
             bytes_written: 0,
             now: 0,
@@ -654,6 +658,15 @@ impl<M: Memory> RdmcEngine<M> {
                 .store_u64(e.lay.row(me).add(8 * id), row_word(epoch, 0));
         }
         Some(e)
+    }
+
+    /// This session's messages are delivered in an order decided above
+    /// it (the atomic multicast's), only through
+    /// [`RdmcEngine::deliver_ordered`]: [`RdmcEngine::poll_delivery`]
+    /// delivers nothing, and nothing is due by itself.
+    pub fn ordered(mut self) -> Self {
+        self.ordered = true;
+        self
     }
 
     /// The layout.
@@ -787,7 +800,7 @@ impl<M: Memory> RdmcEngine<M> {
         &mut self,
         out: &mut [u8],
     ) -> Result<Option<RdmcDelivery>, RdmcDeliverError> {
-        if self.wedged.is_some() {
+        if self.wedged.is_some() || self.ordered {
             return Ok(None);
         }
         for k in 0..usize::from(self.n) {
@@ -1189,8 +1202,11 @@ impl<M: Memory> Engine for RdmcEngine<M> {
 
     fn next_deadline(&self) -> u64 {
         // Landing flags and headers wake a parked member (`notify`); what
-        // is whole here but not delivered is due now.
-        let due = self.wedged.is_none()
+        // is whole here but not delivered is due now, unless an order
+        // above decides when (a message waits there for other members,
+        // and a host that polled it "due" would spin on it).
+        let due = !self.ordered
+            && self.wedged.is_none()
             && self.sessions[..usize::from(self.n)]
                 .iter()
                 .any(|s| !s.wedged && s.delivered < s.received);

@@ -57,7 +57,7 @@ pub fn follow_view<M: Memory + Clone>(
     }
     // A view RDMC cannot number (past `RDMC_EPOCH_MAX`) has no session:
     // its large messages wait (`NotStarted`).
-    *rdmc = RdmcEngine::new(config, memory.clone(), epoch, m.view());
+    *rdmc = RdmcEngine::new(config, memory.clone(), epoch, m.view()).map(RdmcEngine::ordered);
     if rdmc.is_none() {
         tracing::warn!(
             epoch,

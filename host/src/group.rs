@@ -812,12 +812,7 @@ impl Group {
         work |= self.follow_view_with_rdmc(now);
         self.flush();
         work |= self.post(now);
-        // Large messages whole here are deliverable now.
-        let large_due = self
-            .rdmc
-            .as_ref()
-            .is_some_and(|r| r.next_deadline() != u64::MAX);
-        work || large_due || self.engine.progress() != before
+        work || self.engine.progress() != before
     }
 
     /// Keeps the RDMC session in step with the view (see
