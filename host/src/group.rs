@@ -818,6 +818,9 @@ impl Group {
     /// Keeps the RDMC session in step with the view (see
     /// [`verbatim_driver::large`]).
     fn follow_view_with_rdmc(&mut self, now: u64) -> bool {
+        if self.config.rdmc_slots == 0 {
+            return false;
+        }
         let memory = ShmMemory::new(self.segment.clone());
         large::follow_view(&mut self.engine, &mut self.rdmc, &self.config, &memory, now)
     }
