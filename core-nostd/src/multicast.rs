@@ -393,8 +393,9 @@ pub struct McastDelivery {
     pub len: usize,
     /// A large message: its index among the sender's RDMC messages of
     /// this epoch and its length. Its payload is RDMC's, whole at every
-    /// member of the view (its reference was stable only once every
-    /// member's RDMC had it); the caller's buffer holds the reference.
+    /// member that delivers it (its reference was stable, or inside the
+    /// trim, only once those members' RDMC had it); the caller's buffer
+    /// holds the reference.
     pub large: Option<(u64, u64)>,
 }
 
@@ -1512,8 +1513,8 @@ impl<M: Memory> McastEngine<M> {
     /// in this epoch (its index there and its length): delivered in the
     /// total order like any message, once every member's RDMC has it
     /// ([`McastEngine::set_large_received`]). The host sends the payload
-    /// first, and only when [`McastEngine::can_send`] says the reference
-    /// will go out (an RDMC message nobody references would hold its
+    /// first, and only when [`McastEngine::ready_to_send`] says the
+    /// reference will go out (an RDMC message nobody references would hold its
     /// sender's later ones back).
     pub fn send_large_ref(&mut self, rdmc_index: u64, len: u64) -> Result<u64, SendError> {
         let mut r = [0u8; LARGE_REF_BYTES];

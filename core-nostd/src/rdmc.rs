@@ -13,21 +13,24 @@
 //! memory to the same place in the next member's.
 //!
 //! ```text
-//! | row of member 0 .. row of span-1 (64 bytes each) |
+//! | row of member 0 .. row of span-1 (64 bytes each) | staging row per peer (span × 64) |
 //! | per sender, per slot: header (64) | chunk flags (8 per chunk) | payload (chunks) |
 //! ```
 //!
-//! * **Header**: `[tag, len, check]`, written by the sender into every
-//!   member's slot (one WRITE each) when it starts a message; `tag` is
-//!   `epoch << 40 | (m + 1)`. It tells a receiver how long the message is,
-//!   hence its chunk count and its schedule.
+//! * **Header**: `[tag, len, payload sum, check]`, written by the sender
+//!   into every member's slot (one WRITE each) when it starts a message;
+//!   `tag` is `epoch << 40 | (m + 1)`. It tells a receiver how long the
+//!   message is, hence its chunk count and its schedule, and what the
+//!   payload sums to.
 //! * **Chunk flags**: a chunk's word holds the message's tag once the
 //!   chunk is whole in this memory. A forwarder WRITEs the flag only
 //!   after the chunk's WRITE *completed* (RC: the data is placed at the
 //!   target by then), so a flag never runs ahead of its data, whatever
 //!   order the target's CPU sees two WRITEs' data in.
 //! * **Rows**: per sender, how many of its messages the row's owner
-//!   delivered (`epoch << 40 | count`), pushed to every member on change.
+//!   delivered (`epoch << 40 | count`), pushed to every member on change
+//!   (from a staging copy per peer, which stays put until the WRITE
+//!   completed).
 //!   A sender reuses a slot (message `m + slots`) only once every member's
 //!   row shows message `m` delivered, so a message stays in place from
 //!   its first chunk to its last delivery.
@@ -57,8 +60,10 @@
 //! # Delivery and failures
 //!
 //! A member delivers each sender's messages in the sender's order, each
-//! once, copied out of the slot and validated again after the copy (the
-//! header and every chunk's flag still carry the message's tag). A
+//! once, copied out of the slot and validated again after the copy: the
+//! header and every chunk's flag still carry the message's tag, and the
+//! copy sums to the header's payload sum (a WRITE of an ended session
+//! that landed late, or a faulty peer, cannot pass off other bytes). A
 //! session belongs to one epoch: a peer's death, a failed WRITE or an
 //! explicit [`RdmcEngine::wedge`] wedges it (Derecho: "once wedged, RDMC
 //! ceases to report newly received messages, and new multicasts cannot
@@ -98,7 +103,7 @@ pub const RDMC_INFLIGHT_PER_SESSION: u32 = 8;
 
 const ROW_BYTES: u64 = 64;
 const HEADER_BYTES: u64 = 64;
-const HEADER_WRITE_BYTES: u32 = 24;
+const HEADER_WRITE_BYTES: u32 = 32;
 const DOMAIN_HEADER: u64 = 0x5244_4D43_4844; // "RDMCHD"
 const TAG_EPOCH_SHIFT: u32 = 40;
 const TAG_COUNT_MASK: u64 = (1 << TAG_EPOCH_SHIFT) - 1;
@@ -322,7 +327,8 @@ impl RdmcLayout {
         let payload_bytes = round_up(message_bytes_max, 64);
         let slot_bytes = HEADER_BYTES + flags_bytes + payload_bytes;
         let slots = u64::from(config.rdmc_slots);
-        let slots_offset = u64::from(span) * ROW_BYTES;
+        // Rows, then a staging copy of ours per peer.
+        let slots_offset = 2 * u64::from(span) * ROW_BYTES;
         Some(RdmcLayout {
             span,
             slots,
@@ -350,7 +356,7 @@ impl RdmcLayout {
         per_slot
             .checked_mul(u64::from(config.rdmc_slots))?
             .checked_mul(span)?
-            .checked_add(span * ROW_BYTES)
+            .checked_add(2 * span * ROW_BYTES)
     }
 
     /// The region as the fabric registers it.
@@ -375,6 +381,14 @@ impl RdmcLayout {
     /// `member`'s row.
     pub fn row(&self, member: MemberId) -> Addr {
         Addr::new(RDMC_REGION, u64::from(member.0) * ROW_BYTES)
+    }
+
+    /// The staging copy of our row pushed to `peer` (local use only).
+    pub fn staging(&self, peer: MemberId) -> Addr {
+        Addr::new(
+            RDMC_REGION,
+            (u64::from(self.span) + u64::from(peer.0)) * ROW_BYTES,
+        )
     }
 
     fn slot(&self, sender: MemberId, index: u64) -> u64 {
@@ -587,8 +601,34 @@ fn row_word(epoch: u64, count: u64) -> u64 {
     (epoch << TAG_EPOCH_SHIFT) | (count & TAG_COUNT_MASK)
 }
 
-fn header_check(tag: u64, len: u64) -> u64 {
-    mix64(DOMAIN_HEADER ^ tag ^ len.rotate_left(17))
+fn header_check(tag: u64, len: u64, sum: u64) -> u64 {
+    mix64(DOMAIN_HEADER ^ tag ^ len.rotate_left(17) ^ mix64(sum))
+}
+
+/// A message's payload sum: four independent multiply-rotate lanes (so
+/// that the multiplies overlap: a pass costs a fraction of the copy it
+/// validates), mixed with the length.
+pub fn payload_sum(bytes: &[u8]) -> u64 {
+    const K1: u64 = 0x9E37_79B9_7F4A_7C15;
+    const K2: u64 = 0xC2B2_AE3D_27D4_EB4F;
+    let mut lanes = [K1, K2, K1 ^ K2, K1.rotate_left(32)];
+    let mut blocks = bytes.chunks_exact(32);
+    for b in &mut blocks {
+        for (i, lane) in lanes.iter_mut().enumerate() {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[8 * i..8 * i + 8]);
+            *lane = (*lane ^ u64::from_le_bytes(w).wrapping_mul(K2))
+                .rotate_left(29)
+                .wrapping_mul(K1);
+        }
+    }
+    let mut tail = crate::checksum::Checksum::new(DOMAIN_HEADER);
+    tail.bytes(blocks.remainder());
+    let mut h = tail.finish() ^ (bytes.len() as u64).wrapping_mul(K2);
+    for lane in lanes {
+        h = mix64(h ^ lane);
+    }
+    h
 }
 
 fn wr(kind: u64, sender_rank: u8, epoch: u64, chunk: u64) -> WrId {
@@ -787,8 +827,10 @@ impl<M: Memory> RdmcEngine<M> {
             self.mem.store_u64(self.lay.flag(self.me, index, c), t);
         }
         let h = self.lay.header(self.me, index);
+        let sum = payload_sum(payload);
         self.mem.store_u64(h.add(8), len);
-        self.mem.store_u64(h.add(16), header_check(t, len));
+        self.mem.store_u64(h.add(16), sum);
+        self.mem.store_u64(h.add(24), header_check(t, len, sum));
         self.mem.store_u64(h, t);
         self.sent += 1;
         Ok(index)
@@ -867,7 +909,14 @@ impl<M: Memory> RdmcEngine<M> {
         if index != s.delivered {
             return Err(RdmcOrderError::OutOfOrder { next: s.delivered });
         }
-        if index >= s.received {
+        // Our own message is whole in our slot from its send on, whatever
+        // our session got to (a wedge may have come before it looked).
+        let here = if rank == usize::from(self.my_rank) {
+            index < self.sent
+        } else {
+            index < s.received
+        };
+        if !here {
             return Err(RdmcOrderError::NotReceived);
         }
         let len = self
@@ -890,11 +939,15 @@ impl<M: Memory> RdmcEngine<M> {
     /// unless faulty).
     fn copy_out(&self, sender: MemberId, index: u64, len: u64, out: &mut [u8]) -> bool {
         let t = tag(self.epoch, index);
-        self.mem
-            .read(self.lay.chunk(sender, index, 0), &mut out[..len as usize]);
-        self.read_header(sender, index) == Some(len)
+        let copy = &mut out[..len as usize];
+        self.mem.read(self.lay.chunk(sender, index, 0), copy);
+        let Some((len_now, sum)) = self.read_header_sum(sender, index) else {
+            return false;
+        };
+        len_now == len
             && (0..self.lay.chunks_of(len))
                 .all(|c| self.mem.load_u64(self.lay.flag(sender, index, c)) == t)
+            && payload_sum(copy) == sum
     }
 
     /// Counts the next message of the sender at `rank` delivered and
@@ -913,14 +966,22 @@ impl<M: Memory> RdmcEngine<M> {
 
     /// The length in a valid header of `sender`'s message `index`.
     fn read_header(&self, sender: MemberId, index: u64) -> Option<u64> {
+        self.read_header_sum(sender, index).map(|(len, _)| len)
+    }
+
+    /// The length and payload sum in a valid header of `sender`'s
+    /// message `index`.
+    fn read_header_sum(&self, sender: MemberId, index: u64) -> Option<(u64, u64)> {
         let h = self.lay.header(sender, index);
         let t = self.mem.load_u64(h);
         if t != tag(self.epoch, index) {
             return None;
         }
         let len = self.mem.load_u64(h.add(8));
-        let check = self.mem.load_u64(h.add(16));
-        (check == header_check(t, len) && len <= self.lay.message_bytes_max).then_some(len)
+        let sum = self.mem.load_u64(h.add(16));
+        let check = self.mem.load_u64(h.add(24));
+        let valid = check == header_check(t, len, sum) && len <= self.lay.message_bytes_max;
+        valid.then_some((len, sum))
     }
 
     fn flagged(&self, sender: MemberId, index: u64, chunk: u64) -> bool {
@@ -1059,9 +1120,14 @@ impl<M: Memory> RdmcEngine<M> {
     }
 
     fn invariants(&self) {
-        for s in &self.sessions[..usize::from(self.n)] {
+        for (rank, s) in self.sessions[..usize::from(self.n)].iter().enumerate() {
+            let whole_here = if rank == usize::from(self.my_rank) {
+                self.sent
+            } else {
+                s.received
+            };
             assert!(
-                s.delivered <= s.received && s.received <= s.index + 1,
+                s.delivered <= whole_here && s.received <= s.index + 1,
                 "an RDMC session delivers only what it received"
             );
             assert!(
@@ -1167,13 +1233,20 @@ impl<M: Memory> Engine for RdmcEngine<M> {
             if self.row_dirty[p] && !self.row_inflight[p] {
                 self.row_dirty[p] = false;
                 self.row_inflight[p] = true;
-                let at = self.lay.row(self.me);
+                // From a copy that stays put until the WRITE completed
+                // (our row changes with every delivery).
+                let words = u64::from(self.lay.span);
+                let (row, staging) = (self.lay.row(self.me), self.lay.staging(peer));
+                for w in 0..words {
+                    let v = self.mem.load_u64(row.add(8 * w));
+                    self.mem.store_u64(staging.add(8 * w), v);
+                }
                 return Some(Action::Post(WorkRequest {
                     wr_id: wr(WR_ROW, self.my_rank, self.epoch, 0),
                     peer,
                     op: Op::Write {
-                        local: at,
-                        remote: at,
+                        local: staging,
+                        remote: row,
                         len: 8 * u32::from(self.lay.span),
                     },
                     notify: true,

@@ -13,14 +13,16 @@
 //! view change is under way, so nothing more of the ending view's large
 //! messages goes out and none lands in a slot the next view reuses),
 //! delivers what the ending view's trim holds, and is replaced, among the
-//! next view's members, once that view formed.
+//! next view's members, once that view formed. A session that fails by
+//! itself (a WRITE to a member failed) makes the multicast engine suspect
+//! that member, so the view changes without it instead of stalling.
 
 use verbatim_core::config::Config;
 use verbatim_core::engine::Engine;
 use verbatim_core::fabric::{MemberId, MAX_MEMBERS};
 use verbatim_core::mem::Memory;
 use verbatim_core::multicast::{McastDelivery, McastEngine, SendError};
-use verbatim_core::rdmc::{RdmcEngine, RdmcOrderError, RdmcSendError};
+use verbatim_core::rdmc::{RdmcEngine, RdmcOrderError, RdmcSendError, RdmcWedge};
 
 /// Keeps `rdmc` in step with the multicast engine's view (see the module
 /// documentation) and tells the multicast engine what the session has.
@@ -42,6 +44,22 @@ pub fn follow_view<M: Memory + Clone>(
     if let Some(r) = rdmc.as_mut() {
         if ending && r.wedged().is_none() {
             r.wedge();
+        }
+        if let (false, Some(RdmcWedge::WriteFailed(p) | RdmcWedge::Corrupt(p))) =
+            (ending, r.wedged())
+        {
+            // The session failed by itself (a WRITE that failed, a slot
+            // overwritten): it holds every later large message back, so
+            // the member it failed on is suspected, as a death would be,
+            // and the view changes without it (Derecho: any failure is a
+            // suspicion).
+            if r.epoch() == epoch && p != config.self_id {
+                tracing::warn!(
+                    member = p.0,
+                    "the large-message session failed on a member: suspecting it"
+                );
+                m.handle_peer_down(now_ns, p);
+            }
         }
         if r.epoch() == epoch || !formed {
             r.handle_timeout(now_ns);

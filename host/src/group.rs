@@ -850,8 +850,10 @@ impl Group {
             Some(Err(e)) => {
                 // Only a member that broke the protocol gets here: nothing
                 // is delivered in its place, and nothing after it.
-                tracing::error!(group = %self.opts.name, sender = d.sender.0, error = ?e, "a large message in the order is not here; this member stops delivering");
+                tracing::error!(group = %self.opts.name, sender = d.sender.0, error = ?e, "a large message in the order is not here; this member leaves the group");
                 self.large_broken = true;
+                // Out of the view, so that the others go on without it.
+                self.engine.leave();
                 return None;
             }
         };

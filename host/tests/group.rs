@@ -612,8 +612,10 @@ fn bad_large_message_options_say_which_to_change() {
 #[test]
 fn a_large_message_sent_before_the_group_formed_waits_and_is_delivered() {
     const N: u8 = 2;
+    let done = Arc::new(AtomicUsize::new(0));
     let threads: Vec<_> = (0..N)
         .map(|me| {
+            let done = done.clone();
             std::thread::spawn(move || {
                 let mut g = Group::join(&large_options("large-early", N, me)).expect("join");
                 let mut next = 0;
@@ -624,6 +626,12 @@ fn a_large_message_sent_before_the_group_formed_waits_and_is_delivered() {
                         .expect("held until the group forms");
                 }
                 run_mixed(&mut g, me, &mut next, 0, &mut out, |_, out| !out.is_empty());
+                // Stay until both delivered (leaving is a death to the
+                // other, and a group of two cannot lose a member).
+                done.fetch_add(1, Ordering::AcqRel);
+                run_mixed(&mut g, me, &mut next, 0, &mut out, |_, _| {
+                    done.load(Ordering::Acquire) == usize::from(N)
+                });
                 out
             })
         })

@@ -538,3 +538,68 @@ fn rdmc_configuration_errors_name_the_field() {
         })
     ));
 }
+
+#[test]
+fn payload_bytes_changed_after_receipt_fail_the_sum_and_wedge_instead_of_delivering() {
+    let mut net = Net::new(2, 2);
+    net.send(0, 1000);
+    // Land everything at member 1 without it delivering.
+    for _ in 0..20 {
+        for (i, e) in net.engines.iter_mut().enumerate() {
+            let e = e.as_mut().unwrap();
+            e.handle_timeout(0);
+            while let Some(Action::Post(w)) = e.poll_action() {
+                net.queued.push((i, w));
+            }
+        }
+        for (from, w) in core::mem::take(&mut net.queued) {
+            match w.op {
+                Op::Write { local, remote, len } => {
+                    let mut buf = vec![0u8; len as usize];
+                    net.mems[from].read(local, &mut buf);
+                    net.mems[w.peer.index()].write(remote, &buf);
+                }
+                Op::WriteInline { remote, len, data } => {
+                    net.mems[w.peer.index()].write(remote, &data[..usize::from(len)])
+                }
+                _ => unreachable!(),
+            }
+            net.e(from).handle_completion(
+                0,
+                Completion {
+                    wr_id: w.wr_id,
+                    peer: w.peer,
+                    status: WcStatus::Ok,
+                },
+            );
+        }
+    }
+    assert_eq!(net.e(1).status().senders[0].received, 1);
+    // A late WRITE of an ended session (or a faulty peer) changes one
+    // byte; header and flags still say the message is whole.
+    let lay = *net.e(1).layout();
+    let at = lay.chunk(MemberId(0), 0, 2).add(5);
+    let mut b = [0u8; 1];
+    net.mems[1].read(at, &mut b);
+    net.mems[1].write(at, &[b[0] ^ 0x40]);
+    let mut out = vec![0u8; MAX as usize];
+    assert_eq!(net.e(1).poll_delivery(&mut out), Ok(None));
+    assert_eq!(net.e(1).wedged(), Some(RdmcWedge::Corrupt(MemberId(0))));
+}
+
+#[test]
+fn the_payload_sum_sees_every_byte_and_the_length() {
+    let base: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
+    for len in [0usize, 1, 31, 32, 33, 64, 299] {
+        let m = &base[..len];
+        let s = payload_sum(m);
+        for i in 0..len {
+            let mut c = m.to_vec();
+            c[i] ^= 1;
+            assert_ne!(payload_sum(&c), s, "byte {i} of {len}");
+        }
+        let mut longer = m.to_vec();
+        longer.push(0);
+        assert_ne!(payload_sum(&longer), s, "a zero byte more");
+    }
+}
