@@ -312,11 +312,7 @@ pub fn multicast_rdmc(m: &crate::multicast::McastReport, setup_line: &str) -> Re
         let (x0, x1) = log_range(m.rdmc.iter().map(|r| r.message_bytes as f64 / 1024.0));
         // Log scale: memcpy of a cache-resident message is 50 times the
         // pipeline's rate, which a linear axis flattens to nothing.
-        let (y0, y1) = log_range(
-            m.rdmc
-                .iter()
-                .flat_map(|r| [r.gb_per_s, r.memcpy_gb_per_s]),
-        );
+        let (y0, y1) = log_range(m.rdmc.iter().flat_map(|r| [r.gb_per_s, r.memcpy_gb_per_s]));
         let mut chart = ChartBuilder::on(&root)
             .caption(
                 "Large messages (RDMC binomial pipeline) against memcpy",

@@ -245,6 +245,41 @@ impl Net {
         self.engines[i].as_mut().unwrap()
     }
 
+    /// Steps every member and lands every WRITE, without taking any
+    /// delivery (messages stay whole in their slots, undelivered).
+    fn land_without_delivering(&mut self) {
+        for _ in 0..20 {
+            for (i, e) in self.engines.iter_mut().enumerate() {
+                let Some(e) = e.as_mut() else { continue };
+                e.handle_timeout(0);
+                while let Some(Action::Post(w)) = e.poll_action() {
+                    self.queued.push((i, w));
+                }
+            }
+            for (from, w) in core::mem::take(&mut self.queued) {
+                match w.op {
+                    Op::Write { local, remote, len } => {
+                        let mut buf = vec![0u8; len as usize];
+                        self.mems[from].read(local, &mut buf);
+                        self.mems[w.peer.index()].write(remote, &buf);
+                    }
+                    Op::WriteInline { remote, len, data } => {
+                        self.mems[w.peer.index()].write(remote, &data[..usize::from(len)])
+                    }
+                    other => panic!("RDMC posts only WRITEs, not {other:?}"),
+                }
+                self.e(from).handle_completion(
+                    0,
+                    Completion {
+                        wr_id: w.wr_id,
+                        peer: w.peer,
+                        status: WcStatus::Ok,
+                    },
+                );
+            }
+        }
+    }
+
     fn run(&mut self, steps: usize) {
         for _ in 0..steps {
             self.step();
@@ -431,38 +466,7 @@ fn a_wedged_senders_messages_stop_while_the_others_go_on() {
 fn a_slot_overwritten_under_a_delivery_wedges_instead_of_delivering() {
     let mut net = Net::new(2, 2);
     net.send(0, 700);
-    // Let the chunks land at member 1 without it delivering.
-    for _ in 0..20 {
-        for (i, e) in net.engines.iter_mut().enumerate() {
-            let e = e.as_mut().unwrap();
-            e.handle_timeout(net.now);
-            while let Some(Action::Post(w)) = e.poll_action() {
-                net.queued.push((i, w));
-            }
-        }
-        let q = core::mem::take(&mut net.queued);
-        for (from, w) in q {
-            match w.op {
-                Op::Write { local, remote, len } => {
-                    let mut buf = vec![0u8; len as usize];
-                    net.mems[from].read(local, &mut buf);
-                    net.mems[w.peer.index()].write(remote, &buf);
-                }
-                Op::WriteInline { remote, len, data } => {
-                    net.mems[w.peer.index()].write(remote, &data[..usize::from(len)])
-                }
-                _ => unreachable!(),
-            }
-            net.e(from).handle_completion(
-                0,
-                Completion {
-                    wr_id: w.wr_id,
-                    peer: w.peer,
-                    status: WcStatus::Ok,
-                },
-            );
-        }
-    }
+    net.land_without_delivering();
     assert_eq!(net.e(1).status().senders[0].received, 1);
     // A faulty peer rewrites a chunk's flag (the slot's next use).
     let lay = *net.e(1).layout();
@@ -543,37 +547,7 @@ fn rdmc_configuration_errors_name_the_field() {
 fn payload_bytes_changed_after_receipt_fail_the_sum_and_wedge_instead_of_delivering() {
     let mut net = Net::new(2, 2);
     net.send(0, 1000);
-    // Land everything at member 1 without it delivering.
-    for _ in 0..20 {
-        for (i, e) in net.engines.iter_mut().enumerate() {
-            let e = e.as_mut().unwrap();
-            e.handle_timeout(0);
-            while let Some(Action::Post(w)) = e.poll_action() {
-                net.queued.push((i, w));
-            }
-        }
-        for (from, w) in core::mem::take(&mut net.queued) {
-            match w.op {
-                Op::Write { local, remote, len } => {
-                    let mut buf = vec![0u8; len as usize];
-                    net.mems[from].read(local, &mut buf);
-                    net.mems[w.peer.index()].write(remote, &buf);
-                }
-                Op::WriteInline { remote, len, data } => {
-                    net.mems[w.peer.index()].write(remote, &data[..usize::from(len)])
-                }
-                _ => unreachable!(),
-            }
-            net.e(from).handle_completion(
-                0,
-                Completion {
-                    wr_id: w.wr_id,
-                    peer: w.peer,
-                    status: WcStatus::Ok,
-                },
-            );
-        }
-    }
+    net.land_without_delivering();
     assert_eq!(net.e(1).status().senders[0].received, 1);
     // A late WRITE of an ended session (or a faulty peer) changes one
     // byte; header and flags still say the message is whole.
