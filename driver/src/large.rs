@@ -13,9 +13,10 @@
 //! view change is under way, so nothing more of the ending view's large
 //! messages goes out and none lands in a slot the next view reuses),
 //! delivers what the ending view's trim holds, and is replaced, among the
-//! next view's members, once that view formed. A session that fails by
-//! itself (a WRITE to a member failed) makes the multicast engine suspect
-//! that member, so the view changes without it instead of stalling.
+//! next view's members, once that view formed. A session that finds a
+//! slot overwritten under a delivery (a faulty member) makes the
+//! multicast engine suspect that member, so the view changes without it
+//! instead of stalling.
 
 use verbatim_core::config::Config;
 use verbatim_core::engine::Engine;
@@ -45,14 +46,13 @@ pub fn follow_view<M: Memory + Clone>(
         if ending && r.wedged().is_none() {
             r.wedge();
         }
-        if let (false, Some(RdmcWedge::WriteFailed(p) | RdmcWedge::Corrupt(p))) =
-            (ending, r.wedged())
-        {
-            // The session failed by itself (a WRITE that failed, a slot
-            // overwritten): it holds every later large message back, so
-            // the member it failed on is suspected, as a death would be,
-            // and the view changes without it (Derecho: any failure is a
-            // suspicion).
+        if let (false, Some(RdmcWedge::Corrupt(p))) = (ending, r.wedged()) {
+            // A slot overwritten under a delivery (only a faulty member
+            // does that): the session holds every later large message
+            // back, so the member is suspected, as a death would be, and
+            // the view changes without it. (A WRITE that failed is left
+            // to the failure detectors: a cut that heals must not cost a
+            // member its place.)
             if r.epoch() == epoch && p != config.self_id {
                 tracing::warn!(
                     member = p.0,
