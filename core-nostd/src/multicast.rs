@@ -1530,16 +1530,6 @@ impl<M: Memory> McastEngine<M> {
         Ok(index)
     }
 
-    /// Whether a message sent now goes out in this epoch (formed, not
-    /// wedged, room in the window).
-    pub fn can_send(&self) -> bool {
-        self.halted.is_none()
-            && self.wedged.is_none()
-            && self.ending.is_none()
-            && self.formed()
-            && self.window_room(self.sent)
-    }
-
     /// The host's RDMC session of `epoch` has `count` messages of
     /// `sender` whole in our memory. References to large messages count
     /// as received only up to it; counts of another epoch than ours are

@@ -503,6 +503,9 @@ pub struct Group {
     /// buffer deliveries land in.
     rdmc: Option<RdmcEngine<ShmMemory>>,
     large_buf: Vec<u8>,
+    /// Our segment's memory, which each view's RDMC session is built over
+    /// (one handle, not one per poll).
+    memory: ShmMemory,
     /// A large message the order delivered was not here: delivery stops
     /// (never skipped).
     large_broken: bool,
@@ -586,6 +589,7 @@ impl Group {
             engine,
             fabric,
             liveness,
+            memory: ShmMemory::new(segment.clone()),
             segment,
             _notices: notices,
             clock,
@@ -821,8 +825,13 @@ impl Group {
         if self.config.rdmc_slots == 0 {
             return false;
         }
-        let memory = ShmMemory::new(self.segment.clone());
-        large::follow_view(&mut self.engine, &mut self.rdmc, &self.config, &memory, now)
+        large::follow_view(
+            &mut self.engine,
+            &mut self.rdmc,
+            &self.config,
+            &self.memory,
+            now,
+        )
     }
 
     /// The RDMC session's counters, with large messages on.

@@ -973,7 +973,7 @@ fn large_of(payload: &[u8]) -> (u64, u64) {
 /// after it in the round-robin order.
 fn large_ref_then_small(g: &mut Group) {
     g.steps(3);
-    assert!(g.engine(1).can_send());
+    assert_eq!(g.engine(1).ready_to_send(), Ok(()));
     assert_eq!(g.engine(1).send_large_ref(0, 5000), Ok(0));
     g.engine(2).send(&[7]).unwrap();
     g.steps(6);
