@@ -195,6 +195,11 @@ pub enum Mutation {
     /// before its RDMC payload is whole here, so a message may be
     /// delivered whose payload some member lacks.
     LargeRefBeforePayload,
+    /// Multicast subgroups: a subgroup's engine addresses its peers by
+    /// their member ids instead of translating its ranks (a subgroup of
+    /// members 1 and 3 writes into members 0 and 1), so bytes go to
+    /// members outside the subgroup.
+    SubgroupRanksAsIds,
 }
 
 /// Configuration of one member. Construct with [`Config::new`], adjust
@@ -362,6 +367,14 @@ pub struct Config {
     /// [`crate::rdmc::RDMC_MESSAGE_BYTES_CAP`] and
     /// [`crate::rdmc::RDMC_CHUNKS_CAP`] chunks.
     pub rdmc_message_bytes_max: u64,
+    /// Multicast subgroups (Derecho §3.4 "subgroups and shards"): the
+    /// members of each, a bit per member id among `0 .. initial_members`
+    /// (0: no subgroup in that place; the used places come first). Each
+    /// subgroup runs its own atomic multicast among its members only,
+    /// with the top-level group's `mcast_window` and
+    /// `mcast_payload_bytes_max`, in its own region
+    /// ([`crate::subgroup`]).
+    pub mcast_subgroups: [u8; crate::subgroup::SUBGROUPS_MAX],
     /// This process's incarnation: a number that differs from one process
     /// start to the next (the host draws it at random, the simulator
     /// counts restarts). The multicast engine ties a member's messages
@@ -422,6 +435,7 @@ impl Config {
             rdmc_slots: 0,
             rdmc_chunk_bytes: 1 << 20,
             rdmc_message_bytes_max: 1 << 24,
+            mcast_subgroups: [0; crate::subgroup::SUBGROUPS_MAX],
             incarnation: 1,
             #[cfg(feature = "mutation-testing")]
             mutation: Mutation::None,
@@ -651,6 +665,28 @@ impl Config {
                     reason: "the slots (members × rdmc_slots × rdmc_message_bytes_max) would exceed 16 GiB: lower rdmc_slots or rdmc_message_bytes_max",
                 });
             }
+        }
+        let mut subgroups_ended = false;
+        for &mask in &self.mcast_subgroups {
+            if mask == 0 {
+                subgroups_ended = true;
+                continue;
+            }
+            let reason = if subgroups_ended {
+                "has a subgroup after an empty place: list the subgroups first"
+            } else if self.mcast_window == 0 {
+                "needs the multicast on: set mcast_window (the subgroups use its window and payload size)"
+            } else if u32::from(mask) >> self.initial_members != 0 {
+                "names a member outside 0 .. initial_members: a subgroup's members are top-level members"
+            } else if self.mcast_persistent {
+                "run in the volatile mode only: set mcast_persistent = false or remove the subgroups"
+            } else {
+                continue;
+            };
+            return Err(Inconsistent {
+                field: "mcast_subgroups",
+                reason,
+            });
         }
         if self.snapshot_restore_pause_ns > 1_000_000_000 {
             return Err(OutOfRange {

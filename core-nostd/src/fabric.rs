@@ -43,8 +43,10 @@ impl MemberId {
 }
 
 /// Largest number of registered regions a member has (every engine's
-/// regions together). Per-region arrays in the fabrics have this length.
-pub const REGIONS_MAX: usize = 10;
+/// regions together). Per-region arrays in the fabrics have this length:
+/// ten engine regions and one per multicast subgroup
+/// ([`crate::subgroup::SUBGROUPS_MAX`]).
+pub const REGIONS_MAX: usize = 16;
 
 /// A registered memory region of a member. The set is open: each engine
 /// declares the regions it needs ([`crate::layout::RegionSpec`]) and the

@@ -15,6 +15,8 @@
 //! Heartbeat| own counter (64) | landing word per member (P×64) |
 //! Snapshot | header (128) | session table image | state machine bytes |   (snapshot_bytes_max > 0)
 //! Multicast| row × P (128) | staging row × P | ring × P (mcast_window slots) |   (mcast_window > 0)
+//! RDMC     | rows | staging rows | per sender: message slots |          (rdmc_slots > 0)
+//! Subgroup i (region 10 + i) | the multicast layout over its k members |   (mcast_subgroups[i] ≠ 0)
 //! ```
 //!
 //! The set of regions is open: each engine declares what it needs as a
@@ -27,7 +29,7 @@ use crate::config::{Config, ConfigError};
 use crate::fabric::{Addr, MemberId, RegionId, REGIONS_MAX};
 
 /// Bumped whenever the meaning of any byte of the layout changes.
-pub const LAYOUT_VERSION: u64 = 7;
+pub const LAYOUT_VERSION: u64 = 8;
 
 /// Who may access a region remotely.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -38,6 +40,20 @@ pub enum RemoteAccess {
     Members,
     /// Only the peer the owner grants it to ([`crate::fabric::Action::SetAccess`]).
     Granted,
+    /// The members in the set (a bit per member id), from the start: a
+    /// multicast subgroup's region ([`crate::subgroup`]).
+    Only(u64),
+}
+
+impl RemoteAccess {
+    /// Whether `member` may access the region from the start.
+    pub fn granted_from_start(self, member: MemberId) -> bool {
+        match self {
+            RemoteAccess::Members => true,
+            RemoteAccess::Only(set) => member.index() < 64 && set & (1 << member.0) != 0,
+            RemoteAccess::Local | RemoteAccess::Granted => false,
+        }
+    }
 }
 
 /// One registered region as an engine declares it.
@@ -162,6 +178,9 @@ pub struct Layout {
     /// The RDMC engine's region ([`crate::rdmc`]), when RDMC is on
     /// (`rdmc_slots > 0`).
     pub rdmc: Option<crate::rdmc::RdmcLayout>,
+    /// The multicast subgroups' regions ([`crate::subgroup`]), in the
+    /// configuration's places.
+    pub subgroups: [Option<crate::subgroup::SubgroupLayout>; crate::subgroup::SUBGROUPS_MAX],
     /// Lease timing every member must share (a lease held by one is timed
     /// against another's wait): `lease_ns`, `lease_drift_ppm`,
     /// `coordinator_count` of the configuration (0s with views off).
@@ -251,6 +270,7 @@ impl Layout {
             },
             multicast: crate::multicast::McastLayout::new(config),
             rdmc: crate::rdmc::RdmcLayout::new(config),
+            subgroups: crate::subgroup::SubgroupLayout::all(config),
             lease_terms: if config.lease_ns == 0 {
                 [0; 3]
             } else {
@@ -316,6 +336,11 @@ impl Layout {
                 c.word(w);
             }
         }
+        for g in self.subgroups.iter().flatten() {
+            for w in g.hash_words() {
+                c.word(w);
+            }
+        }
         c.finish()
     }
 
@@ -338,6 +363,9 @@ impl Layout {
                 self.multicast.map_or(0, |m| m.region_bytes)
             }
             r if r == crate::rdmc::RDMC_REGION => self.rdmc.map_or(0, |m| m.region_bytes),
+            r if self.subgroup_of_region(r).is_some() => self
+                .subgroup_of_region(r)
+                .map_or(0, |g| g.group.region_bytes),
             // Not a region of this layout: nothing is inside it.
             _ => 0,
         }
@@ -396,12 +424,23 @@ impl Layout {
         // registered.
         let multicast = self.multicast.map(|m| m.region());
         let rdmc = self.rdmc.map(|m| m.region());
+        let subgroups = self.subgroups.map(|g| g.map(|g| g.region()));
         specs
             .into_iter()
             .chain([shared, local])
             .chain(multicast)
             .chain(rdmc)
+            .chain(subgroups.into_iter().flatten())
             .filter(|r| r.bytes > 0)
+    }
+
+    /// The subgroup whose region `region` is, if any.
+    pub fn subgroup_of_region(&self, region: RegionId) -> Option<crate::subgroup::SubgroupLayout> {
+        self.subgroups
+            .iter()
+            .flatten()
+            .find(|g| g.group.region == region)
+            .copied()
     }
 
     /// Words registered memory must hold before any peer can access it

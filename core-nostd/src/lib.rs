@@ -108,6 +108,7 @@ pub mod sm;
 pub mod snapshot;
 pub mod sst;
 pub mod stream;
+pub mod subgroup;
 #[cfg(test)]
 mod test_backends;
 #[cfg(test)]

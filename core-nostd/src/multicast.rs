@@ -253,6 +253,9 @@ const fn round_up(v: u64, to: u64) -> u64 {
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct McastLayout {
+    /// The region: [`MCAST_REGION`] for the top-level group, a subgroup's
+    /// own ([`crate::subgroup`]).
+    pub region: RegionId,
     /// Members of the group (senders and receivers): ranks `0 .. members`.
     pub members: u8,
     /// Slots per sender ring.
@@ -276,7 +279,16 @@ impl McastLayout {
         if config.mcast_window == 0 {
             return None;
         }
-        let members = config.initial_members;
+        Some(McastLayout::of_group(
+            config,
+            config.initial_members,
+            MCAST_REGION,
+        ))
+    }
+
+    /// The layout of a group of `members` (ranks) in `region`, with the
+    /// window and slot size of `config` (which has multicast on).
+    pub fn of_group(config: &Config, members: u8, region: RegionId) -> McastLayout {
         let n = u64::from(members);
         let window = u64::from(config.mcast_window);
         let payload_bytes_max = round_up(u64::from(config.mcast_payload_bytes_max), 8);
@@ -286,7 +298,8 @@ impl McastLayout {
         );
         let staging_offset = n * MCAST_ROW_BYTES;
         let rings_offset = staging_offset + n * MCAST_ROW_BYTES;
-        Some(McastLayout {
+        McastLayout {
+            region,
             members,
             window,
             payload_bytes_max,
@@ -294,13 +307,13 @@ impl McastLayout {
             staging_offset,
             rings_offset,
             region_bytes: rings_offset + n * window * slot_bytes,
-        })
+        }
     }
 
     /// The region as the fabric registers it.
     pub fn region(&self) -> RegionSpec {
         RegionSpec {
-            id: MCAST_REGION,
+            id: self.region,
             bytes: self.region_bytes,
             remote: RemoteAccess::Members,
         }
@@ -318,13 +331,13 @@ impl McastLayout {
 
     /// `member`'s row.
     pub fn row(&self, member: MemberId) -> Addr {
-        Addr::new(MCAST_REGION, u64::from(member.0) * MCAST_ROW_BYTES)
+        Addr::new(self.region, u64::from(member.0) * MCAST_ROW_BYTES)
     }
 
     /// The staging copy of our row pushed to `peer` (local use only).
     pub fn staging(&self, peer: MemberId) -> Addr {
         Addr::new(
-            MCAST_REGION,
+            self.region,
             self.staging_offset + u64::from(peer.0) * MCAST_ROW_BYTES,
         )
     }
@@ -332,7 +345,7 @@ impl McastLayout {
     /// The slot of `sender`'s message `index`.
     pub fn slot(&self, sender: MemberId, index: u64) -> Addr {
         Addr::new(
-            MCAST_REGION,
+            self.region,
             self.rings_offset
                 + (u64::from(sender.0) * self.window + index % self.window) * self.slot_bytes,
         )
@@ -835,6 +848,13 @@ impl<M: Memory> McastEngine<M> {
     /// for a member outside the group (`self_id >= initial_members`).
     pub fn new(config: &Config, memory: M, now_ns: u64) -> Option<Self> {
         let lay = McastLayout::new(config)?;
+        McastEngine::with_layout(config, lay, memory, now_ns)
+    }
+
+    /// The engine of rank `config.self_id` in the group `lay` describes
+    /// (a subgroup's, [`crate::subgroup`]), or `None` for a rank outside
+    /// it.
+    pub fn with_layout(config: &Config, lay: McastLayout, memory: M, now_ns: u64) -> Option<Self> {
         if config.self_id.0 >= lay.members {
             return None;
         }
@@ -2637,7 +2657,7 @@ impl<M: Memory> Engine for McastEngine<M> {
                 peer.reconnect = false;
                 return Some(Action::Reconnect {
                     peer: MemberId(p as u8),
-                    channel: crate::fabric::Channel::for_region(MCAST_REGION),
+                    channel: crate::fabric::Channel::for_region(self.lay.region),
                 });
             }
         }

@@ -67,6 +67,8 @@ pub use verbatim_core::multicast::{
 };
 use verbatim_core::node::{Event, Role, SubmitError, Submitted};
 use verbatim_core::sm::{ReadError, RequestError};
+pub use verbatim_core::subgroup::SubgroupEngine;
+use verbatim_core::subgroup::{subgroup_of_tag, subgroup_tag};
 use verbatim_core::views::{View, ViewEngine, ViewEvent};
 use verbatim_core::{Config, ConfigError, Layout, Memory, Mode, Node, StateMachine};
 
@@ -111,6 +113,18 @@ pub struct Engines<M: Memory, S: StateMachine> {
     /// (`None` with them off, or before the multicast group formed; see
     /// [`large`]).
     pub rdmc: Option<verbatim_core::rdmc::RdmcEngine<M>>,
+    /// The multicast subgroups this member belongs to (Derecho's
+    /// subgroups and shards, [`verbatim_core::subgroup`]), in the
+    /// configuration's order.
+    pub subgroups: Vec<SubgroupEngine<M>>,
+}
+
+impl<M: Memory, S: StateMachine> Engines<M, S> {
+    /// This member's engine of subgroup `index` (its place in the
+    /// configuration), if it is a member.
+    pub fn subgroup(&self, index: usize) -> Option<&SubgroupEngine<M>> {
+        self.subgroups.iter().find(|g| g.index() == index)
+    }
 }
 
 /// A client request as a gateway hands it over.
@@ -227,6 +241,19 @@ pub trait Host<M: Memory, S: StateMachine> {
         let _ = (now_ns, delivery, payload);
     }
 
+    /// A message of subgroup `subgroup` (its place in the configuration)
+    /// delivered, in the subgroup's total order (its sender a member id).
+    /// Dropped by default.
+    fn subgroup_delivered(
+        &mut self,
+        now_ns: u64,
+        subgroup: usize,
+        delivery: &McastDelivery,
+        payload: &[u8],
+    ) {
+        let _ = (now_ns, subgroup, delivery, payload);
+    }
+
     /// Persistent multicast (`mcast_persistent`): a received message to
     /// put on disk (ours included, each sender's in its order). Dropped
     /// by default.
@@ -284,6 +311,15 @@ pub enum McastSendError {
     /// the multicast group.
     #[error("multicast is off here: set a window, and be one of the first initial_members")]
     Off,
+    /// No such subgroup, or this member is not one of its members.
+    #[error("this member is not in that multicast subgroup: send on one of its members")]
+    NotInSubgroup,
+    /// Larger than a subgroup's slot (large messages travel only in the
+    /// top-level group).
+    #[error(
+        "message larger than the multicast payload limit (a subgroup carries no large messages)"
+    )]
+    SubgroupTooLarge,
     /// The engine refused it.
     #[error("{}", match .0 {
         verbatim_core::multicast::SendError::TooLarge => "message larger than the multicast payload limit",
@@ -396,6 +432,12 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             (Some(_), Some(r)) => vec![0u8; r.message_bytes_max as usize],
             _ => Vec::new(),
         };
+        let subgroups = layout
+            .subgroups
+            .iter()
+            .flatten()
+            .filter_map(|lay| SubgroupEngine::new(&config, *lay, memory.clone(), now_ns))
+            .collect();
         let log = Box::new(Node::new(config, memory.clone(), service, now_ns)?);
         Ok(Driver {
             engines: Engines {
@@ -404,6 +446,7 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                 views,
                 multicast,
                 rdmc: None,
+                subgroups,
             },
             pending_writes: HashMap::default(),
             pending_reads: HashMap::default(),
@@ -466,6 +509,23 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
         }
     }
 
+    /// Multicasts `payload` to subgroup `index` (its place in the
+    /// configuration): every member of the subgroup delivers it, in the
+    /// subgroup's order, through [`Host::subgroup_delivered`]. Returns its
+    /// index in this member's stream of that subgroup.
+    pub fn subgroup_send(&mut self, index: usize, payload: &[u8]) -> Result<u64, McastSendError> {
+        let g = self
+            .engines
+            .subgroups
+            .iter_mut()
+            .find(|g| g.index() == index)
+            .ok_or(McastSendError::NotInSubgroup)?;
+        g.send(payload).map_err(|e| match e {
+            verbatim_core::multicast::SendError::TooLarge => McastSendError::SubgroupTooLarge,
+            e => McastSendError::Engine(e),
+        })
+    }
+
     /// The driver's counters.
     pub fn counters(&self) -> DriverCounters {
         self.counters
@@ -507,6 +567,14 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                     .as_ref()
                     .map_or(u64::MAX, |r| r.next_deadline()),
             )
+            .min(
+                self.engines
+                    .subgroups
+                    .iter()
+                    .map(|g| g.next_deadline())
+                    .min()
+                    .unwrap_or(u64::MAX),
+            )
     }
 
     /// One iteration of the loop (see the crate documentation). Returns
@@ -530,6 +598,9 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             if let Some(r) = &mut self.engines.rdmc {
                 r.handle_peer_down(now_ns, peer);
             }
+            for g in &mut self.engines.subgroups {
+                g.handle_peer_down(now_ns, peer);
+            }
             self.heartbeat_due_ns = 0;
             self.views_due_ns = 0;
             log_work = true;
@@ -542,6 +613,9 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             }
             if let Some(m) = &mut self.engines.multicast {
                 m.handle_peer_up(now_ns, peer);
+            }
+            for g in &mut self.engines.subgroups {
+                g.handle_peer_up(now_ns, peer);
             }
             self.heartbeat_due_ns = 0;
             self.views_due_ns = 0;
@@ -598,6 +672,7 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                 log_work = true;
             }
             work |= self.step_multicast(now_ns, fabric, host);
+            work |= self.step_subgroups(now_ns, fabric, host);
             while let Some(e) = self.engines.heartbeat.poll_event() {
                 if let CounterEvent::Stalled { peer, .. } = e {
                     // The second detector level acts: a stalled leader is
@@ -724,6 +799,28 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             work |= execute(now_ns, r, EngineTag::RDMC, fabric, host, &mut self.counters);
         }
         work || m.progress() != before
+    }
+
+    /// Runs every subgroup engine of this member: deliveries to the host,
+    /// then WRITEs. Returns whether any did work.
+    fn step_subgroups<F: Fabric, H: Host<M, S, Route = R>>(
+        &mut self,
+        now_ns: u64,
+        fabric: &mut F,
+        host: &mut H,
+    ) -> bool {
+        let mut work = false;
+        for g in &mut self.engines.subgroups {
+            let before = g.engine().progress();
+            g.handle_timeout(now_ns);
+            while let Some(d) = g.poll_delivery(&mut self.mcast_buf) {
+                host.subgroup_delivered(now_ns, g.index(), &d, &self.mcast_buf[..d.len]);
+            }
+            let tag = subgroup_tag(g.index());
+            work |= execute(now_ns, g, tag, fabric, host, &mut self.counters);
+            work |= g.engine().progress() != before;
+        }
+        work
     }
 
     /// Whether the log engine now wants another view than the view engine
@@ -882,7 +979,12 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                     Some(r) => r.handle_completion(now_ns, c),
                     None => self.counters.completions_unrouted += 1,
                 },
-                _ => self.counters.completions_unrouted += 1,
+                t => match subgroup_of_tag(t)
+                    .and_then(|i| self.engines.subgroups.iter_mut().find(|g| g.index() == i))
+                {
+                    Some(g) => g.handle_completion(now_ns, c),
+                    None => self.counters.completions_unrouted += 1,
+                },
             }
         }
         (any, log)

@@ -24,7 +24,7 @@ use verbatim_core::fabric::{
     Access, Addr, Channel, Completion, MemberId, Op, RegionId, WcStatus, WorkRequest, MAX_MEMBERS,
     REGIONS_MAX,
 };
-use verbatim_core::layout::{Layout, RemoteAccess};
+use verbatim_core::layout::Layout;
 use verbatim_core::mem::Memory;
 use verbatim_core::rng::SplitMix64;
 
@@ -318,9 +318,9 @@ impl Net {
         // heartbeat counters); the log is granted by the protocol; the rest
         // is local.
         for nic in &mut nics {
-            for peer in nic.access.iter_mut() {
+            for (p, peer) in nic.access.iter_mut().enumerate() {
                 for r in layout.regions() {
-                    if r.remote == RemoteAccess::Members {
+                    if r.remote.granted_from_start(MemberId(p as u8)) {
                         peer[r.id.index()] = Access::Granted;
                     }
                 }
@@ -402,7 +402,7 @@ impl Net {
         for (peer, access) in nic.access.iter_mut().enumerate() {
             *access = [Access::Revoked; REGIONS_MAX];
             for r in layout.regions() {
-                if r.remote == RemoteAccess::Members {
+                if r.remote.granted_from_start(MemberId(peer as u8)) {
                     access[r.id.index()] = Access::Granted;
                 }
             }

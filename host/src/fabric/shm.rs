@@ -44,13 +44,13 @@ use verbatim_core::fabric::{
     Access, Addr, Channel, Completion, Fabric, FabricError, MemberId, Op, RegionId, WcStatus,
     WorkRequest, MAX_MEMBERS, REGIONS_MAX,
 };
-use verbatim_core::layout::{Layout, RemoteAccess};
+use verbatim_core::layout::Layout;
 use verbatim_core::mem::Memory;
 
 /// "VERBATIM" in little-endian.
 pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"VERBATIM");
 /// Bumped when the header layout changes.
-pub const SEGMENT_VERSION: u64 = 3;
+pub const SEGMENT_VERSION: u64 = 4;
 /// Bytes of the segment header (one page).
 pub const HEADER_BYTES: u64 = 4096;
 
@@ -178,13 +178,13 @@ impl Segment {
                 .store(*len, Ordering::Relaxed);
         }
         // Regions every member may access from the start (the SST's rows,
-        // heartbeat counters); the log is granted by the protocol; local
-        // regions never.
+        // heartbeat counters), or the members of a subgroup (its region);
+        // the log is granted by the protocol; local regions never.
         for r in layout.regions() {
-            if r.remote == RemoteAccess::Members {
-                for m in 0..MAX_MEMBERS {
-                    seg.access(r.id, MemberId(m as u8))
-                        .store(GRANTED, Ordering::Relaxed);
+            for m in 0..MAX_MEMBERS {
+                let m = MemberId(m as u8);
+                if r.remote.granted_from_start(m) {
+                    seg.access(r.id, m).store(GRANTED, Ordering::Relaxed);
                 }
             }
         }

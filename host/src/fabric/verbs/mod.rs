@@ -1255,7 +1255,10 @@ impl VerbsFabric {
             // The log is registered for remote access per grant (its own
             // registration per peer, deregistered on revoke).
             let access = match spec.remote {
-                RemoteAccess::Members => AccessFlags::REMOTE_ALL,
+                // A subgroup's region: the memory region admits remote
+                // access; only the subgroup's members are ever given its
+                // key (multicast does not run on verbs yet).
+                RemoteAccess::Members | RemoteAccess::Only(_) => AccessFlags::REMOTE_ALL,
                 RemoteAccess::Local | RemoteAccess::Granted => AccessFlags::LOCAL,
             };
             // SAFETY: the region lies inside the segment mapping, which the
