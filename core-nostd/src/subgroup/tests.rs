@@ -208,7 +208,7 @@ fn a_subgroup_delivers_the_same_order_among_its_members_only() {
     assert_eq!(w.delivered[1], w.delivered[3]);
     for (sender, _, payload) in &w.delivered[1] {
         // Senders come out as member ids, their payloads intact.
-        assert_eq!(u8::try_from(sender.0).unwrap(), payload[0]);
+        assert_eq!(sender.0, payload[0]);
     }
     assert!(w.refused.is_empty(), "{:?}", w.refused);
     // Nothing reached the members outside it.
