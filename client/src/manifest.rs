@@ -428,6 +428,69 @@ pub struct MulticastSection {
     /// Large messages: the longest (channel name and payload together).
     /// Every replica's memory holds `members × large_slots` of them.
     pub large_message_bytes_max: u64,
+    /// `[[multicast.subgroups]]`: Derecho's subgroups. Each is a RESP
+    /// channel of its own name whose messages move among its members only,
+    /// in one total order of its own.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub subgroups: Vec<SubgroupSection>,
+    /// `[[multicast.shards]]`: regular shardings. Each cuts its members
+    /// into `shard_count` disjoint shards of `members_per_shard`, each a
+    /// subgroup named `<name>.<shard>` (`kv.0`, `kv.1`, ...).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<ShardingSection>,
+}
+
+/// `[[multicast.subgroups]]`: one subgroup.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubgroupSection {
+    /// Its name, the RESP channel its messages are published on.
+    pub name: String,
+    /// Its members (ids among the initial members).
+    pub members: Vec<u8>,
+}
+
+/// `[[multicast.shards]]`: a regular sharding.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShardingSection {
+    /// The sharding's name; shard `k` is the subgroup (and channel)
+    /// `<name>.<k>`.
+    pub name: String,
+    /// Shards.
+    pub shard_count: u8,
+    /// Members of each shard.
+    pub members_per_shard: u8,
+    /// The members cut into shards, in this order (shard 0 takes the
+    /// first `members_per_shard`); by default the initial members in id
+    /// order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub members: Option<Vec<u8>>,
+}
+
+/// One subgroup as the replicas run it: its name (a RESP channel), its
+/// place in the core's configuration and its members.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Subgroup {
+    /// Its name, the channel its messages are published on.
+    pub name: String,
+    /// Its place among the subgroups (the core's
+    /// `Config::mcast_subgroups` index).
+    pub index: usize,
+    /// Its members, a bit per member id.
+    pub members: u8,
+}
+
+impl Subgroup {
+    /// Whether `id` is a member.
+    pub fn has(&self, id: MemberId) -> bool {
+        id.index() < 8 && self.members & (1 << id.0) != 0
+    }
+
+    /// Its members' ids, in order.
+    pub fn member_ids(&self) -> Vec<u8> {
+        (0..8).filter(|i| self.members & (1 << i) != 0).collect()
+    }
 }
 
 fn is_zero(v: &u32) -> bool {
@@ -457,6 +520,8 @@ impl Default for MulticastSection {
             large_slots: 0,
             large_chunk_bytes: 64 * 1024,
             large_message_bytes_max: 1 << 20,
+            subgroups: Vec::new(),
+            shards: Vec::new(),
         }
     }
 }
@@ -796,7 +861,142 @@ impl Manifest {
         cfg.rdmc_slots = self.multicast.large_slots;
         cfg.rdmc_chunk_bytes = self.multicast.large_chunk_bytes;
         cfg.rdmc_message_bytes_max = self.multicast.large_message_bytes_max;
+        if let Ok(subgroups) = self.subgroups() {
+            for g in subgroups {
+                if let Some(place) = cfg.mcast_subgroups.get_mut(g.index) {
+                    *place = g.members;
+                }
+            }
+        }
         cfg
+    }
+
+    /// The subgroups the manifest declares (`[[multicast.subgroups]]`,
+    /// then each shard of each `[[multicast.shards]]`), checked: names
+    /// unique and usable as channels, members among the initial members,
+    /// at most [`verbatim_core::subgroup::SUBGROUPS_MAX`].
+    pub fn subgroups(&self) -> Result<Vec<Subgroup>, ConfigError> {
+        let initial = self.cluster.initial_members.unwrap_or(self.member_count());
+        let mc = &self.multicast;
+        let mut out: Vec<Subgroup> = Vec::new();
+        let mask_of = |field: String, members: &[u8]| -> Result<u8, ConfigError> {
+            let mut mask = 0u8;
+            for &m in members {
+                if m >= initial {
+                    return Err(ConfigError::new(
+                        field,
+                        format!("member {m} is not an initial member (ids 0 to {}): a subgroup's members are the group's", initial - 1),
+                    ));
+                }
+                if mask & (1 << m) != 0 {
+                    return Err(ConfigError::new(
+                        field,
+                        format!("member {m} is listed twice"),
+                    ));
+                }
+                mask |= 1 << m;
+            }
+            Ok(mask)
+        };
+        let push = |out: &mut Vec<Subgroup>, field: String, name: String, members: u8| {
+            if name.is_empty()
+                || name
+                    .bytes()
+                    .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
+            {
+                return Err(ConfigError::new(
+                    field,
+                    format!("`{name}` is not a usable channel name: give a name without spaces"),
+                ));
+            }
+            if out.iter().any(|g| g.name == name) {
+                return Err(ConfigError::new(
+                    field,
+                    format!("`{name}` names two subgroups"),
+                ));
+            }
+            if members == 0 {
+                return Err(ConfigError::new(field, "has no members: list at least one"));
+            }
+            out.push(Subgroup {
+                index: out.len(),
+                name,
+                members,
+            });
+            Ok(())
+        };
+        for (i, g) in mc.subgroups.iter().enumerate() {
+            let mask = mask_of(format!("multicast.subgroups.{i}.members"), &g.members)?;
+            push(
+                &mut out,
+                format!("multicast.subgroups.{i}.name"),
+                g.name.clone(),
+                mask,
+            )?;
+        }
+        for (i, sh) in mc.shards.iter().enumerate() {
+            let field = format!("multicast.shards.{i}");
+            let members: Vec<u8> = sh.members.clone().unwrap_or_else(|| (0..initial).collect());
+            mask_of(format!("{field}.members"), &members)?;
+            let per = usize::from(sh.members_per_shard);
+            let count = usize::from(sh.shard_count);
+            if per == 0 || count == 0 {
+                return Err(ConfigError::new(
+                    field,
+                    "shard_count and members_per_shard must be at least 1",
+                ));
+            }
+            if per * count > members.len() {
+                return Err(ConfigError::new(
+                    field,
+                    format!(
+                        "{count} shards of {per} need {} members; it has {}: lower shard_count or members_per_shard, or list more members",
+                        per * count,
+                        members.len()
+                    ),
+                ));
+            }
+            for k in 0..count {
+                let mask = mask_of(format!("{field}.members"), &members[k * per..(k + 1) * per])?;
+                push(
+                    &mut out,
+                    format!("{field}.name"),
+                    format!("{}.{k}", sh.name),
+                    mask,
+                )?;
+            }
+        }
+        if out.len() > verbatim_core::subgroup::SUBGROUPS_MAX {
+            return Err(ConfigError::new(
+                "multicast.subgroups",
+                format!(
+                    "declares {} subgroups and shards; at most {} are supported",
+                    out.len(),
+                    verbatim_core::subgroup::SUBGROUPS_MAX
+                ),
+            ));
+        }
+        if !out.is_empty() && mc.window == 0 {
+            return Err(ConfigError::new(
+                "multicast.subgroups",
+                "need the multicast on: set multicast.window (e.g. 64)",
+            ));
+        }
+        if !out.is_empty() && mc.persistent {
+            return Err(ConfigError::new(
+                "multicast.subgroups",
+                "run in the volatile mode only for now: remove multicast.persistent or the subgroups",
+            ));
+        }
+        Ok(out)
+    }
+
+    /// The subgroup whose channel is `channel`, if any.
+    pub fn subgroup_of_channel(&self, channel: &[u8]) -> Option<Subgroup> {
+        self.subgroups()
+            .ok()?
+            .into_iter()
+            .find(|g| g.name.as_bytes() == channel)
     }
 
     /// Checks everything; the error names the manifest field.
@@ -987,6 +1187,7 @@ impl Manifest {
                 "is not set: the persistent mode writes each replica's multicast log there; set it to a directory on a disk (not /dev/shm)",
             ));
         }
+        self.subgroups()?;
         for id in 0..n as u8 {
             self.core_config(id)
                 .validate()
@@ -1039,6 +1240,7 @@ impl Manifest {
             "rdmc_slots" => ("multicast.large_slots", false),
             "rdmc_chunk_bytes" => ("multicast.large_chunk_bytes", false),
             "rdmc_message_bytes_max" => ("multicast.large_message_bytes_max", false),
+            "mcast_subgroups" => ("multicast.subgroups", false),
             other => (other, false),
         };
         let reason = if unit_ns {
@@ -1084,6 +1286,71 @@ id = 1
 [[members]]
 id = 2
 "#;
+
+    #[test]
+    fn subgroups_and_shards_become_the_cores_subgroups() {
+        let text = format!(
+            "{BASE}\n[multicast]\nwindow = 8\n[[multicast.subgroups]]\nname = \"orders\"\nmembers = [0, 2]\n[[multicast.shards]]\nname = \"kv\"\nshard_count = 2\nmembers_per_shard = 1\nmembers = [2, 1]\n"
+        );
+        let m = Manifest::parse(&text, &[]).unwrap();
+        let gs = m.subgroups().unwrap();
+        let named: Vec<(&str, usize, u8)> = gs
+            .iter()
+            .map(|g| (g.name.as_str(), g.index, g.members))
+            .collect();
+        assert_eq!(
+            named,
+            [("orders", 0, 0b101), ("kv.0", 1, 0b100), ("kv.1", 2, 0b010)]
+        );
+        assert_eq!(
+            m.core_config(1).mcast_subgroups[..4],
+            [0b101, 0b100, 0b010, 0]
+        );
+        assert_eq!(m.subgroup_of_channel(b"kv.1").map(|g| g.index), Some(2));
+        assert!(m.subgroup_of_channel(b"news").is_none());
+        // The same from the command line.
+        let m = Manifest::parse(
+            BASE,
+            &[
+                "multicast.window=8".into(),
+                r#"multicast.subgroups=[{name="a", members=[1, 2]}]"#.into(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(m.core_config(0).mcast_subgroups[0], 0b110);
+    }
+
+    #[test]
+    fn bad_subgroups_are_refused_naming_what_to_change() {
+        let refused = |sets: &[&str]| {
+            let mut v = vec!["multicast.window=8".to_string()];
+            v.extend(sets.iter().map(|s| s.to_string()));
+            Manifest::parse(BASE, &v).unwrap_err()
+        };
+        let e = refused(&[r#"multicast.subgroups=[{name="a", members=[1, 3]}]"#]);
+        assert_eq!(e.field, "multicast.subgroups.0.members");
+        assert!(e.message.contains("member 3"), "{e}");
+        let e = refused(&[r#"multicast.subgroups=[{name="a", members=[1, 1]}]"#]);
+        assert!(e.message.contains("twice"), "{e}");
+        let e = refused(&[r#"multicast.subgroups=[{name="a b", members=[1]}]"#]);
+        assert_eq!(e.field, "multicast.subgroups.0.name");
+        let e =
+            refused(&[r#"multicast.subgroups=[{name="a", members=[1]}, {name="a", members=[2]}]"#]);
+        assert!(e.message.contains("two subgroups"), "{e}");
+        let e = refused(&[r#"multicast.subgroups=[{name="a", members=[]}]"#]);
+        assert!(e.message.contains("no members"), "{e}");
+        let e = refused(&[r#"multicast.shards=[{name="s", shard_count=2, members_per_shard=2}]"#]);
+        assert_eq!(e.field, "multicast.shards.0");
+        assert!(e.message.contains("need 4 members"), "{e}");
+        let e = refused(&[r#"multicast.shards=[{name="s", shard_count=7, members_per_shard=0}]"#]);
+        assert!(e.message.contains("at least 1"), "{e}");
+        let e = Manifest::parse(
+            BASE,
+            &[r#"multicast.subgroups=[{name="a", members=[1]}]"#.into()],
+        )
+        .unwrap_err();
+        assert!(e.message.contains("multicast.window"), "{e}");
+    }
 
     #[test]
     fn a_minimal_manifest_gets_defaults() {

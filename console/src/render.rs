@@ -749,8 +749,7 @@ fn render_replica(app: &App, model: &Model, area: Rect, buf: &mut Buffer) {
         Constraint::Length(peer_count.max(1) + 3),
         Constraint::Length(if views.is_some() { 6 } else { 0 }),
         Constraint::Length(match multicast {
-            Some(m) if m.large.is_some() => 7,
-            Some(_) => 6,
+            Some(m) => 6 + u16::from(m.large.is_some()) + m.subgroups.len() as u16,
             None => 0,
         }),
         Constraint::Min(0),
@@ -864,7 +863,48 @@ fn render_multicast(m: &verbatim_status::MulticastState, area: Rect, buf: &mut B
     if let Some(l) = &m.large {
         lines.push(large_line(l));
     }
+    lines.extend(m.subgroups.iter().map(subgroup_line));
     Paragraph::new(lines).block(block).render(area, buf);
+}
+
+/// One multicast subgroup this replica is in: its view and state, what
+/// its members sent and it delivered.
+fn subgroup_line(g: &verbatim_status::SubgroupState) -> Line<'static> {
+    let m = &g.state;
+    let list = |ms: &[u8]| {
+        ms.iter()
+            .map(|m| format!("r{m}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let received = g
+        .members
+        .iter()
+        .map(|&s| {
+            let n = m.received.get(usize::from(s)).copied().unwrap_or(0);
+            format!("r{s} {}", format::count(n))
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    let head = format!(
+        "subgroup {} ({}): epoch {} view {}",
+        g.name,
+        list(&g.members),
+        m.epoch,
+        list(&m.view)
+    );
+    let counts = format!(
+        "sent {} · received {received} · delivered {} messages",
+        format::count(m.sent),
+        format::count(m.delivered_messages)
+    );
+    match (&m.halted, &m.wedged, m.started) {
+        (Some(why), _, _) => Line::styled(format!("{head} · LEFT: {why}"), BAD),
+        (None, Some(why), _) => Line::styled(format!("{head} · WEDGED: {why} · {counts}"), BAD),
+        (None, None, true) => Line::from(format!("{head} · running · {counts}")),
+        (None, None, false) if m.joining => Line::styled(format!("{head} · joining"), DIM),
+        (None, None, false) => Line::styled(format!("{head} · forming"), DIM),
+    }
 }
 
 /// The multicast's large messages (RDMC): the view's session, what it
@@ -1816,6 +1856,63 @@ mod tests {
         app.handle_message(report(0, s), t0);
         let all = frame(&app, 100, 34);
         assert!(all.contains("LEFT THE GROUP: excluded"), "{all}");
+    }
+
+    #[test]
+    fn the_multicast_panel_shows_each_subgroup() {
+        let (mut app, t0) = one_replica_app();
+        let mut s = snapshot(1, "leader", 4, Some(1));
+        let sub = |name: &str, members: Vec<u8>, state| verbatim_status::SubgroupState {
+            index: 0,
+            name: name.into(),
+            members,
+            state,
+        };
+        s.multicast = Some(verbatim_status::MulticastState {
+            started: true,
+            window: 64,
+            view: vec![0, 1, 2],
+            received: vec![1, 1, 1],
+            subgroups: vec![
+                sub(
+                    "orders",
+                    vec![1, 2],
+                    verbatim_status::MulticastState {
+                        started: true,
+                        epoch: 2,
+                        view: vec![1, 2],
+                        sent: 7,
+                        received: vec![0, 7, 9],
+                        delivered_messages: 16,
+                        ..Default::default()
+                    },
+                ),
+                sub(
+                    "kv.0",
+                    vec![0, 1],
+                    verbatim_status::MulticastState {
+                        started: true,
+                        view: vec![0, 1],
+                        wedged: Some("member 0 is gone".into()),
+                        received: vec![3, 0, 0],
+                        ..Default::default()
+                    },
+                ),
+            ],
+            ..Default::default()
+        });
+        app.handle_message(report(0, s), t0);
+        app.tick(t0);
+        press(&mut app, KeyCode::Enter);
+        let all = frame(&app, 150, 40);
+        assert!(
+            all.contains("subgroup orders (r1 r2): epoch 2 view r1 r2 · running · sent 7 · received r1 7 r2 9 · delivered 16 messages"),
+            "{all}"
+        );
+        assert!(
+            all.contains("subgroup kv.0 (r0 r1): epoch 0 view r0 r1 · WEDGED: member 0 is gone"),
+            "{all}"
+        );
     }
 
     #[test]

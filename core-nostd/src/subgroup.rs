@@ -43,7 +43,9 @@ use crate::engine::{Engine, EngineTag};
 use crate::fabric::{Action, Completion, FabricError, MemberId, RegionId, MAX_MEMBERS};
 use crate::layout::{RegionSpec, RemoteAccess};
 use crate::mem::Memory;
-use crate::multicast::{McastDelivery, McastEngine, McastLayout, McastStatus, SendError, Trim};
+use crate::multicast::{
+    HaltCause, McastDelivery, McastEngine, McastLayout, McastStatus, SendError, Trim, WedgeCause,
+};
 
 /// Most subgroups (and shards) a top-level group declares.
 pub const SUBGROUPS_MAX: usize = 6;
@@ -261,7 +263,19 @@ impl<M: Memory> SubgroupEngine<M> {
     /// Counters and state, in member ids.
     pub fn status(&self) -> McastStatus {
         let s = self.engine.status();
+        let id = |p: MemberId| self.member(p);
         McastStatus {
+            wedged: s.wedged.map(|w| match w {
+                WedgeCause::PeerDown(p) => WedgeCause::PeerDown(id(p)),
+                WedgeCause::SlotOverwritten(p) => WedgeCause::SlotOverwritten(id(p)),
+                WedgeCause::Suspicion(p) => WedgeCause::Suspicion(id(p)),
+                WedgeCause::Join(p) => WedgeCause::Join(id(p)),
+                WedgeCause::Wedged(p) => WedgeCause::Wedged(id(p)),
+            }),
+            halted: s.halted.map(|h| match h {
+                HaltCause::TrimUnreadable(p) => HaltCause::TrimUnreadable(id(p)),
+                other => other,
+            }),
             view: self.members_of(s.view),
             suspected: self.members_of(s.suspected),
             received: self.counts_of(&s.received),

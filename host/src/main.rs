@@ -644,6 +644,26 @@ fn main() -> Result<()> {
                             String::new()
                         }
                     );
+                    for g in &m.subgroups {
+                        let st = &g.state;
+                        println!(
+                            "multicast {} subgroup {} {:?}: epoch {} view {:?} {} · sent {} · delivered {} messages",
+                            s.id,
+                            g.name,
+                            g.members,
+                            st.epoch,
+                            st.view,
+                            match (&st.halted, &st.wedged, st.started) {
+                                (Some(why), _, _) => format!("LEFT THE SUBGROUP ({why})"),
+                                (None, Some(why), _) => format!("WEDGED for a view change ({why})"),
+                                (None, None, true) => "running".to_string(),
+                                (None, None, false) if st.joining => "joining".to_string(),
+                                (None, None, false) => "forming".to_string(),
+                            },
+                            st.sent,
+                            st.delivered_messages
+                        );
+                    }
                     if let Some(l) = &m.large {
                         match l.epoch {
                             Some(epoch) => println!(

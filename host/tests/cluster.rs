@@ -2746,3 +2746,120 @@ fn epoch_delivery_order(path: &std::path::Path, epoch: u64) -> Vec<String> {
         })
         .collect()
 }
+
+/// Multicast subgroups and shards (issue 15, item 5): a subgroup's channel
+/// reaches its members only, in one order of its own; a replica outside
+/// it refuses to publish or subscribe there, naming the members; the
+/// top-level channels go on beside it.
+#[test]
+fn a_subgroup_channel_reaches_its_members_only_in_one_order() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let base = free_port_base();
+    let cluster = start_with(
+        "itsubgroup",
+        base,
+        vec![
+            "multicast.window=16".into(),
+            r#"multicast.subgroups=[{name="pair", members=[1, 2]}]"#.into(),
+            r#"multicast.shards=[{name="solo", shard_count=3, members_per_shard=1}]"#.into(),
+        ],
+    );
+    cluster
+        .wait_leader(0, Duration::from_secs(10))
+        .expect("a leader");
+    let subscribe = |m: u8, channel: &str| {
+        let mut s = resp_connect(base, m);
+        let reply = resp_lines(&mut s, format!("SUBSCRIBE {channel}\r\n").as_bytes(), 6);
+        (s, reply)
+    };
+    // Outside the subgroup: refused, with its members named.
+    let (_, refused) = subscribe(0, "pair");
+    assert!(
+        refused.starts_with("-ERR channel 'pair' is a multicast subgroup of members 1, 2"),
+        "{refused}"
+    );
+    let mut outside = resp_connect(base, 0);
+    let reply = resp(&mut outside, b"PUBLISH pair hello\r\n");
+    assert!(reply.contains("members 1, 2"), "{reply}");
+    let mut subs: Vec<TcpStream> = [1u8, 2]
+        .iter()
+        .map(|&m| {
+            let (s, reply) = subscribe(m, "pair");
+            assert_eq!(reply, "*3\r\n$9\r\nsubscribe\r\n$4\r\npair\r\n:1\r\n");
+            s
+        })
+        .collect();
+    let (mut news_sub, _) = subscribe(0, "news");
+    const EACH: usize = 50;
+    let publishers: Vec<_> = [1u8, 2]
+        .iter()
+        .map(|&m| {
+            let mut p = resp_connect(base, m);
+            std::thread::spawn(move || {
+                for i in 0..EACH {
+                    let msg = format!("m{m}-{i:03}");
+                    let reply = resp(&mut p, format!("PUBLISH pair {msg}\r\n").as_bytes());
+                    assert!(
+                        reply.starts_with(':'),
+                        "PUBLISH pair on {m} answered {reply:?}"
+                    );
+                }
+            })
+        })
+        .collect();
+    // The top-level group runs beside it.
+    let mut news = resp_connect(base, 1);
+    let published = publish_news(&mut news, "top", 10);
+    for p in publishers {
+        p.join().expect("publisher");
+    }
+    let seen: Vec<Vec<String>> = subs
+        .iter_mut()
+        .map(|s| read_messages(s, "pair", 2 * EACH))
+        .collect();
+    assert_eq!(
+        seen[0].len(),
+        2 * EACH,
+        "every publication reached member 1"
+    );
+    assert_eq!(seen[0], seen[1], "both members delivered one order");
+    for m in [1u8, 2] {
+        let mine: Vec<&String> = seen[0]
+            .iter()
+            .filter(|s| s.starts_with(&format!("m{m}-")))
+            .collect();
+        let expected: Vec<String> = (0..EACH).map(|i| format!("m{m}-{i:03}")).collect();
+        assert_eq!(
+            mine,
+            expected.iter().collect::<Vec<_>>(),
+            "sender {m} in order"
+        );
+    }
+    assert_eq!(read_messages(&mut news_sub, "news", 10), published);
+    // A shard of one member delivers to itself.
+    let (mut solo_sub, _) = subscribe(2, "solo.2");
+    let mut solo = resp_connect(base, 2);
+    assert!(resp(&mut solo, b"PUBLISH solo.2 alone\r\n").starts_with(':'));
+    assert_eq!(read_messages(&mut solo_sub, "solo.2", 1), ["alone"]);
+    // Each replica's status lists the subgroups it is in, and only those.
+    let statuses = cluster.status();
+    let names = |i: usize| -> Vec<String> {
+        statuses[i]
+            .as_ref()
+            .and_then(|s| s.multicast.as_ref())
+            .map(|m| m.subgroups.iter().map(|g| g.name.clone()).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(names(0), ["solo.0"]);
+    assert_eq!(names(1), ["pair", "solo.1"]);
+    assert_eq!(names(2), ["pair", "solo.2"]);
+    let pair = statuses[1]
+        .as_ref()
+        .and_then(|s| s.multicast.as_ref())
+        .map(|m| m.subgroups[0].clone())
+        .expect("member 1's subgroup");
+    assert_eq!(pair.members, [1, 2]);
+    assert_eq!(pair.state.view, [1, 2]);
+    assert!(pair.state.delivered_messages >= 2 * EACH as u64);
+    assert_eq!(pair.state.received[0], 0, "member 0 sent nothing there");
+}

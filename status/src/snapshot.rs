@@ -154,6 +154,24 @@ pub struct MulticastState {
     /// Large messages (RDMC), when they are on.
     #[serde(default)]
     pub large: Option<LargeState>,
+    /// The multicast subgroups this replica is a member of (Derecho's
+    /// subgroups and shards), each with its own view and counters.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subgroups: Vec<SubgroupState>,
+}
+
+/// One multicast subgroup as one of its members sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubgroupState {
+    /// Its place among the manifest's subgroups.
+    pub index: u8,
+    /// Its name (the RESP channel its messages are published on).
+    pub name: String,
+    /// Its declared members.
+    pub members: Vec<u8>,
+    /// Its atomic multicast (views, counters, trims: member ids; no large
+    /// messages and no subgroups of its own).
+    pub state: MulticastState,
 }
 
 /// The view's RDMC session, which carries the multicast's large messages

@@ -31,6 +31,9 @@ pub struct ServiceRequest {
 pub struct PublishRequest {
     /// The multicast payload ([`verbatim_client::pubsub::encode`]).
     pub payload: Vec<u8>,
+    /// The subgroup whose channel it is published on (its place in the
+    /// configuration); `None`: the top-level group.
+    pub subgroup: Option<usize>,
     /// The submitter's tag, sent back with the answer.
     pub tag: u64,
     /// Where the answer goes: `Ok` with the number of this replica's

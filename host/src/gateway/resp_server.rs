@@ -74,6 +74,7 @@ impl RespServer {
         let next_client = Arc::new(AtomicU64::new(client_id_base()));
         let ctx = Arc::new(Ctx {
             handle,
+            subgroups: manifest.subgroups().unwrap_or_default(),
             manifest,
             me,
             status,
@@ -144,6 +145,8 @@ fn client_id_base() -> u64 {
 struct Ctx {
     handle: ServiceHandle,
     manifest: Manifest,
+    /// The multicast subgroups (a channel each), from the manifest.
+    subgroups: Vec<verbatim_client::manifest::Subgroup>,
     me: u8,
     status: Arc<StatusSlot>,
     owners: ClientIdOwners,
@@ -675,8 +678,19 @@ impl<'c> Conn<'c> {
             return;
         }
         let mut payload = Vec::new();
-        // Longer than a slot: a large message (RDMC), when they are on.
-        let limit = usize::try_from(mc.publish_bytes_max()).unwrap_or(usize::MAX);
+        let subgroup = match self.subgroup_here(channel) {
+            Ok(g) => g,
+            Err(why) => {
+                resp::encode_error(why.as_bytes(), out);
+                return;
+            }
+        };
+        // Longer than a slot: a large message (RDMC), when they are on
+        // (in the top-level group only).
+        let limit = match subgroup {
+            Some(_) => mc.payload_bytes_max as usize,
+            None => usize::try_from(mc.publish_bytes_max()).unwrap_or(usize::MAX),
+        };
         if let Err(e) = verbatim_client::pubsub::encode(channel, message, limit, &mut payload) {
             resp::encode_error(format!("ERR {e}").as_bytes(), out);
             return;
@@ -685,6 +699,7 @@ impl<'c> Conn<'c> {
         self.next_tag += 1;
         let submitted = self.ctx.handle.publish(PublishRequest {
             payload,
+            subgroup,
             tag,
             reply: self.reply_tx.clone(),
             deadline: Instant::now() + PUBLISH_TIMEOUT,
@@ -727,6 +742,30 @@ impl<'c> Conn<'c> {
         }
     }
 
+    /// The subgroup whose channel `channel` is (`None`: the top-level
+    /// group's channel), or why this replica cannot serve it (it is not
+    /// one of the subgroup's members).
+    fn subgroup_here(&self, channel: &[u8]) -> Result<Option<usize>, String> {
+        let Some(g) = self
+            .ctx
+            .subgroups
+            .iter()
+            .find(|g| g.name.as_bytes() == channel)
+        else {
+            return Ok(None);
+        };
+        if g.has(MemberId(self.ctx.me)) {
+            return Ok(Some(g.index));
+        }
+        let members: Vec<String> = g.member_ids().iter().map(|m| m.to_string()).collect();
+        Err(format!(
+            "ERR channel '{}' is a multicast subgroup of members {}; this replica (member {}) is not one of them: connect to one of its members",
+            g.name,
+            members.join(", "),
+            self.ctx.me
+        ))
+    }
+
     /// `SUBSCRIBE`: enters subscribe mode (or adds channels).
     fn subscribe(&mut self, channels: resp::Channels<'_>, out: &mut Vec<u8>) {
         if self.ctx.manifest.multicast.window == 0 {
@@ -737,6 +776,12 @@ impl<'c> Conn<'c> {
             return;
         }
         let subscribers = self.ctx.handle.subscribers().clone();
+        if let Some(why) = channels.iter().find_map(|c| self.subgroup_here(c).err()) {
+            // A subgroup's messages reach its members only: a subscriber
+            // elsewhere would wait for nothing.
+            resp::encode_error(why.as_bytes(), out);
+            return;
+        }
         let (_, set) = self.subscription.get_or_insert_with(|| {
             (
                 subscribers.register(self.client_id),

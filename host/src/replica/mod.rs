@@ -242,6 +242,11 @@ struct Gateway {
     /// Publications not multicast yet (the window was full), in order,
     /// and those multicast, answered once this replica delivers them.
     publications: Outbox<PublishRequest>,
+    /// The same per multicast subgroup this replica is in (by the
+    /// subgroup's place in the configuration).
+    subgroup_publications: BTreeMap<usize, Outbox<PublishRequest>>,
+    /// The subgroups' names (their channels), by place.
+    subgroup_names: Vec<String>,
     /// The multicast epoch last seen, and when (CLOCK_MONOTONIC ns) this
     /// replica was seen in it after a view change.
     mcast_epoch_seen: u64,
@@ -259,8 +264,8 @@ struct Gateway {
 
 impl Gateway {
     /// A multicast delivery goes to the channel's subscribers, and answers
-    /// our own PUBLISH.
-    fn deliver_publication(&mut self, d: &McastDelivery, payload: &[u8]) {
+    /// our own PUBLISH (`subgroup`: the subgroup it was delivered in).
+    fn deliver_publication(&mut self, subgroup: Option<usize>, d: &McastDelivery, payload: &[u8]) {
         let reached = match verbatim_client::pubsub::decode(payload) {
             Some((channel, message)) => self.queue.subscribers().deliver(channel, message),
             None => {
@@ -269,7 +274,11 @@ impl Gateway {
             }
         };
         if d.sender == self.id {
-            if let Some(p) = self.publications.delivered((d.epoch, d.index)) {
+            let outbox = match subgroup {
+                None => Some(&mut self.publications),
+                Some(i) => self.subgroup_publications.get_mut(&i),
+            };
+            if let Some(p) = outbox.and_then(|o| o.delivered((d.epoch, d.index))) {
                 let _ = p
                     .reply
                     .send((p.tag, ServiceReply::Ok(reached.to_le_bytes().to_vec())));
@@ -715,7 +724,17 @@ impl Host<ShmMemory, Kv> for Gateway {
                 self.mcast_log_error("write", e);
             }
         }
-        self.deliver_publication(d, payload);
+        self.deliver_publication(None, d, payload);
+    }
+
+    fn subgroup_delivered(
+        &mut self,
+        _now_ns: u64,
+        subgroup: usize,
+        d: &McastDelivery,
+        payload: &[u8],
+    ) {
+        self.deliver_publication(Some(subgroup), d, payload);
     }
 
     fn multicast_view(&mut self, _now_ns: u64, epoch: u64, members: u64) -> bool {
@@ -772,7 +791,7 @@ impl Host<ShmMemory, Kv> for Gateway {
         }
         let delivered = deliveries.len();
         for (d, payload) in deliveries {
-            self.deliver_publication(&d, payload);
+            self.deliver_publication(None, &d, payload);
         }
         tracing::info!(
             epoch = tail.epoch,
@@ -995,68 +1014,36 @@ impl<F: HostFabric> Replica<F> {
             multicast: self.driver.engines().multicast.as_ref().map(|e| {
                 let s = e.status();
                 verbatim_status::MulticastState {
-                    started: s.started,
-                    wedged: s.wedged.map(|w| match w {
-                        verbatim_core::multicast::WedgeCause::PeerDown(p) => {
-                            format!("member {} is gone", p.0)
-                        }
-                        verbatim_core::multicast::WedgeCause::SlotOverwritten(p) => {
-                            format!("member {} overwrote a message not yet delivered", p.0)
-                        }
-                        verbatim_core::multicast::WedgeCause::Suspicion(p) => {
-                            format!("member {} is suspected (view change)", p.0)
-                        }
-                        verbatim_core::multicast::WedgeCause::Join(p) => {
-                            format!("a new process asks to join as member {}", p.0)
-                        }
-                        verbatim_core::multicast::WedgeCause::Wedged(p) => {
-                            format!("member {} started a view change", p.0)
-                        }
-                    }),
-                    window: e.layout().window,
-                    sent: s.sent,
-                    sent_nulls: s.sent_nulls,
-                    received: s.received[..e.members()].to_vec(),
-                    delivered: s.delivered,
-                    delivered_messages: s.delivered_messages,
-                    window_full: s.window_full,
-                    write_errors: s.write_errors,
-                    epoch: s.epoch,
-                    view: mask_members(s.view),
-                    suspected: mask_members(s.suspected),
-                    halted: s.halted.map(|h| match h {
-                        verbatim_core::multicast::HaltCause::Excluded => {
-                            "excluded: the others suspect this member".to_string()
-                        }
-                        verbatim_core::multicast::HaltCause::TrimBehind => {
-                            "the decided trim is behind what this member delivered or received"
-                                .to_string()
-                        }
-                        verbatim_core::multicast::HaltCause::TrimUnreadable(p) => {
-                            format!(
-                                "a message of member {} inside the trim is not whole here",
-                                p.0
-                            )
-                        }
-                        verbatim_core::multicast::HaltCause::Left => {
-                            "left: its multicast log could not be written (see the events)"
-                                .to_string()
-                        }
-                    }),
-                    minority: s.minority,
-                    joining: s.joining,
-                    restarting: s.restarting,
                     view_installed_mono_ns: self.gw.mcast_installed_mono_ns,
-                    view_changes: s.view_changes,
-                    last_trim: s.last_trim.map(|t| verbatim_status::McastTrim {
-                        epoch: t.epoch,
-                        leader: (t.ballot.saturating_sub(1)) as u8,
-                        restart: t.ballot == verbatim_core::multicast::RESTART_BALLOT,
-                        members: mask_members(t.members),
-                        counts: t.counts[..e.members()].to_vec(),
-                    }),
-                    trimmed_own: s.trimmed_own,
                     large: large_state(&self.driver, e.members()),
+                    subgroups: self
+                        .driver
+                        .engines()
+                        .subgroups
+                        .iter()
+                        .map(|g| {
+                            let name = self
+                                .gw
+                                .subgroup_names
+                                .get(g.index())
+                                .cloned()
+                                .unwrap_or_default();
+                            verbatim_status::SubgroupState {
+                                index: g.index() as u8,
+                                name,
+                                members: mask_members(u64::from(g.layout().members)),
+                                state: multicast_state(
+                                    &g.status(),
+                                    g.engine().layout().window,
+                                    usize::from(self.driver.log().config().member_count),
+                                    |ballot| g.member(MemberId((ballot.saturating_sub(1)) as u8)).0,
+                                ),
+                            }
+                        })
+                        .collect(),
+                    ..multicast_state(&s, e.layout().window, e.members(), |ballot| {
+                        ballot.saturating_sub(1) as u8
+                    })
                 }
             }),
         }
@@ -1131,9 +1118,10 @@ impl<F: HostFabric> Replica<F> {
     }
 
     /// Multicasts the publications the RESP server handed over, in order,
-    /// as far as the window lets; answers those that cannot be (multicast
-    /// off, too large, a wedged group) or were not delivered in time.
-    /// Returns whether it did any work.
+    /// as far as the windows let (the top-level group's and each
+    /// subgroup's); answers those that cannot be (multicast off, too
+    /// large, a wedged group) or were not delivered in time. Returns
+    /// whether it did any work.
     fn publish(&mut self, now_i: Instant) -> bool {
         let gw = &mut self.gw;
         let mut work = false;
@@ -1141,7 +1129,18 @@ impl<F: HostFabric> Replica<F> {
             let Some(p) = gw.queue.try_next_publish() else {
                 break;
             };
-            gw.publications.push(p);
+            match p.subgroup {
+                None => gw.publications.push(p),
+                Some(i) if self.driver.engines().subgroup(i).is_some() => {
+                    gw.subgroup_publications.entry(i).or_default().push(p)
+                }
+                Some(_) => {
+                    // (The RESP server checks membership first.)
+                    let why = McastSendError::NotInSubgroup.to_string();
+                    let _ = p.reply.send((p.tag, ServiceReply::Error(why)));
+                    work = true;
+                }
+            }
         }
         let (epoch, in_view) = self
             .driver
@@ -1160,50 +1159,24 @@ impl<F: HostFabric> Replica<F> {
             gw.mcast_epoch_seen = epoch;
             gw.mcast_installed_mono_ns = Some(verbatim_client::process::monotonic_now_ns());
         }
-        // Publications a view change trimmed (never delivered anywhere:
-        // the trim is the same everywhere) go out again, first, in order.
-        for _ in 0..gw.publications.requeue_trimmed(epoch) {
+        let driver = &mut self.driver;
+        let (mut any, mut republished) =
+            flush_publications(&mut gw.publications, epoch, now_i, |p| {
+                driver.multicast_send(p)
+            });
+        for (&i, outbox) in &mut gw.subgroup_publications {
+            let epoch = driver
+                .engines()
+                .subgroup(i)
+                .map_or(0, |g| g.engine().epoch());
+            let (a, r) = flush_publications(outbox, epoch, now_i, |p| driver.subgroup_send(i, p));
+            any |= a;
+            republished += r;
+        }
+        for _ in 0..republished {
             gw.count("multicast_republished");
         }
-        loop {
-            let driver = &mut self.driver;
-            let (sent, refused) =
-                gw.publications
-                    .flush(epoch, |p| match driver.multicast_send(&p.payload) {
-                        Ok(index) => Ok(index),
-                        // Not started: the group's rows are not all seen yet
-                        // (start up, or a new view forming); a full window
-                        // frees as the group delivers; a wedged group
-                        // installs its next view.
-                        Err(McastSendError::Engine(
-                            McastError::WindowFull | McastError::NotStarted | McastError::Wedged,
-                        )) => Err(Refused::Later),
-                        Err(e) => Err(Refused::Never((), e)),
-                    });
-            work |= sent > 0;
-            let Some((p, e)) = refused else {
-                break;
-            };
-            let _ = p.reply.send((p.tag, ServiceReply::Error(e.to_string())));
-            work = true;
-        }
-        let expired = |p: &PublishRequest| p.deadline <= now_i;
-        while gw.publications.oldest_waiting().is_some_and(expired) {
-            let p = gw
-                .publications
-                .pop_oldest_waiting()
-                .expect("oldest checked");
-            let why = "multicast not started or its window still full: the group delivers slower than it is published to, or a member is missing";
-            let _ = p.reply.send((p.tag, ServiceReply::Error(why.into())));
-            work = true;
-        }
-        while gw.publications.oldest_sent().is_some_and(expired) {
-            let p = gw.publications.pop_oldest_sent().expect("oldest checked");
-            let why = "multicast sent but not delivered in time (a member stopped, or the group could not install a view without the one that is gone)";
-            let _ = p.reply.send((p.tag, ServiceReply::Error(why.into())));
-            work = true;
-        }
-        work
+        work || any
     }
 
     /// One step of the driver (the loop the simulator runs too), then the
@@ -1558,6 +1531,11 @@ fn drive<F: HostFabric>(
             },
             member_waiting: None,
             publications: Outbox::default(),
+            subgroup_publications: BTreeMap::new(),
+            subgroup_names: m
+                .subgroups()
+                .map(|gs| gs.into_iter().map(|g| g.name).collect())
+                .unwrap_or_default(),
             mcast_log,
             mcast_log_failed: false,
             mcast_recovered,
@@ -1765,6 +1743,54 @@ pub fn group_configuration(
 }
 
 /// The RDMC session's part of the multicast status (large messages on).
+/// Flushes one group's publications (the top-level group's or a
+/// subgroup's, whose view is `epoch`): those a view change trimmed go out
+/// again first (never delivered anywhere: the trim is the same
+/// everywhere), then the waiting ones as far as `send` takes them;
+/// refused and expired ones are answered. Returns whether it did any
+/// work, and how many went out again.
+fn flush_publications(
+    outbox: &mut Outbox<PublishRequest>,
+    epoch: u64,
+    now_i: Instant,
+    mut send: impl FnMut(&[u8]) -> Result<u64, McastSendError>,
+) -> (bool, usize) {
+    let mut work = false;
+    let republished = outbox.requeue_trimmed(epoch);
+    loop {
+        let (sent, refused) = outbox.flush(epoch, |p| match send(&p.payload) {
+            Ok(index) => Ok(index),
+            // Not started: the group's rows are not all seen yet (start
+            // up, or a new view forming); a full window frees as the group
+            // delivers; a wedged group installs its next view.
+            Err(McastSendError::Engine(
+                McastError::WindowFull | McastError::NotStarted | McastError::Wedged,
+            )) => Err(Refused::Later),
+            Err(e) => Err(Refused::Never((), e)),
+        });
+        work |= sent > 0;
+        let Some((p, e)) = refused else {
+            break;
+        };
+        let _ = p.reply.send((p.tag, ServiceReply::Error(e.to_string())));
+        work = true;
+    }
+    let expired = |p: &PublishRequest| p.deadline <= now_i;
+    while outbox.oldest_waiting().is_some_and(expired) {
+        let p = outbox.pop_oldest_waiting().expect("oldest checked");
+        let why = "multicast not started or its window still full: the group delivers slower than it is published to, or a member is missing";
+        let _ = p.reply.send((p.tag, ServiceReply::Error(why.into())));
+        work = true;
+    }
+    while outbox.oldest_sent().is_some_and(expired) {
+        let p = outbox.pop_oldest_sent().expect("oldest checked");
+        let why = "multicast sent but not delivered in time (a member stopped, or the group could not install a view without the one that is gone)";
+        let _ = p.reply.send((p.tag, ServiceReply::Error(why.into())));
+        work = true;
+    }
+    (work, republished)
+}
+
 fn large_state(
     driver: &Driver<ShmMemory, Kv, HostRoute>,
     members: usize,
@@ -1803,6 +1829,80 @@ fn large_state(
 }
 
 /// The member ids of a bit mask.
+/// A multicast engine's status as the status schema has it (the
+/// top-level group's or a subgroup's, in member ids); `leader_of` names
+/// the member a trim's ballot stands for.
+fn multicast_state(
+    s: &verbatim_core::multicast::McastStatus,
+    window: u64,
+    members: usize,
+    leader_of: impl Fn(u64) -> u8,
+) -> verbatim_status::MulticastState {
+    verbatim_status::MulticastState {
+        started: s.started,
+        wedged: s.wedged.map(|w| match w {
+            verbatim_core::multicast::WedgeCause::PeerDown(p) => {
+                format!("member {} is gone", p.0)
+            }
+            verbatim_core::multicast::WedgeCause::SlotOverwritten(p) => {
+                format!("member {} overwrote a message not yet delivered", p.0)
+            }
+            verbatim_core::multicast::WedgeCause::Suspicion(p) => {
+                format!("member {} is suspected (view change)", p.0)
+            }
+            verbatim_core::multicast::WedgeCause::Join(p) => {
+                format!("a new process asks to join as member {}", p.0)
+            }
+            verbatim_core::multicast::WedgeCause::Wedged(p) => {
+                format!("member {} started a view change", p.0)
+            }
+        }),
+        window,
+        sent: s.sent,
+        sent_nulls: s.sent_nulls,
+        received: s.received[..members].to_vec(),
+        delivered: s.delivered,
+        delivered_messages: s.delivered_messages,
+        window_full: s.window_full,
+        write_errors: s.write_errors,
+        epoch: s.epoch,
+        view: mask_members(s.view),
+        suspected: mask_members(s.suspected),
+        halted: s.halted.map(|h| match h {
+            verbatim_core::multicast::HaltCause::Excluded => {
+                "excluded: the others suspect this member".to_string()
+            }
+            verbatim_core::multicast::HaltCause::TrimBehind => {
+                "the decided trim is behind what this member delivered or received".to_string()
+            }
+            verbatim_core::multicast::HaltCause::TrimUnreadable(p) => {
+                format!(
+                    "a message of member {} inside the trim is not whole here",
+                    p.0
+                )
+            }
+            verbatim_core::multicast::HaltCause::Left => {
+                "left: its multicast log could not be written (see the events)".to_string()
+            }
+        }),
+        minority: s.minority,
+        joining: s.joining,
+        restarting: s.restarting,
+        view_installed_mono_ns: None,
+        view_changes: s.view_changes,
+        last_trim: s.last_trim.map(|t| verbatim_status::McastTrim {
+            epoch: t.epoch,
+            leader: leader_of(t.ballot),
+            restart: t.ballot == verbatim_core::multicast::RESTART_BALLOT,
+            members: mask_members(t.members),
+            counts: t.counts[..members].to_vec(),
+        }),
+        trimmed_own: s.trimmed_own,
+        large: None,
+        subgroups: Vec::new(),
+    }
+}
+
 fn mask_members(mask: u64) -> Vec<u8> {
     (0..64u8).filter(|&m| mask & (1 << m) != 0).collect()
 }
