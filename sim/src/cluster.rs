@@ -42,8 +42,8 @@ use verbatim_core::stream::{
 };
 use verbatim_core::{Config, Layout, MemberId};
 use verbatim_driver::{
-    Answer, Driver, DriverEvent, Engines, Host, Incoming, McastDelivery, McastPersist, PersistMark,
-    Refusal, RestartTail,
+    Answer, Driver, DriverEvent, Engines, Host, Incoming, McastDelivery, McastPersist,
+    McastSendError, PersistMark, Refusal, RestartTail, SubgroupEngine,
 };
 
 /// With interleaving, one read by a member's CPU in this many lets a piece
@@ -516,6 +516,24 @@ pub struct RunReport {
     pub mcast_large_sent: u64,
     /// See `mcast_large_sent`.
     pub mcast_large: u64,
+    /// Multicast subgroups (`config.mcast_subgroups`): data messages sent,
+    /// and deliveries (over all subgroups and members).
+    pub subgroup_sent: u64,
+    /// See `subgroup_sent`.
+    pub subgroup_delivered: u64,
+    /// Subgroups: views installed after a view change (all subgroups and
+    /// members), and processes that joined a running subgroup.
+    pub subgroup_installs: u64,
+    /// See `subgroup_installs`.
+    pub subgroup_joins: u64,
+    /// Crashes of processes of members that belong to a subgroup.
+    pub subgroup_member_crashes: u64,
+    /// Subgroups whose final view ran whole, agreed and unwedged at the
+    /// end, so that the subgroup liveness check judged it, and the
+    /// (message sent in that view, member of it) pairs it checked.
+    pub subgroups_judged_live: u64,
+    /// See `subgroups_judged_live`.
+    pub subgroup_final_deliveries_checked: u64,
     /// Suspicions of a leader whose heartbeat counter stood still (the
     /// second detector level acting), summed like `view_takeovers`.
     pub counter_suspicions: u64,
@@ -597,6 +615,9 @@ enum Ev {
     },
     /// A random member multicasts a message (the multicast workload).
     McastSend,
+    /// A random member of a random subgroup multicasts a message in it
+    /// (the subgroup workload).
+    SubgroupSend,
     /// A crashed member comes back with empty memory.
     Restart {
         node: usize,
@@ -635,6 +656,7 @@ impl Ev {
             Ev::Snapshot => 700,
             Ev::Heal => 701,
             Ev::McastSend => 702,
+            Ev::SubgroupSend => 703,
             Ev::PeerDown { node, .. } => 800 + *node as u64,
             Ev::Restart { node } => 900 + *node as u64,
             Ev::CrashThenRestart { node, .. } => 1100 + *node as u64,
@@ -881,6 +903,24 @@ pub struct Cluster {
     /// Multicast processes restarted after a total failure (their
     /// incarnations).
     mcast_generation: u64,
+    /// The declared multicast subgroups (member masks, by place), each
+    /// one's multicast history (checked as the top-level group's is, in
+    /// member ids), and the subgroup checkers.
+    subgroup_masks: Vec<u8>,
+    subgroup_orders: Vec<crate::check::multicast::McastOrder>,
+    subgroup_membership: crate::check::subgroups::SubgroupMembership,
+    subgroup_bytes: crate::check::subgroups::SubgroupBytes,
+    subgroup_liveness: crate::check::subgroups::SubgroupLiveness,
+    /// Which subgroup sends, who, and what (a stream of its own: a seed
+    /// without subgroups draws nothing from it).
+    subgroup_rng: SplitMix64,
+    /// Processes that joined a running subgroup, crashes of subgroup
+    /// members' processes, and subgroups judged by the liveness check.
+    subgroup_joins: u64,
+    subgroup_member_crashes: u64,
+    subgroups_judged_live: u64,
+    /// When each member's process last started (virtual ns).
+    started_at: Vec<u64>,
 }
 
 impl Cluster {
@@ -1015,6 +1055,17 @@ impl Cluster {
         let seed = opts.seed;
         let initial_members = opts.config.initial_members;
         let n_members = usize::from(opts.members);
+        // The places in use (they come first), with the multicast on.
+        let subgroup_masks: Vec<u8> = if opts.config.mcast_window > 0 {
+            opts.config
+                .mcast_subgroups
+                .iter()
+                .copied()
+                .take_while(|&m| m != 0)
+                .collect()
+        } else {
+            Vec::new()
+        };
         Cluster {
             restart_leader_while_copying: None,
             ring: Ring::new(&layout.log),
@@ -1079,6 +1130,19 @@ impl Cluster {
             mcast_joins: 0,
             mcast_restarts: Default::default(),
             mcast_generation: 0,
+            subgroup_orders: subgroup_masks
+                .iter()
+                .map(|_| crate::check::multicast::McastOrder::new())
+                .collect(),
+            subgroup_membership: crate::check::subgroups::SubgroupMembership::new(&subgroup_masks),
+            subgroup_bytes: crate::check::subgroups::SubgroupBytes::new(&subgroup_masks),
+            subgroup_liveness: Default::default(),
+            subgroup_masks,
+            subgroup_rng: SplitMix64::new(seed ^ 0x5355_4247_5253), // "SUBGRS"
+            subgroup_joins: 0,
+            subgroup_member_crashes: 0,
+            subgroups_judged_live: 0,
+            started_at: vec![0; n_members],
         }
     }
 
@@ -1168,6 +1232,12 @@ impl Cluster {
         if self.opts.mcast_send_period_ns > 0 && self.opts.config.mcast_window > 0 {
             self.queue
                 .push(self.opts.mcast_send_period_ns, Ev::McastSend);
+            if !self.subgroup_masks.is_empty() {
+                let first = self
+                    .subgroup_rng
+                    .range_inclusive(1, 2 * self.opts.mcast_send_period_ns);
+                self.queue.push(first, Ev::SubgroupSend);
+            }
         }
 
         // A run that stops advancing in time (events scheduled at the same
@@ -1283,6 +1353,7 @@ impl Cluster {
             }
             Ev::ClientSend { client } => self.client_new_op(client),
             Ev::McastSend => self.mcast_send(),
+            Ev::SubgroupSend => self.subgroup_send(),
             Ev::ClientArrive { node, req } => {
                 if self.nodes[node].state != NodeState::Crashed {
                     self.nodes[node].inbox.push_back(req);
@@ -1534,6 +1605,9 @@ impl Cluster {
         self.counters.stopped(node, self.now);
         self.suspicions.stopped_for_good(node, self.now);
         self.nodes[node].state = NodeState::Crashed;
+        if self.subgroup_masks.iter().any(|&m| m & (1 << node) != 0) {
+            self.subgroup_member_crashes += 1;
+        }
         self.nodes[node].disk.crash();
         self.nodes[node].view_sync = None;
         self.net.crash(node);
@@ -1706,6 +1780,7 @@ impl Cluster {
         n.deferred_posts.clear();
         n.deferred_answers.clear();
         n.commit_cursor = None;
+        self.started_at[i] = self.now;
         // It applies and learns commits from the start again.
         self.sm_safety.restart(i);
         self.committed.restart(i);
@@ -2011,6 +2086,315 @@ impl Cluster {
         )
     }
 
+    /// The subgroup workload (Derecho's subgroups and shards): about
+    /// every `mcast_send_period_ns`, a random member of a random subgroup
+    /// multicasts in it a small message naming the subgroup, itself and a
+    /// counter (the subgroup's sends so far). A send the engine refuses
+    /// for now (window full, group not formed, wedged, halted) is not
+    /// recorded: the next one goes instead, as with top-level sends. The
+    /// next send is scheduled until the safety phase ends.
+    fn subgroup_send(&mut self) {
+        let k = self
+            .subgroup_rng
+            .range_inclusive(0, self.subgroup_masks.len() as u64 - 1) as usize;
+        let mask = self.subgroup_masks[k];
+        let members: Vec<usize> = (0..8).filter(|m| mask & (1 << m) != 0).collect();
+        let i = members[self
+            .subgroup_rng
+            .range_inclusive(0, members.len() as u64 - 1) as usize];
+        let len = self.subgroup_rng.range_inclusive(0, 24) as usize;
+        if i < self.nodes.len() && self.nodes[i].state == NodeState::Running {
+            let counter = self.subgroup_orders[k].sent_total;
+            let mut payload = vec![b'S', k as u8, i as u8];
+            payload.extend(counter.to_le_bytes());
+            payload.extend((0..len).map(|j| (counter as u8).wrapping_add(j as u8)));
+            payload.truncate(self.opts.config.mcast_payload_bytes_max as usize);
+            let driver = &mut self.nodes[i].driver;
+            let who = driver
+                .engines()
+                .subgroup(k)
+                .map(|g| (g.engine().incarnation(), g.engine().epoch()));
+            match (driver.subgroup_send(k, &payload), who) {
+                (Ok(index), Some((inc, epoch))) => {
+                    self.log(|| {
+                        format!(
+                            "node {i}: subgroup {k} multicast {index} in epoch {epoch} ({} bytes)",
+                            payload.len()
+                        )
+                    });
+                    self.subgroup_orders[k].sent(i, inc, epoch, index, &payload);
+                    self.subgroup_liveness.sent(k, i, inc, epoch, index);
+                    self.wake(i, self.now);
+                }
+                (Err(e @ (McastSendError::NotInSubgroup | McastSendError::SubgroupTooLarge)), _)
+                | (Err(e @ McastSendError::Off), _) => {
+                    self.violation(Violation {
+                        invariant: "subgroup sends reach the member's engine",
+                        time_ns: self.now,
+                        detail: format!(
+                            "node {i}, a member of subgroup {k}, sent {} bytes in it: {e}",
+                            payload.len()
+                        ),
+                    });
+                }
+                _ => {}
+            }
+        }
+        let next = self.now
+            + self
+                .subgroup_rng
+                .range_inclusive(1, 2 * self.opts.mcast_send_period_ns);
+        if next < self.opts.safety_ns {
+            self.queue.push(next, Ev::SubgroupSend);
+        }
+    }
+
+    /// Records member `i`'s subgroup receipts after its step, then checks
+    /// the subgroup deliveries of that step: membership, and per
+    /// subgroup what `observe_multicast` checks for the top-level group
+    /// (its own history, in member ids). `before`: each of its subgroup
+    /// engines' view as the step began.
+    fn observe_subgroups(
+        &mut self,
+        i: usize,
+        before: Vec<(usize, Option<McastSeen>)>,
+        delivered: Vec<(usize, McastDelivery, Vec<u8>)>,
+    ) {
+        let mut found = Vec::new();
+        for (k, d, _) in &delivered {
+            found.extend(
+                self.subgroup_membership
+                    .delivered(self.now, *k, i, d.sender.index()),
+            );
+        }
+        for (k, before) in before {
+            let Some(g) = self.nodes[i].driver.engines().subgroup(k) else {
+                continue;
+            };
+            let m = g.engine();
+            let (Some(after), inc) = (McastSeen::of_subgroup(g), m.incarnation()) else {
+                continue;
+            };
+            let received: Vec<(usize, u64, u64)> = (0..m.members())
+                .filter_map(|r| {
+                    let rank = MemberId(r as u8);
+                    Some((g.member(rank).index(), m.pinned_incarnation(rank)?, m.received(rank)))
+                })
+                .collect();
+            let trim = g.status().last_trim;
+            let unreachable = match m.halted() {
+                Some(HaltCause::TrimUnreadable(s)) => Some(format!(
+                    "the decided trim holds a message of rank {} it does not have whole",
+                    s.0
+                )),
+                Some(HaltCause::TrimBehind) => Some(
+                    "the decided trim ends before what it delivered, or holds more than it received"
+                        .to_string(),
+                ),
+                _ => None,
+            };
+            let joined = before.is_none() && after.epoch > 0;
+            let before = before.unwrap_or(after);
+            for (s, s_inc, count) in received {
+                self.subgroup_orders[k].received(i, inc, s, s_inc, after.epoch, count);
+            }
+            let mut here = Vec::new();
+            if let (Some(why), None) = (unreachable, before.halted) {
+                here.push(Violation {
+                    invariant: "multicast trim reachable",
+                    time_ns: self.now,
+                    detail: format!("node {i} stopped: {why}"),
+                });
+            }
+            let mut installed = after.epoch == before.epoch;
+            for (_, d, payload) in delivered.iter().filter(|(dk, _, _)| *dk == k) {
+                if d.epoch != before.epoch && !installed {
+                    here.extend(self.subgroup_installed(k, i, inc, before, after, trim));
+                    installed = true;
+                }
+                let seen = if d.epoch == before.epoch {
+                    before
+                } else {
+                    after
+                };
+                self.subgroup_liveness.delivered(
+                    k,
+                    i,
+                    inc,
+                    d.sender.index(),
+                    d.sender_incarnation,
+                    d.epoch,
+                    d.index,
+                );
+                here.extend(self.subgroup_orders[k].delivered(
+                    self.now,
+                    crate::check::multicast::Delivered {
+                        member: i,
+                        incarnation: inc,
+                        digest: seen.digest,
+                        view: seen.view,
+                        ending: d.in_trim,
+                        sender: d.sender.index(),
+                        sender_incarnation: d.sender_incarnation,
+                        epoch: d.epoch,
+                        index: d.index,
+                        payload,
+                    },
+                ));
+            }
+            if !installed {
+                here.extend(self.subgroup_installed(k, i, inc, before, after, trim));
+            }
+            if joined {
+                self.subgroup_joins += 1;
+                self.log(|| {
+                    format!(
+                        "node {i}: joined subgroup {k} in view {} (members {:#b})",
+                        after.epoch, after.view
+                    )
+                });
+            }
+            // The top-level group's invariants, in subgroup `k`.
+            found.extend(here.into_iter().map(|mut v| {
+                v.detail = format!("subgroup {k}: {}", v.detail);
+                v
+            }));
+        }
+        for v in found {
+            self.violation(v);
+        }
+    }
+
+    /// Member `i` installed the next view of subgroup `k` (as
+    /// `mcast_installed`, in member ids).
+    fn subgroup_installed(
+        &mut self,
+        k: usize,
+        i: usize,
+        inc: u64,
+        before: McastSeen,
+        after: McastSeen,
+        trim: Option<verbatim_core::multicast::Trim>,
+    ) -> Vec<Violation> {
+        assert_eq!(after.epoch, before.epoch + 1, "one view change per step");
+        let trim = trim.expect("a view change records its trim");
+        self.log(|| {
+            format!(
+                "node {i}: subgroup {k} view {} installed: members {:#b}, trim {:?}",
+                after.epoch, after.view, trim.counts
+            )
+        });
+        self.subgroup_orders[k].installed(
+            self.now,
+            crate::check::multicast::Installed {
+                member: i,
+                incarnation: inc,
+                ended_digest: before.digest,
+                digest: after.digest,
+                view: after.view,
+                trim: trim.counts.to_vec(),
+                joiner: trim.join.map(|(j, _)| j.index()),
+            },
+        )
+    }
+
+    /// At the end of a run, per subgroup: if the newest view its running
+    /// members are in has every member running, in it (one digest),
+    /// formed, neither wedged nor ending it, nor halted, every message a
+    /// member of it sent in it must have been delivered at every member
+    /// of it (the sends stopped when the faults healed, at least 2 ms
+    /// before), and a member of the subgroup that runs outside it, started
+    /// over a millisecond ago, should have joined it (a restarted member
+    /// rejoins every subgroup it belongs to).
+    fn check_subgroups_live(&mut self) {
+        /// A running member's engine of a subgroup at the end.
+        struct End {
+            member: usize,
+            incarnation: u64,
+            epoch: u64,
+            digest: Option<u64>,
+            view: u64,
+            healthy: bool,
+            joining: bool,
+        }
+        let mut found = Vec::new();
+        for k in 0..self.subgroup_masks.len() {
+            let mask = self.subgroup_masks[k];
+            let ends: Vec<End> = (0..self.nodes.len())
+                .filter(|&m| mask & (1 << m) != 0 && self.nodes[m].state == NodeState::Running)
+                .filter_map(|m| {
+                    let g = self.nodes[m].driver.engines().subgroup(k)?;
+                    let e = g.engine();
+                    let st = e.status();
+                    Some(End {
+                        member: m,
+                        incarnation: e.incarnation(),
+                        epoch: e.epoch(),
+                        digest: e.view_digest(),
+                        view: g.view_members(),
+                        healthy: st.started
+                            && st.wedged.is_none()
+                            && st.halted.is_none()
+                            && !st.joining
+                            && e.ending().is_none(),
+                        joining: st.joining,
+                    })
+                })
+                .collect();
+            let Some(newest) = ends
+                .iter()
+                .filter(|e| e.digest.is_some())
+                .max_by_key(|e| e.epoch)
+            else {
+                continue;
+            };
+            let (epoch, digest, view) = (newest.epoch, newest.digest, newest.view);
+            let whole: Vec<crate::check::subgroups::FinalMember> = ends
+                .iter()
+                .filter(|e| {
+                    view & (1 << e.member) != 0
+                        && e.healthy
+                        && (e.epoch, e.digest) == (epoch, digest)
+                })
+                .map(|e| crate::check::subgroups::FinalMember {
+                    member: e.member,
+                    incarnation: e.incarnation,
+                })
+                .collect();
+            if whole.len() != view.count_ones() as usize {
+                self.log(|| {
+                    format!(
+                        "subgroup {k}: liveness not judged: the view {view:#b} of epoch {epoch} is not whole, agreed and unwedged at the end"
+                    )
+                });
+                continue;
+            }
+            self.subgroups_judged_live += 1;
+            found.extend(
+                self.subgroup_liveness
+                    .check_final(self.now, k, epoch, &whole),
+            );
+            for e in ends.iter().filter(|e| view & (1 << e.member) == 0) {
+                if self.now.saturating_sub(self.started_at[e.member]) > 1_000_000 {
+                    found.push(Violation {
+                        invariant: "subgroup members rejoin (liveness)",
+                        time_ns: self.now,
+                        detail: format!(
+                            "node {} (incarnation {}, running since {:.3} ms, joining {}) is not in subgroup {k}'s view {view:#b} of epoch {epoch}, which runs unwedged",
+                            e.member,
+                            e.incarnation,
+                            self.started_at[e.member] as f64 / 1e6,
+                            e.joining
+                        ),
+                    });
+                }
+            }
+        }
+        for v in found {
+            self.violation(v);
+        }
+    }
+
     /// One iteration of a member's host loop (see the core's driving
     /// contract), charged with DARE's LogGP overheads.
     fn step(&mut self, i: usize) {
@@ -2040,6 +2424,15 @@ impl Cluster {
             .multicast
             .as_ref()
             .and_then(McastSeen::of);
+        let mut subgroup_delivered = Vec::new();
+        let mut subgroup_posts = Vec::new();
+        let subgroups_before: Vec<(usize, Option<McastSeen>)> = self.nodes[i]
+            .driver
+            .engines()
+            .subgroups
+            .iter()
+            .map(|g| (g.index(), McastSeen::of_subgroup(g)))
+            .collect();
         let counters_before = self.nodes[i].driver.counters();
         {
             let SimNode {
@@ -2074,6 +2467,8 @@ impl Cluster {
                 view_sync,
                 tail: mcast_tail,
                 restart_delivered: &mut restart_delivered,
+                subgroup: &mut subgroup_delivered,
+                subgroup_posts: &mut subgroup_posts,
             };
             driver.step(local, &mut fabric, &mut host);
         }
@@ -2102,6 +2497,12 @@ impl Cluster {
             }
         }
         self.observe_multicast(i, mcast_before, mcast_delivered);
+        for action in subgroup_posts {
+            if let Some(v) = self.subgroup_bytes.executed(self.now, i, &action) {
+                self.violation(v);
+            }
+        }
+        self.observe_subgroups(i, subgroups_before, subgroup_delivered);
         let epoch = self.nodes[i]
             .driver
             .engines()
@@ -3235,6 +3636,7 @@ impl Cluster {
                 self.log(|| format!("linearizability: search budget exhausted on key {key:?}"));
             }
         }
+        self.check_subgroups_live();
         let live = self
             .nodes
             .iter()
@@ -3424,6 +3826,13 @@ impl Cluster {
             mcast_joins: self.mcast_joins,
             mcast_large_sent: self.mcast_large_sent,
             mcast_large: self.mcast_large_delivered,
+            subgroup_sent: self.subgroup_orders.iter().map(|o| o.sent_total).sum(),
+            subgroup_delivered: self.subgroup_orders.iter().map(|o| o.delivered_total).sum(),
+            subgroup_installs: self.subgroup_orders.iter().map(|o| o.installs).sum(),
+            subgroup_joins: self.subgroup_joins,
+            subgroup_member_crashes: self.subgroup_member_crashes,
+            subgroups_judged_live: self.subgroups_judged_live,
+            subgroup_final_deliveries_checked: self.subgroup_liveness.checked,
             mcast_restarts: self.mcast_restarts.restarts,
             mcast_halted: self
                 .nodes
@@ -3543,6 +3952,10 @@ struct SimHost<'a> {
     /// A total restart's tail, and what the host delivered of it.
     tail: &'a mut Option<verbatim_driver::restart::RestartLog>,
     restart_delivered: &'a mut Vec<(RestartTail, Deliveries)>,
+    /// Subgroup deliveries of the step (subgroup, delivery, payload).
+    subgroup: &'a mut Vec<(usize, McastDelivery, Vec<u8>)>,
+    /// Work requests the step posted into subgroup regions.
+    subgroup_posts: &'a mut Vec<verbatim_core::fabric::Action>,
 }
 
 /// Multicast deliveries of one step, with their payloads.
@@ -3609,6 +4022,31 @@ impl Host<SimMemory, RecordingKv> for SimHost<'_> {
         self.disk
             .delivered(delivery.epoch, delivery.seq, delivery.in_trim);
         self.mcast.push((*delivery, payload.to_vec()));
+    }
+
+    fn subgroup_delivered(
+        &mut self,
+        _now_ns: u64,
+        subgroup: usize,
+        delivery: &McastDelivery,
+        payload: &[u8],
+    ) {
+        self.subgroup
+            .push((subgroup, *delivery, payload.to_vec()));
+    }
+
+    /// Work requests into subgroup regions go to the subgroup checker
+    /// (bytes stay among a subgroup's members).
+    fn action_executed(
+        &mut self,
+        action: &verbatim_core::fabric::Action,
+        _result: Result<(), FabricError>,
+    ) {
+        if let verbatim_core::fabric::Action::Post(wr) = action {
+            if crate::check::subgroups::subgroup_of_region(wr.op.remote().region).is_some() {
+                self.subgroup_posts.push(*action);
+            }
+        }
     }
 
     fn multicast_persist(&mut self, _now_ns: u64, record: &McastPersist, payload: &[u8]) {
@@ -3689,6 +4127,15 @@ impl McastSeen {
             epoch: m.epoch(),
             digest: m.view_digest()?,
             view: m.view(),
+        })
+    }
+
+    /// A subgroup engine's view, its members in member ids (the digest
+    /// is over its ranks: compared only within its subgroup).
+    fn of_subgroup<M: verbatim_core::Memory>(g: &SubgroupEngine<M>) -> Option<Self> {
+        Some(McastSeen {
+            view: g.view_members(),
+            ..McastSeen::of(g.engine())?
         })
     }
 }

@@ -39,14 +39,15 @@ fn usage() -> ExitCode {
          hold-log-for-recovery-until-full, pb-commit-on-majority, view-leader-without-votes,\n  \
          campaign-without-view, reply-on-speculation, keep-speculation-when-deposed,\n  \
          deliver-before-stable, trim-before-echo, ignore-suspicions, deliver-before-persisted,\n  \
-         restart-at-common-prefix, rdmc-flag-with-chunk, large-ref-before-payload\n\
+         restart-at-common-prefix, rdmc-flag-with-chunk, large-ref-before-payload,\n  \
+         subgroup-ranks-as-ids\n\
          verbatim-sim --list-mutations prints them one per line"
     );
     ExitCode::from(2)
 }
 
 /// Every mutation's name (the soak script runs each).
-const MUTATIONS: [&str; 34] = [
+const MUTATIONS: [&str; 35] = [
     "commit-on-minority",
     "vote-without-log-check",
     "read-without-term-check",
@@ -81,6 +82,7 @@ const MUTATIONS: [&str; 34] = [
     "restart-at-common-prefix",
     "rdmc-flag-with-chunk",
     "large-ref-before-payload",
+    "subgroup-ranks-as-ids",
 ];
 
 fn parse_mutation(s: &str) -> Option<Mutation> {
@@ -120,6 +122,7 @@ fn parse_mutation(s: &str) -> Option<Mutation> {
         "restart-at-common-prefix" => Mutation::RestartAtCommonPrefix,
         "rdmc-flag-with-chunk" => Mutation::RdmcFlagWithChunk,
         "large-ref-before-payload" => Mutation::LargeRefBeforePayload,
+        "subgroup-ranks-as-ids" => Mutation::SubgroupRanksAsIds,
         _ => return None,
     })
 }
@@ -263,6 +266,19 @@ fn main() -> ExitCode {
                 r.report.mcast_large
             );
         }
+        if r.report.subgroup_sent > 0 {
+            println!(
+                "subgroups: {} sent, {} deliveries checked, {} views installed, {} joins, \
+                 {} subgroup member crashes, {} final views judged live ({} final deliveries checked)",
+                r.report.subgroup_sent,
+                r.report.subgroup_delivered,
+                r.report.subgroup_installs,
+                r.report.subgroup_joins,
+                r.report.subgroup_member_crashes,
+                r.report.subgroups_judged_live,
+                r.report.subgroup_final_deliveries_checked
+            );
+        }
         println!(
             "seeds: 1, violations: {}, undecided: {undecided}",
             r.report.violations.len()
@@ -285,7 +301,10 @@ fn main() -> ExitCode {
     // that multicast, and the multicast deliveries checked; seeds that
     // drew large messages, those that delivered one, the large deliveries
     // checked, and the seeds with large messages that changed a view.
-    let by_view: Arc<[AtomicU64; 15]> = Arc::new(Default::default());
+    // Then seeds that declared subgroups, subgroup deliveries checked,
+    // seeds that changed a subgroup view, subgroup joins, seeds that
+    // crashed a subgroup member, and final subgroup views judged live.
+    let by_view: Arc<[AtomicU64; 21]> = Arc::new(Default::default());
     let workers: Vec<_> = (0..threads)
         .map(|_| {
             let (next, failed, undecided, most_steps, done, by_view) = (
@@ -330,6 +349,21 @@ fn main() -> ExitCode {
                     u64::from(r.report.mcast_large > 0 && r.report.mcast_installs > 0),
                     Ordering::Relaxed,
                 );
+                by_view[15].fetch_add(
+                    u64::from(r.options.config.mcast_subgroups[0] != 0),
+                    Ordering::Relaxed,
+                );
+                by_view[16].fetch_add(r.report.subgroup_delivered, Ordering::Relaxed);
+                by_view[17].fetch_add(
+                    u64::from(r.report.subgroup_installs > 0),
+                    Ordering::Relaxed,
+                );
+                by_view[18].fetch_add(r.report.subgroup_joins, Ordering::Relaxed);
+                by_view[19].fetch_add(
+                    u64::from(r.report.subgroup_member_crashes > 0),
+                    Ordering::Relaxed,
+                );
+                by_view[20].fetch_add(r.report.subgroups_judged_live, Ordering::Relaxed);
                 if r.report.linearizability_unknown {
                     eprintln!(
                         "seed {s} UNDECIDED: the linearizability search ran out of budget ({})",
@@ -374,7 +408,9 @@ fn main() -> ExitCode {
          {} seeds changed a multicast view, {} views installed, {} joins; {} seeds restarted a \
          persistent group from its logs, {} restart cuts delivered; {} seeds drew large messages \
          (RDMC), {} delivered some, mcast_large {} large deliveries checked, {} of those seeds \
-         changed a view)",
+         changed a view); seeds with subgroups: {} ({} subgroup deliveries checked; {} seeds \
+         changed a subgroup view, {} subgroup joins, {} seeds crashed a subgroup member, {} final \
+         subgroup views judged live)",
         by_view[0].load(Ordering::Relaxed),
         by_view[1].load(Ordering::Relaxed),
         by_view[2].load(Ordering::Relaxed),
@@ -389,7 +425,13 @@ fn main() -> ExitCode {
         by_view[11].load(Ordering::Relaxed),
         by_view[12].load(Ordering::Relaxed),
         by_view[13].load(Ordering::Relaxed),
-        by_view[14].load(Ordering::Relaxed)
+        by_view[14].load(Ordering::Relaxed),
+        by_view[15].load(Ordering::Relaxed),
+        by_view[16].load(Ordering::Relaxed),
+        by_view[17].load(Ordering::Relaxed),
+        by_view[18].load(Ordering::Relaxed),
+        by_view[19].load(Ordering::Relaxed),
+        by_view[20].load(Ordering::Relaxed)
     );
     if !failed.is_empty() {
         let list: Vec<String> = failed.iter().map(|(s, _)| s.to_string()).collect();

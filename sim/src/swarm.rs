@@ -118,6 +118,64 @@ pub fn options_for_seed(seed: u64) -> ClusterOptions {
     views(seed, &mut o);
     counter_detector(seed, &mut o);
     multicast(seed, &mut o);
+    subgroups(seed, &mut o);
+    o
+}
+
+/// Derecho's multicast subgroups and shards (§2, §3.4; issue 15 item 5),
+/// from a stream of their own: half of the volatile multicast seeds (the
+/// persistent mode has no subgroups) declare 1 to 3 subgroups of the
+/// initial members, each running its own atomic multicast among its
+/// members, in its own region that only they may access. Half of those
+/// (with four initial members or more) declare a regular sharding: 2 or 3
+/// disjoint shards of 2 or 3 members each, over a random order of the
+/// members (so shards are rarely the first members: a rank taken for a
+/// member id shows); the others draw arbitrary subsets of at least 2
+/// members, overlapping or not. The workload sends in them at the
+/// multicast send period, from a random stream of its own; the seed's
+/// faults hit their members like any other (a crash wedges every
+/// subgroup the member is in, a restarted member rejoins them).
+fn subgroups(seed: u64, o: &mut ClusterOptions) {
+    let mut g = SplitMix64::new(seed ^ 0x0053_5542_4752_5053); // "SUBGRPS"
+    if o.config.mcast_window == 0 || o.config.mcast_persistent || !g.chance(1, 2) {
+        return;
+    }
+    let n = u64::from(o.config.initial_members).min(8);
+    let mut masks: Vec<u8> = Vec::new();
+    if n >= 4 && g.chance(1, 2) {
+        let size = g.range_inclusive(2, (n / 2).min(3));
+        let count = (n / size).min(3);
+        // A random order of the members (Fisher–Yates).
+        let mut order: Vec<u8> = (0..n as u8).collect();
+        for a in (1..order.len()).rev() {
+            let b = g.range_inclusive(0, a as u64) as usize;
+            order.swap(a, b);
+        }
+        for shard in order.chunks(size as usize).take(count as usize) {
+            masks.push(shard.iter().fold(0u8, |m, &x| m | 1 << x));
+        }
+    } else {
+        for _ in 0..g.range_inclusive(1, 3) {
+            let mut mask = g.range_inclusive(0, (1 << n) - 1) as u8;
+            if mask.count_ones() < 2 {
+                let a = g.range_inclusive(0, n - 1);
+                let b = (a + g.range_inclusive(1, n - 1)) % n;
+                mask = 1 << a | 1 << b;
+            }
+            masks.push(mask);
+        }
+    }
+    o.config.mcast_subgroups = [0; verbatim_core::subgroup::SUBGROUPS_MAX];
+    o.config.mcast_subgroups[..masks.len()].copy_from_slice(&masks);
+}
+
+/// The options of `seed` as they were before multicast subgroups were
+/// drawn (a seed pinned as a regression test keeps its scenario: without
+/// subgroups the workload draws nothing from its subgroup stream, and
+/// every other draw is the same as then).
+pub fn options_for_seed_before_subgroups(seed: u64) -> ClusterOptions {
+    let mut o = options_for_seed(seed);
+    o.config.mcast_subgroups = [0; verbatim_core::subgroup::SUBGROUPS_MAX];
     o
 }
 
@@ -291,7 +349,7 @@ fn zombie_removal(seed: u64, o: &mut ClusterOptions) {
 /// without RDMC the workload draws nothing from its large-message
 /// stream, so every send is the same as then).
 pub fn options_for_seed_before_rdmc(seed: u64) -> ClusterOptions {
-    let mut o = options_for_seed(seed);
+    let mut o = options_for_seed_before_subgroups(seed);
     let default = verbatim_core::Config::new(o.members, verbatim_core::MemberId(0));
     o.config.rdmc_slots = default.rdmc_slots;
     o.config.rdmc_chunk_bytes = default.rdmc_chunk_bytes;
@@ -470,6 +528,27 @@ pub fn run_seed(seed: u64, mutation: Mutation, trace: bool) -> SeedResult {
     }
 }
 
+/// The declared subgroups, each as its members (` subgroups=[{0,2},{1,3}]`),
+/// or nothing.
+fn describe_subgroups(masks: &[u8]) -> String {
+    let used: Vec<String> = masks
+        .iter()
+        .take_while(|&&m| m != 0)
+        .map(|&m| {
+            let ids: Vec<String> = (0..8)
+                .filter(|b| m & (1 << b) != 0)
+                .map(|b| b.to_string())
+                .collect();
+            format!("{{{}}}", ids.join(","))
+        })
+        .collect();
+    if used.is_empty() {
+        String::new()
+    } else {
+        format!(" subgroups=[{}]", used.join(","))
+    }
+}
+
 /// A one-line summary of a seed's options.
 pub fn describe(o: &ClusterOptions) -> String {
     format!(
@@ -508,7 +587,7 @@ pub fn describe(o: &ClusterOptions) -> String {
             "multicast=off".to_string()
         } else {
             format!(
-                "multicast(window={} every≈{}µs{}{})",
+                "multicast(window={} every≈{}µs{}{}{})",
                 o.config.mcast_window,
                 o.mcast_send_period_ns / 1000,
                 if o.config.mcast_persistent {
@@ -526,7 +605,8 @@ pub fn describe(o: &ClusterOptions) -> String {
                         o.config.rdmc_message_bytes_max,
                         o.mcast_large_one_in
                     )
-                }
+                },
+                describe_subgroups(&o.config.mcast_subgroups)
             )
         },
         o.faults

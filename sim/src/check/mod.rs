@@ -16,6 +16,7 @@ pub mod multicast;
 pub mod rdmc;
 pub mod state_machine;
 pub mod streams;
+pub mod subgroups;
 pub mod suspicions;
 pub mod view_agreement;
 pub mod view_leaders;
