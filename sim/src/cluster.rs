@@ -2126,8 +2126,10 @@ impl Cluster {
                     self.subgroup_liveness.sent(k, i, inc, epoch, index);
                     self.wake(i, self.now);
                 }
-                (Err(e @ (McastSendError::NotInSubgroup | McastSendError::SubgroupTooLarge)), _)
-                | (Err(e @ McastSendError::Off), _) => {
+                // Refused by the engine for now (window full, not formed,
+                // wedged, halted): the next send goes instead.
+                (Err(McastSendError::Engine(_)), _) | (Ok(_), None) => {}
+                (Err(e), _) => {
                     self.violation(Violation {
                         invariant: "subgroup sends reach the member's engine",
                         time_ns: self.now,
@@ -2137,7 +2139,6 @@ impl Cluster {
                         ),
                     });
                 }
-                _ => {}
             }
         }
         let next = self.now
@@ -2178,14 +2179,18 @@ impl Cluster {
             let received: Vec<(usize, u64, u64)> = (0..m.members())
                 .filter_map(|r| {
                     let rank = MemberId(r as u8);
-                    Some((g.member(rank).index(), m.pinned_incarnation(rank)?, m.received(rank)))
+                    Some((
+                        g.member(rank).index(),
+                        m.pinned_incarnation(rank)?,
+                        m.received(rank),
+                    ))
                 })
                 .collect();
             let trim = g.status().last_trim;
             let unreachable = match m.halted() {
                 Some(HaltCause::TrimUnreadable(s)) => Some(format!(
-                    "the decided trim holds a message of rank {} it does not have whole",
-                    s.0
+                    "the decided trim holds a message of node {} it does not have whole",
+                    g.member(s).0
                 )),
                 Some(HaltCause::TrimBehind) => Some(
                     "the decided trim ends before what it delivered, or holds more than it received"
@@ -4031,8 +4036,7 @@ impl Host<SimMemory, RecordingKv> for SimHost<'_> {
         delivery: &McastDelivery,
         payload: &[u8],
     ) {
-        self.subgroup
-            .push((subgroup, *delivery, payload.to_vec()));
+        self.subgroup.push((subgroup, *delivery, payload.to_vec()));
     }
 
     /// Work requests into subgroup regions go to the subgroup checker

@@ -354,10 +354,7 @@ fn main() -> ExitCode {
                     Ordering::Relaxed,
                 );
                 by_view[16].fetch_add(r.report.subgroup_delivered, Ordering::Relaxed);
-                by_view[17].fetch_add(
-                    u64::from(r.report.subgroup_installs > 0),
-                    Ordering::Relaxed,
-                );
+                by_view[17].fetch_add(u64::from(r.report.subgroup_installs > 0), Ordering::Relaxed);
                 by_view[18].fetch_add(r.report.subgroup_joins, Ordering::Relaxed);
                 by_view[19].fetch_add(
                     u64::from(r.report.subgroup_member_crashes > 0),
