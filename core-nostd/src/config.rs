@@ -200,6 +200,11 @@ pub enum Mutation {
     /// members 1 and 3 writes into members 0 and 1), so bytes go to
     /// members outside the subgroup.
     SubgroupRanksAsIds,
+    /// Multicast subgroups: a subgroup ignores the members the top-level
+    /// group removed, so a subgroup of two that lost a member stays
+    /// wedged (its survivor never has a majority) and a new process in
+    /// the lost one's place never joins it.
+    SubgroupIgnoresParentRemovals,
 }
 
 /// Configuration of one member. Construct with [`Config::new`], adjust

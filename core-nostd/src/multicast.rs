@@ -828,6 +828,11 @@ pub struct McastEngine<M: Memory> {
     /// The host's RDMC session: its epoch and, per sender, the large
     /// messages whole here.
     large_received: (u64, [u64; MAX_MEMBERS]),
+    /// Members of the view a group above this one (a subgroup's top-level
+    /// group, [`crate::subgroup`]) removed by a decided view change: gone
+    /// for good, they neither echo nor act here any more, so they count
+    /// with us toward the majorities a view change needs.
+    parent_removed: u64,
     /// The current epoch, its members, and those suspected in it.
     epoch: u64,
     view: u64,
@@ -898,6 +903,7 @@ impl<M: Memory> McastEngine<M> {
             restart_tail_done: false,
             view_unsynced: false,
             large_received: (0, [0; MAX_MEMBERS]),
+            parent_removed: 0,
             epoch: 0,
             view: (1u64 << n) - 1,
             suspected: 0,
@@ -964,6 +970,20 @@ impl<M: Memory> McastEngine<M> {
         self.halt(HaltCause::Left);
         self.seal_row();
         self.invariants();
+    }
+
+    /// Members (a bit per rank) that the group above this one removed by
+    /// a decided view change (a subgroup's top-level group; Derecho ends
+    /// its subgroups' epochs from the top-level view). They are suspected
+    /// here at once, and count toward the majorities of this group's view
+    /// change: a removed member can no longer echo or act on a trim of
+    /// ours (it would need the echo of a member the same decided view
+    /// kept, which its row would show), so a subgroup of two ends its
+    /// epoch without a member the top-level majority removed. Only
+    /// removals the group above decided may be passed here, never mere
+    /// suspicions.
+    pub fn set_parent_removed(&mut self, members: u64) {
+        self.parent_removed = members;
     }
 
     /// Restarts from this member's persistent log after the whole group
@@ -1146,6 +1166,18 @@ impl<M: Memory> McastEngine<M> {
     /// form one multicast group (`None` before it started).
     pub fn view_digest(&self) -> Option<u64> {
         self.pinned.map(|(_, digest)| digest)
+    }
+
+    /// The view this member installed and is running in (a bit per
+    /// member id): `None` before the group formed with it, while it joins
+    /// or restarts, and once it stopped for good. Every view it reports
+    /// was decided (the first one, or a trim a majority echoed).
+    pub fn installed_view(&self) -> Option<u64> {
+        let running = self.pinned.is_some()
+            && !self.joining
+            && self.restarting.is_none()
+            && self.halted.is_none();
+        running.then_some(self.view)
     }
 
     /// Our own incarnation.
@@ -1743,6 +1775,17 @@ impl<M: Memory> McastEngine<M> {
             self.ever_formed = true;
         }
         let me = self.me.index();
+        let removed = self.parent_removed & self.view & !self.suspected & !(1 << me);
+        if removed != 0 {
+            for m in 0..self.n {
+                if removed & (1 << m) != 0 {
+                    self.suspect(MemberId(m as u8));
+                }
+            }
+            self.wedge(WedgeCause::Suspicion(MemberId(
+                removed.trailing_zeros() as u8
+            )));
+        }
         let mut decided = None;
         let mut left_behind = false;
         for m in 0..self.n {
@@ -1813,7 +1856,10 @@ impl<M: Memory> McastEngine<M> {
             return;
         }
         let live = self.view & !self.suspected;
-        self.minority = live.count_ones() * 2 <= self.view.count_ones();
+        // (Members the group above removed count with us: they cannot
+        // act on another trim.)
+        let ours = live | (self.view & self.parent_removed);
+        self.minority = ours.count_ones() * 2 <= self.view.count_ones();
         if self.minority {
             // The split-brain guard: we may be the minority side of a
             // partition; we neither lead nor echo, and only learn a trim
@@ -1835,7 +1881,8 @@ impl<M: Memory> McastEngine<M> {
     }
 
     /// Members of the view whose row (ours included) shows `t` in this
-    /// epoch, or who already moved on with it.
+    /// epoch, or who already moved on with it, and those the group above
+    /// removed (they can echo nothing else any more).
     fn echoes(&self, t: &Trim) -> u64 {
         #[cfg(feature = "mutation-testing")]
         if self.mutation == crate::config::Mutation::TrimBeforeEcho {
@@ -1843,6 +1890,9 @@ impl<M: Memory> McastEngine<M> {
         }
         self.view_members()
             .filter(|&m| {
+                if self.parent_removed & (1 << m) != 0 && m != self.me.index() {
+                    return true;
+                }
                 if m == self.me.index() {
                     return self
                         .trim

@@ -166,6 +166,12 @@ pub struct SubgroupEngine<M: Memory> {
     /// Rank → member id, and member id → rank (`u8::MAX`: not a member).
     ids: [MemberId; MAX_MEMBERS],
     ranks: [u8; MAX_MEMBERS],
+    /// Per member id, the incarnation the top-level group removed by a
+    /// decided view change while that process was in this subgroup's view
+    /// (0: none), until a view of ours leaves it out.
+    parent_removed: [u64; MAX_MEMBERS],
+    #[cfg(feature = "mutation-testing")]
+    ignore_parent: bool,
 }
 
 impl<M: Memory> SubgroupEngine<M> {
@@ -196,6 +202,10 @@ impl<M: Memory> SubgroupEngine<M> {
             engine,
             ids,
             ranks,
+            parent_removed: [0; MAX_MEMBERS],
+            #[cfg(feature = "mutation-testing")]
+            ignore_parent: config.mutation
+                == crate::config::Mutation::SubgroupIgnoresParentRemovals,
         })
     }
 
@@ -282,6 +292,49 @@ impl<M: Memory> SubgroupEngine<M> {
             last_trim: s.last_trim.map(|t| self.trim_of(t)),
             ..s
         }
+    }
+
+    /// Follows the top-level group's installed view (`top_view`, a bit per
+    /// member id; `top_incarnation`, the incarnation of each member the
+    /// top-level group pinned): a process of our view that the top-level
+    /// group removed by a decided view change is gone for good, and counts
+    /// as such in our view change ([`McastEngine::set_parent_removed`]);
+    /// so a subgroup of two goes on without a member the top-level
+    /// majority removed, as Derecho's subgroups follow the top-level view.
+    /// The removal is of that process (its incarnation), not of the member
+    /// id: a new process in its place that joins us before it joins the
+    /// top-level view again is not removed; it stays until a view of ours
+    /// leaves the process out. Pass only views the top-level group
+    /// installed, while this member is in them.
+    pub fn follow_parent(
+        &mut self,
+        top_view: u64,
+        top_incarnation: impl Fn(MemberId) -> Option<u64>,
+    ) {
+        #[cfg(feature = "mutation-testing")]
+        if self.ignore_parent {
+            return;
+        }
+        let view = self.engine.view();
+        let mut ranks = 0u64;
+        for r in 0..usize::from(self.lay.group.members) {
+            let id = self.ids[r];
+            let ours = self.engine.pinned_incarnation(MemberId(r as u8));
+            let removed = &mut self.parent_removed[id.index()];
+            if view & (1 << r) == 0 {
+                *removed = 0;
+                continue;
+            }
+            if let Some(inc) = ours {
+                if top_view & (1 << id.0) == 0 && top_incarnation(id) == Some(inc) {
+                    *removed = inc;
+                }
+                if *removed == inc {
+                    ranks |= 1 << r;
+                }
+            }
+        }
+        self.engine.set_parent_removed(ranks);
     }
 
     /// The current view's members, a bit per member id.

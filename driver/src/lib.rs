@@ -810,8 +810,19 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
         host: &mut H,
     ) -> bool {
         let mut work = false;
+        // Subgroups follow the top-level group's decided views (Derecho:
+        // the top-level view ends the subgroups' epochs); a member the
+        // top-level group excluded leaves its subgroups too.
+        let top = self.engines.multicast.as_ref();
+        let top_view = top.and_then(|m| m.installed_view());
+        let top_halted = top.is_some_and(|m| m.halted().is_some());
         for g in &mut self.engines.subgroups {
             let before = g.engine().progress();
+            if let (Some(view), Some(m)) = (top_view, top) {
+                g.follow_parent(view, |id| m.pinned_incarnation(id));
+            } else if top_halted && g.engine().halted().is_none() {
+                g.engine_mut().leave();
+            }
             g.handle_timeout(now_ns);
             while let Some(d) = g.poll_delivery(&mut self.mcast_buf) {
                 host.subgroup_delivered(now_ns, g.index(), &d, &self.mcast_buf[..d.len]);

@@ -2321,6 +2321,8 @@ impl Cluster {
             view: u64,
             healthy: bool,
             joining: bool,
+            /// Wedged for a view change that is not over.
+            wedged: bool,
         }
         let mut found = Vec::new();
         for k in 0..self.subgroup_masks.len() {
@@ -2343,6 +2345,7 @@ impl Cluster {
                             && !st.joining
                             && e.ending().is_none(),
                         joining: st.joining,
+                        wedged: st.wedged.is_some() && st.halted.is_none(),
                     })
                 })
                 .collect();
@@ -2354,6 +2357,30 @@ impl Cluster {
                 continue;
             };
             let (epoch, digest, view) = (newest.epoch, newest.digest, newest.view);
+            // Every process of the multicast group runs (none stopped dead
+            // or a zombie, which the top-level group cannot remove without
+            // a death notice), the faults healed: a view change under way
+            // must have finished (a subgroup that lost a member goes on
+            // once the top-level group removed it, whatever its size, and
+            // adds the new process in its place).
+            let initial = usize::from(self.opts.config.initial_members);
+            let all_running = (0..initial.min(self.nodes.len()))
+                .all(|m| self.nodes[m].state == NodeState::Running);
+            if all_running && ends.iter().any(|e| e.wedged) {
+                found.push(Violation {
+                    invariant: "subgroup view changes finish (liveness)",
+                    time_ns: self.now,
+                    detail: format!(
+                        "every member of subgroup {k} runs, yet {} stay wedged at the end (newest epoch {epoch}, view {view:#b})",
+                        ends.iter()
+                            .filter(|e| e.wedged)
+                            .map(|e| format!("node {}", e.member))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                });
+                continue;
+            }
             let whole: Vec<crate::check::subgroups::FinalMember> = ends
                 .iter()
                 .filter(|e| {

@@ -40,14 +40,14 @@ fn usage() -> ExitCode {
          campaign-without-view, reply-on-speculation, keep-speculation-when-deposed,\n  \
          deliver-before-stable, trim-before-echo, ignore-suspicions, deliver-before-persisted,\n  \
          restart-at-common-prefix, rdmc-flag-with-chunk, large-ref-before-payload,\n  \
-         subgroup-ranks-as-ids\n\
+         subgroup-ranks-as-ids, subgroup-ignores-parent-removals\n\
          verbatim-sim --list-mutations prints them one per line"
     );
     ExitCode::from(2)
 }
 
 /// Every mutation's name (the soak script runs each).
-const MUTATIONS: [&str; 35] = [
+const MUTATIONS: [&str; 36] = [
     "commit-on-minority",
     "vote-without-log-check",
     "read-without-term-check",
@@ -83,6 +83,7 @@ const MUTATIONS: [&str; 35] = [
     "rdmc-flag-with-chunk",
     "large-ref-before-payload",
     "subgroup-ranks-as-ids",
+    "subgroup-ignores-parent-removals",
 ];
 
 fn parse_mutation(s: &str) -> Option<Mutation> {
@@ -123,6 +124,7 @@ fn parse_mutation(s: &str) -> Option<Mutation> {
         "rdmc-flag-with-chunk" => Mutation::RdmcFlagWithChunk,
         "large-ref-before-payload" => Mutation::LargeRefBeforePayload,
         "subgroup-ranks-as-ids" => Mutation::SubgroupRanksAsIds,
+        "subgroup-ignores-parent-removals" => Mutation::SubgroupIgnoresParentRemovals,
         _ => return None,
     })
 }

@@ -165,3 +165,61 @@ fn the_swarm_catches_subgroup_ranks_taken_for_member_ids() {
         "only seeds {caught:?} of {seeds:?} caught subgroup ranks taken for member ids"
     );
 }
+
+/// Four members in two shards of two, {0, 2} and {1, 3}; member 3
+/// restarts (a new process) at 4 ms, with death notices. Its shard's
+/// survivor has no majority of two on its own: it ends the epoch once the
+/// top-level group (three of four) decided a view without member 3, then
+/// adds the new process as it asks to join.
+fn shards_of_two_scenario(seed: u64, mutation: Mutation) -> ClusterOptions {
+    let mut o = ClusterOptions::new(seed, 4).with_mutation(mutation);
+    o.config.mcast_window = 8;
+    o.config.mcast_payload_bytes_max = 64;
+    o.config.mcast_subgroups[..2].copy_from_slice(&[0b0101, 0b1010]);
+    o.mcast_send_period_ns = 20_000;
+    o.safety_ns = 12_000_000;
+    o.crash_notify = true;
+    o.faults.push(Fault::Restart {
+        node: 3,
+        at_ns: 4_000_000,
+        down_ns: 300_000,
+        after_vote: false,
+    });
+    o
+}
+
+#[test]
+fn a_shard_of_two_goes_on_after_the_top_level_removes_a_member() {
+    for seed in [1u64, 2, 3] {
+        let r = run(shards_of_two_scenario(seed, Mutation::None));
+        assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+        assert_eq!(
+            r.subgroup_joins, 1,
+            "seed {seed}: the new process joined its shard"
+        );
+        assert_eq!(r.subgroups_judged_live, 2, "seed {seed}");
+        assert!(
+            r.subgroup_final_deliveries_checked > 100,
+            "seed {seed}: {} final deliveries checked",
+            r.subgroup_final_deliveries_checked
+        );
+    }
+}
+
+/// A subgroup that ignores the top-level group's removals
+/// (`subgroup-ignores-parent-removals`) stays wedged: the new process
+/// never joins its shard (the liveness checker sees it outside the view).
+#[test]
+fn ignoring_the_top_level_removals_is_caught() {
+    let r = run(shards_of_two_scenario(
+        1,
+        Mutation::SubgroupIgnoresParentRemovals,
+    ));
+    assert!(
+        r.violations
+            .iter()
+            .any(|v| v.invariant.starts_with("subgroup view changes finish")),
+        "{:?}",
+        r.violations
+    );
+}

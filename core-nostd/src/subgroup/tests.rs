@@ -259,6 +259,51 @@ fn only_a_members_failure_changes_the_subgroups_view() {
     assert!(w.refused.is_empty(), "{:?}", w.refused);
 }
 
+#[test]
+fn a_subgroup_of_two_goes_on_without_a_member_the_top_level_removed() {
+    let mut w = World::new(&[0b1010], 0);
+    w.run_until(|w| {
+        [1, 3]
+            .iter()
+            .all(|&i| w.engines[i].as_ref().unwrap().status().started)
+    });
+    let now = w.now;
+    w.engines[3] = None;
+    w.engine(1).handle_peer_down(now, MemberId(3));
+    for _ in 0..50 {
+        w.step();
+    }
+    // Alone, member 1 has no majority of two: it waits.
+    let s = w.engines[1].as_ref().unwrap().status();
+    assert!(s.minority && s.epoch == 0, "{s:?}");
+    let incarnations = |id: MemberId| Some(100 + u64::from(id.0));
+    // A top-level view that still has member 3 changes nothing.
+    w.engine(1).follow_parent(0b1111, incarnations);
+    for _ in 0..50 {
+        w.step();
+    }
+    assert_eq!(w.engines[1].as_ref().unwrap().status().epoch, 0);
+    // Nor does a removal of another process in member 3's place (the
+    // top level knows a newer incarnation of member 3).
+    w.engine(1)
+        .follow_parent(0b0111, |id| Some(200 + u64::from(id.0)));
+    for _ in 0..50 {
+        w.step();
+    }
+    assert_eq!(w.engines[1].as_ref().unwrap().status().epoch, 0);
+    // The top-level group decided a view without member 3: the subgroup
+    // ends its epoch without it.
+    w.engine(1).follow_parent(0b0111, incarnations);
+    w.run_until(|w| w.engines[1].as_ref().unwrap().view_members() == 0b0010);
+    w.engine(1).send(b"alone").unwrap();
+    w.run_until(|w| w.delivered[1].len() == 1);
+    // A new process in 3's place joins the top-level view again; the
+    // removal no longer applies (3 is out of the subgroup's view).
+    w.engine(1)
+        .follow_parent(0b1111, |id| Some(300 + u64::from(id.0)));
+    assert_eq!(w.engines[1].as_ref().unwrap().view_members(), 0b0010);
+}
+
 #[cfg(feature = "mutation-testing")]
 #[test]
 fn ranks_taken_for_member_ids_write_outside_the_subgroup() {
