@@ -290,12 +290,22 @@ fn run(label: &str, port_offset: u16, extra: &[&str]) -> End {
         "{label}: member {new_leader} leads term {new_term}; first client write completed {:.1} ms after the kill",
         gap.as_secs_f64() * 1e3
     );
-    let failover = cluster
-        .status()
-        .into_iter()
-        .flatten()
-        .find(|s| s.id == new_leader)
-        .and_then(|s| s.failovers.into_iter().find(|f| f.term > victim_term));
+    // The record is complete at the new leader's first commit, and the
+    // status a replica publishes is up to a status period old: the one
+    // `wait_leader` saw may predate that commit. Wait for it (bounded).
+    let record_deadline = Instant::now() + Duration::from_secs(5);
+    let failover = loop {
+        let found = cluster
+            .status()
+            .into_iter()
+            .flatten()
+            .find(|s| s.id == new_leader)
+            .and_then(|s| s.failovers.into_iter().find(|f| f.term > victim_term));
+        if found.is_some() || Instant::now() > record_deadline {
+            break found;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     if let Some(f) = &failover {
         println!(
             "{label}: failover timeline (new leader's clock, decided by {}): detection {:.1} ms, election {:.1} ms, first commit {}",
