@@ -1169,12 +1169,6 @@ impl Manifest {
                 "spin at most 1000000 µs before sleeping",
             ));
         }
-        if self.multicast.window > 0 && c.fabric == FabricKind::Verbs {
-            return Err(ConfigError::new(
-                "multicast.window",
-                "multicast runs on fabric = \"shm\" only for now (its region is not exchanged over verbs yet); set it to 0",
-            ));
-        }
         if self.multicast.persistent && self.multicast.window == 0 {
             return Err(ConfigError::new(
                 "multicast.persistent",

@@ -277,6 +277,10 @@ struct Shared {
     /// their region id; empty and `None` when the layout has no views.
     consensus: WireRegion,
     consensus_region: Option<RegionId>,
+    /// The other engines' remotely accessible regions (multicast, RDMC,
+    /// subgroups), with who may access each: a peer is told only of those
+    /// it may access.
+    others: Vec<(RegionId, WireRegion, RemoteAccess)>,
     log_base: u64,
     log_len: u64,
     inbound: Vec<Mutex<Inbound>>,
@@ -406,6 +410,12 @@ impl Shared {
             heartbeat: self.heartbeat,
             snapshot: self.snapshot,
             consensus: self.consensus,
+            others: self
+                .others
+                .iter()
+                .filter(|(_, _, access)| access.granted_from_start(peer))
+                .map(|(id, r, _)| (id.0, *r))
+                .collect(),
         };
         inbound.qp[channel.index()] = Some(qp);
         Ok(reply)
@@ -820,6 +830,9 @@ enum DialRequest {
 }
 
 /// What a dialler answers.
+// (A connect's answer is the large one; there are a few per connection,
+// queued briefly: not worth a box.)
+#[allow(clippy::large_enum_variant)]
 enum DialAnswer {
     /// The peer's answer to a connect (or why there is none).
     Connected {
@@ -1103,6 +1116,9 @@ struct PeerOut {
     /// The peer's view slot words (from the last connect; empty when it
     /// runs without views).
     consensus: Option<WireRegion>,
+    /// The peer's other regions we may access, by region id (from the last
+    /// connect).
+    others: [Option<WireRegion>; REGIONS_MAX],
     /// What went wrong last connecting to it (cleared by a connect).
     problem: Option<PeerProblem>,
     /// The highest grant epoch it acknowledged.
@@ -1293,6 +1309,23 @@ impl VerbsFabric {
             .and_then(|r| wire_region(r).ok())
             .unwrap_or_default();
         let log_region = wire_region(RegionId::Log)?;
+        // The multicast's, RDMC's and the subgroups' regions: exchanged by
+        // id, each only with the members that may access it.
+        let fixed = [
+            RegionId::Control,
+            RegionId::Log,
+            RegionId::Heartbeat,
+            RegionId::Snapshot,
+        ];
+        let others: Vec<(RegionId, WireRegion, RemoteAccess)> = layout
+            .regions()
+            .filter(|spec| {
+                !fixed.contains(&spec.id)
+                    && Some(spec.id) != consensus_region
+                    && matches!(spec.remote, RemoteAccess::Members | RemoteAccess::Only(_))
+            })
+            .map(|spec| Ok((spec.id, wire_region(spec.id)?, spec.remote)))
+            .collect::<Result<_, StartError>>()?;
         let rc = RcParams {
             port: me.port,
             gid_index: me.gid_index,
@@ -1326,6 +1359,7 @@ impl VerbsFabric {
             snapshot,
             consensus,
             consensus_region,
+            others,
             log_base: log_region.addr,
             log_len: log_region.len,
             inbound: (0..n).map(|_| Mutex::new(Inbound::default())).collect(),
@@ -1396,6 +1430,7 @@ impl VerbsFabric {
                 heartbeat: None,
                 snapshot: None,
                 consensus: None,
+                others: [None; REGIONS_MAX],
                 problem: None,
                 granted_epoch: 0,
                 unreachable: false,
@@ -1609,6 +1644,7 @@ impl VerbsFabric {
                 heartbeat,
                 snapshot,
                 consensus,
+                others,
             }) => {
                 let rc = self.shared.rc_towards(&remote);
                 let ready = qp
@@ -1637,6 +1673,13 @@ impl VerbsFabric {
                         self.peers[p].heartbeat = Some(heartbeat);
                         self.peers[p].snapshot = Some(snapshot);
                         self.peers[p].consensus = Some(consensus);
+                        let mut regions = [None; REGIONS_MAX];
+                        for (id, r) in others {
+                            if let Some(slot) = regions.get_mut(usize::from(id)) {
+                                *slot = Some(r);
+                            }
+                        }
+                        self.peers[p].others = regions;
                         self.shared
                             .note_remote_log(MemberId(p as u8), incarnation, log);
                         self.peers[p].channels[channel.index()] = Some(OutChannel {
@@ -1760,8 +1803,13 @@ impl VerbsFabric {
                 Some(c) if c.len == 0 => return Err(WcStatus::AccessDenied),
                 Some(c) => c,
             },
-            // Never registered for remote access at any member.
-            _ => return Err(WcStatus::AccessDenied),
+            // The other engines' regions: those the peer told us of (it
+            // lists only the ones we may access); any other is refused,
+            // like a NAK.
+            r => match self.peers[p].others.get(r.index()).copied().flatten() {
+                Some(w) if w.len > 0 => w,
+                _ => return Err(WcStatus::AccessDenied),
+            },
         };
         let end = remote
             .offset

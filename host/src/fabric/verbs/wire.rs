@@ -58,12 +58,13 @@ type HmacSha256 = Hmac<Sha256>;
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VRBTMXCH");
 /// Bumped when a message changes (2: authenticated framing, `Open` and
 /// `Challenge`, refusal codes; 3: `Connected` carries the snapshot region;
-/// 4: and the coordinators' slot words).
-pub const VERSION: u16 = 4;
-/// Largest frame body, tag included: the largest message (`Connected`)
-/// is 173 bytes and its tag 32, so 256 leaves room and bounds what a peer
-/// can make us buffer.
-pub const FRAME_BYTES_MAX: usize = 256;
+/// 4: and the coordinators' slot words; 5: and the other engines'
+/// regions by id).
+pub const VERSION: u16 = 5;
+/// Largest frame body, tag included: the largest message (`Connected`
+/// listing all [`OTHER_REGIONS_MAX`] other regions) is 654 bytes and its
+/// tag 32, so 1024 leaves room and bounds what a peer can make us buffer.
+pub const FRAME_BYTES_MAX: usize = 1024;
 /// Bytes of each side's per-connection nonce.
 pub const NONCE_BYTES: usize = 16;
 /// Bytes of a message's tag (a full HMAC-SHA256).
@@ -253,6 +254,10 @@ pub struct WireRegion {
     pub epoch: u64,
 }
 
+/// Most regions a `Connected` lists beyond its fixed ones (and the bound
+/// on their ids): the core's `REGIONS_MAX`.
+pub const OTHER_REGIONS_MAX: usize = verbatim_core::fabric::REGIONS_MAX;
+
 /// A message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Msg {
@@ -317,6 +322,10 @@ pub enum Msg {
         /// The view engine's slot words, which coordinators CAS and READ
         /// (empty when the listener runs without views).
         consensus: WireRegion,
+        /// The other engines' regions the dialling side may access (the
+        /// multicast's, RDMC's, the subgroups' it is a member of), by
+        /// region id: at most [`OTHER_REGIONS_MAX`], ids distinct.
+        others: Vec<(u8, WireRegion)>,
     },
     /// The listener's log access for the dialling side changed.
     Grant {
@@ -529,6 +538,7 @@ impl Msg {
                 heartbeat,
                 snapshot,
                 consensus,
+                others,
             } => {
                 e.u8(T_CONNECTED);
                 e.qp(qp);
@@ -537,6 +547,12 @@ impl Msg {
                 e.region(heartbeat);
                 e.region(snapshot);
                 e.region(consensus);
+                // (The sender never lists more: its regions are the core's.)
+                e.u8(others.len().min(OTHER_REGIONS_MAX) as u8);
+                for (id, r) in others.iter().take(OTHER_REGIONS_MAX) {
+                    e.u8(*id);
+                    e.region(r);
+                }
             }
             Msg::Grant { log } => {
                 e.u8(T_GRANT);
@@ -599,13 +615,35 @@ impl Msg {
             }
             T_CONNECTED => {
                 d.what = "connected";
+                let qp = d.qp()?;
+                let control = d.region()?;
+                let log = d.region()?;
+                let heartbeat = d.region()?;
+                let snapshot = d.region()?;
+                let consensus = d.region()?;
+                let count = usize::from(d.u8()?);
+                if count > OTHER_REGIONS_MAX {
+                    return Err(WireError::Invalid("more regions than a member has"));
+                }
+                let mut others: Vec<(u8, WireRegion)> = Vec::with_capacity(count);
+                for _ in 0..count {
+                    let id = d.u8()?;
+                    if usize::from(id) >= OTHER_REGIONS_MAX {
+                        return Err(WireError::Invalid("a region id past the last region"));
+                    }
+                    if others.iter().any(|(seen, _)| *seen == id) {
+                        return Err(WireError::Invalid("a region listed twice"));
+                    }
+                    others.push((id, d.region()?));
+                }
                 Msg::Connected {
-                    qp: d.qp()?,
-                    control: d.region()?,
-                    log: d.region()?,
-                    heartbeat: d.region()?,
-                    snapshot: d.region()?,
-                    consensus: d.region()?,
+                    qp,
+                    control,
+                    log,
+                    heartbeat,
+                    snapshot,
+                    consensus,
+                    others,
                 }
             }
             T_GRANT => {
@@ -1089,6 +1127,9 @@ mod tests {
                     granted: true,
                     epoch: u64::MAX,
                 },
+                others: (0..OTHER_REGIONS_MAX as u8)
+                    .map(|id| (id, region))
+                    .collect(),
             },
             Msg::Grant { log: region },
             Msg::Ack,
@@ -1137,6 +1178,46 @@ mod tests {
         )
         .map(|sess| (s, sess));
         (d, t.join().unwrap())
+    }
+
+    #[test]
+    fn a_connected_listing_bad_regions_is_refused() {
+        let connected = |others: Vec<(u8, WireRegion)>| Msg::Connected {
+            qp: WireQp {
+                qpn: 1,
+                psn: 2,
+                lid: 3,
+                gid: [4; 16],
+                mtu: 5,
+            },
+            control: WireRegion::default(),
+            log: WireRegion::default(),
+            heartbeat: WireRegion::default(),
+            snapshot: WireRegion::default(),
+            consensus: WireRegion::default(),
+            others,
+        };
+        let r = WireRegion::default();
+        for (others, why) in [
+            (vec![(8, r), (8, r)], "a region listed twice"),
+            (
+                vec![(OTHER_REGIONS_MAX as u8, r)],
+                "a region id past the last region",
+            ),
+        ] {
+            assert!(
+                matches!(Msg::decode(&connected(others).encode()), Err(WireError::Invalid(w)) if w == why),
+                "{why}"
+            );
+        }
+        // A count beyond what a member has (hand-made: encode never
+        // writes one).
+        let mut body = connected(Vec::new()).encode();
+        *body.last_mut().unwrap() = OTHER_REGIONS_MAX as u8 + 1;
+        assert!(matches!(
+            Msg::decode(&body),
+            Err(WireError::Invalid("more regions than a member has"))
+        ));
     }
 
     #[test]
