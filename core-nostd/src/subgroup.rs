@@ -356,50 +356,30 @@ impl<M: Memory> SubgroupEngine<M> {
             ..d
         })
     }
+}
 
-    fn action_to_ids(&self, action: Action) -> Action {
-        match action {
-            Action::Post(mut wr) => {
-                wr.peer = self.member(wr.peer);
-                Action::Post(wr)
-            }
-            Action::SetAccess {
-                peer,
-                region,
-                access,
-            } => Action::SetAccess {
-                peer: self.member(peer),
-                region,
-                access,
-            },
-            Action::Reconnect { peer, channel } => Action::Reconnect {
-                peer: self.member(peer),
-                channel,
-            },
+/// `action` with its peer mapped by `to` (`None` when `to` has no image
+/// for it).
+fn map_peer(action: &Action, to: impl Fn(MemberId) -> Option<MemberId>) -> Option<Action> {
+    Some(match *action {
+        Action::Post(mut wr) => {
+            wr.peer = to(wr.peer)?;
+            Action::Post(wr)
         }
-    }
-
-    fn action_to_ranks(&self, action: &Action) -> Option<Action> {
-        Some(match *action {
-            Action::Post(mut wr) => {
-                wr.peer = self.rank(wr.peer)?;
-                Action::Post(wr)
-            }
-            Action::SetAccess {
-                peer,
-                region,
-                access,
-            } => Action::SetAccess {
-                peer: self.rank(peer)?,
-                region,
-                access,
-            },
-            Action::Reconnect { peer, channel } => Action::Reconnect {
-                peer: self.rank(peer)?,
-                channel,
-            },
-        })
-    }
+        Action::SetAccess {
+            peer,
+            region,
+            access,
+        } => Action::SetAccess {
+            peer: to(peer)?,
+            region,
+            access,
+        },
+        Action::Reconnect { peer, channel } => Action::Reconnect {
+            peer: to(peer)?,
+            channel,
+        },
+    })
 }
 
 impl<M: Memory> Engine for SubgroupEngine<M> {
@@ -435,11 +415,12 @@ impl<M: Memory> Engine for SubgroupEngine<M> {
 
     fn poll_action(&mut self) -> Option<Action> {
         let a = self.engine.poll_action()?;
-        Some(self.action_to_ids(a))
+        // Ranks the engine uses always have a member.
+        map_peer(&a, |r| Some(self.member(r)))
     }
 
     fn handle_action_failed(&mut self, now_ns: u64, action: &Action, error: FabricError) {
-        if let Some(a) = self.action_to_ranks(action) {
+        if let Some(a) = map_peer(action, |p| self.rank(p)) {
             self.engine.handle_action_failed(now_ns, &a, error);
         }
     }

@@ -1974,7 +1974,7 @@ impl Cluster {
         for (d, payload) in delivered {
             self.mcast_large_delivered += u64::from(d.large.is_some());
             if d.epoch != before.epoch && !installed {
-                found.extend(self.mcast_installed(i, inc, before, after, trim));
+                found.extend(self.mcast_installed(None, i, inc, before, after, trim));
                 installed = true;
             }
             let seen = if d.epoch == before.epoch {
@@ -2021,7 +2021,7 @@ impl Cluster {
             ));
         }
         if !installed {
-            found.extend(self.mcast_installed(i, inc, before, after, trim));
+            found.extend(self.mcast_installed(None, i, inc, before, after, trim));
         }
         if joined {
             self.mcast_joins += 1;
@@ -2056,8 +2056,12 @@ impl Cluster {
         )
     }
 
+    /// Member `i` installed the next view of the top-level group
+    /// (`subgroup` `None`) or of a subgroup (in member ids): the order
+    /// checker of that group judges it.
     fn mcast_installed(
         &mut self,
+        subgroup: Option<usize>,
         i: usize,
         inc: u64,
         before: McastSeen,
@@ -2066,24 +2070,26 @@ impl Cluster {
     ) -> Vec<Violation> {
         assert_eq!(after.epoch, before.epoch + 1, "one view change per step");
         let trim = trim.expect("a view change records its trim");
+        let group = subgroup.map_or("multicast".to_string(), |k| format!("subgroup {k}"));
         self.log(|| {
             format!(
-                "node {i}: multicast view {} installed: members {:#b}, trim {:?}",
+                "node {i}: {group} view {} installed: members {:#b}, trim {:?}",
                 after.epoch, after.view, trim.counts
             )
         });
-        self.mcast.installed(
-            self.now,
-            crate::check::multicast::Installed {
-                member: i,
-                incarnation: inc,
-                ended_digest: before.digest,
-                digest: after.digest,
-                view: after.view,
-                trim: trim.counts.to_vec(),
-                joiner: trim.join.map(|(j, _)| j.index()),
-            },
-        )
+        let installed = crate::check::multicast::Installed {
+            member: i,
+            incarnation: inc,
+            ended_digest: before.digest,
+            digest: after.digest,
+            view: after.view,
+            trim: trim.counts.to_vec(),
+            joiner: trim.join.map(|(j, _)| j.index()),
+        };
+        match subgroup {
+            None => self.mcast.installed(self.now, installed),
+            Some(k) => self.subgroup_orders[k].installed(self.now, installed),
+        }
     }
 
     /// The subgroup workload (Derecho's subgroups and shards): about
@@ -2214,7 +2220,7 @@ impl Cluster {
             let mut installed = after.epoch == before.epoch;
             for (_, d, payload) in delivered.iter().filter(|(dk, _, _)| *dk == k) {
                 if d.epoch != before.epoch && !installed {
-                    here.extend(self.subgroup_installed(k, i, inc, before, after, trim));
+                    here.extend(self.mcast_installed(Some(k), i, inc, before, after, trim));
                     installed = true;
                 }
                 let seen = if d.epoch == before.epoch {
@@ -2248,7 +2254,7 @@ impl Cluster {
                 ));
             }
             if !installed {
-                here.extend(self.subgroup_installed(k, i, inc, before, after, trim));
+                here.extend(self.mcast_installed(Some(k), i, inc, before, after, trim));
             }
             if joined {
                 self.subgroup_joins += 1;
@@ -2268,39 +2274,6 @@ impl Cluster {
         for v in found {
             self.violation(v);
         }
-    }
-
-    /// Member `i` installed the next view of subgroup `k` (as
-    /// `mcast_installed`, in member ids).
-    fn subgroup_installed(
-        &mut self,
-        k: usize,
-        i: usize,
-        inc: u64,
-        before: McastSeen,
-        after: McastSeen,
-        trim: Option<verbatim_core::multicast::Trim>,
-    ) -> Vec<Violation> {
-        assert_eq!(after.epoch, before.epoch + 1, "one view change per step");
-        let trim = trim.expect("a view change records its trim");
-        self.log(|| {
-            format!(
-                "node {i}: subgroup {k} view {} installed: members {:#b}, trim {:?}",
-                after.epoch, after.view, trim.counts
-            )
-        });
-        self.subgroup_orders[k].installed(
-            self.now,
-            crate::check::multicast::Installed {
-                member: i,
-                incarnation: inc,
-                ended_digest: before.digest,
-                digest: after.digest,
-                view: after.view,
-                trim: trim.counts.to_vec(),
-                joiner: trim.join.map(|(j, _)| j.index()),
-            },
-        )
     }
 
     /// At the end of a run, per subgroup: if the newest view its running
