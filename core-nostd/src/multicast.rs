@@ -1545,6 +1545,11 @@ impl<M: Memory> McastEngine<M> {
     /// counts as received once its data is, so stability means every
     /// member has the payload).
     fn slot_valid(&self, sender: MemberId, index: u64, incarnation: u64) -> bool {
+        // Most calls find no new message: the head word says so before a
+        // slot-sized buffer is zeroed (every poll looks at every sender).
+        if self.mem.load_u64(self.lay.slot(sender, index)) != index + 1 {
+            return false;
+        }
         let mut buf = [0u8; MCAST_PAYLOAD_BYTES_CAP as usize];
         match self.read_slot(sender, index, incarnation, &mut buf) {
             Some((KIND_LARGE, len)) => {
@@ -1826,17 +1831,16 @@ impl<M: Memory> McastEngine<M> {
         if decided.is_none() {
             // A trim a majority of the view echoed (ours, or one we read:
             // a member the next view leaves out learns it so) is decided.
-            let mut candidates = [None; MAX_MEMBERS + 1];
-            candidates[0] = self.trim;
-            for m in self.view_members() {
-                if m != me && self.row_current(m) {
-                    candidates[m + 1] = self.rows[m].trim;
-                }
-            }
-            decided = candidates
-                .into_iter()
-                .flatten()
-                .find(|t| t.epoch == self.epoch && self.echoes(t) * 2 > self.view_len());
+            // (Ours first, then the rows' in member order; no array of
+            // candidates: this runs on every call.)
+            let is_decided =
+                |t: &Trim| t.epoch == self.epoch && self.echoes(t) * 2 > self.view_len();
+            decided = self.trim.filter(is_decided).or_else(|| {
+                self.view_members()
+                    .filter(|&m| m != me && self.row_current(m))
+                    .filter_map(|m| self.rows[m].trim)
+                    .find(is_decided)
+            });
         }
         if let Some(t) = decided {
             // Acting on a decided trim is safe whatever we suspect.
