@@ -2386,19 +2386,34 @@ fn large_publications_reach_every_subscriber_whole_in_the_one_order() {
     }
     // The status shows the view's RDMC session and what went through it
     // (two of every three publications are large).
-    let large: Vec<verbatim_status::LargeState> = cluster
-        .status()
-        .into_iter()
-        .map(|s| {
-            s.and_then(|s| s.multicast)
-                .and_then(|m| m.large)
-                .expect("every replica reports its large messages")
-        })
-        .collect();
+    // (A status is up to 50 ms old: wait, bounded, until each shows the
+    // last deliveries.)
+    let expected = 2 * (2 * EACH as u64 / 3);
+    let read_large = || -> Vec<verbatim_status::LargeState> {
+        cluster
+            .status()
+            .into_iter()
+            .map(|s| {
+                s.and_then(|s| s.multicast)
+                    .and_then(|m| m.large)
+                    .expect("every replica reports its large messages")
+            })
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut large = read_large();
+    while large
+        .iter()
+        .any(|l| l.delivered[1] + l.delivered[2] < expected)
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(20));
+        large = read_large();
+    }
     for l in &large {
         assert_eq!(l.epoch, Some(0));
         assert!(l.wedged.is_none());
-        assert_eq!(l.delivered[1] + l.delivered[2], 2 * (2 * EACH as u64 / 3));
+        assert_eq!(l.delivered[1] + l.delivered[2], expected);
     }
     assert!(large.iter().map(|l| l.chunks_written).sum::<u64>() > 0);
     drop(cluster);
@@ -2842,7 +2857,21 @@ fn a_subgroup_channel_reaches_its_members_only_in_one_order() {
     assert!(resp(&mut solo, b"PUBLISH solo.2 alone\r\n").starts_with(':'));
     assert_eq!(read_messages(&mut solo_sub, "solo.2", 1), ["alone"]);
     // Each replica's status lists the subgroups it is in, and only those.
-    let statuses = cluster.status();
+    // (A replica publishes its status every 50 ms: the one read first may
+    // predate the last deliveries; wait, bounded, for member 1's count.)
+    let delivered_at_1 = |statuses: &[Option<verbatim_status::Snapshot>]| {
+        statuses[1]
+            .as_ref()
+            .and_then(|s| s.multicast.as_ref())
+            .and_then(|m| m.subgroups.first())
+            .map_or(0, |g| g.state.delivered_messages)
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut statuses = cluster.status();
+    while delivered_at_1(&statuses) < 2 * EACH as u64 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        statuses = cluster.status();
+    }
     let names = |i: usize| -> Vec<String> {
         statuses[i]
             .as_ref()
