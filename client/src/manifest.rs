@@ -482,6 +482,11 @@ pub struct Subgroup {
 }
 
 impl Subgroup {
+    /// The subgroup of `subgroups` whose channel is `channel`, if any.
+    pub fn of_channel<'a>(subgroups: &'a [Subgroup], channel: &[u8]) -> Option<&'a Subgroup> {
+        subgroups.iter().find(|g| g.name.as_bytes() == channel)
+    }
+
     /// Whether `id` is a member.
     pub fn has(&self, id: MemberId) -> bool {
         id.index() < 8 && self.members & (1 << id.0) != 0
@@ -993,10 +998,7 @@ impl Manifest {
 
     /// The subgroup whose channel is `channel`, if any.
     pub fn subgroup_of_channel(&self, channel: &[u8]) -> Option<Subgroup> {
-        self.subgroups()
-            .ok()?
-            .into_iter()
-            .find(|g| g.name.as_bytes() == channel)
+        Subgroup::of_channel(&self.subgroups().ok()?, channel).cloned()
     }
 
     /// Checks everything; the error names the manifest field.

@@ -626,13 +626,7 @@ fn main() -> Result<()> {
                         s.id,
                         m.epoch,
                         m.view,
-                        match (&m.halted, &m.wedged, m.started) {
-                            (Some(why), _, _) => format!("LEFT THE GROUP ({why})"),
-                            (None, Some(why), _) => format!("WEDGED for a view change ({why})"),
-                            (None, None, true) => "running".to_string(),
-                            (None, None, false) if m.joining => "joining".to_string(),
-                            (None, None, false) => "forming".to_string(),
-                        },
+                        mcast_state_word(m, "GROUP"),
                         m.sent,
                         m.sent_nulls,
                         m.received,
@@ -653,13 +647,7 @@ fn main() -> Result<()> {
                             g.members,
                             st.epoch,
                             st.view,
-                            match (&st.halted, &st.wedged, st.started) {
-                                (Some(why), _, _) => format!("LEFT THE SUBGROUP ({why})"),
-                                (None, Some(why), _) => format!("WEDGED for a view change ({why})"),
-                                (None, None, true) => "running".to_string(),
-                                (None, None, false) if st.joining => "joining".to_string(),
-                                (None, None, false) => "forming".to_string(),
-                            },
+                            mcast_state_word(st, "SUBGROUP"),
                             st.sent,
                             st.delivered_messages
                         );
@@ -719,5 +707,16 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
+    }
+}
+
+/// A multicast group's (or subgroup's, `what`) state for `verbatim status`.
+fn mcast_state_word(m: &verbatim_status::MulticastState, what: &str) -> String {
+    match (&m.halted, &m.wedged, m.started) {
+        (Some(why), _, _) => format!("LEFT THE {what} ({why})"),
+        (None, Some(why), _) => format!("WEDGED for a view change ({why})"),
+        (None, None, true) => "running".to_string(),
+        (None, None, false) if m.joining => "joining".to_string(),
+        (None, None, false) => "forming".to_string(),
     }
 }

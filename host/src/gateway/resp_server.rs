@@ -746,11 +746,7 @@ impl<'c> Conn<'c> {
     /// group's channel), or why this replica cannot serve it (it is not
     /// one of the subgroup's members).
     fn subgroup_here(&self, channel: &[u8]) -> Result<Option<usize>, String> {
-        let Some(g) = self
-            .ctx
-            .subgroups
-            .iter()
-            .find(|g| g.name.as_bytes() == channel)
+        let Some(g) = verbatim_client::manifest::Subgroup::of_channel(&self.ctx.subgroups, channel)
         else {
             return Ok(None);
         };
