@@ -462,38 +462,80 @@ impl<B: KvBackend> KvStateMachine<B> {
 
     /// Applies one decoded write operation.
     pub fn apply_op(&mut self, op: &KvOp<'_>) -> KvReply {
-        match *op {
-            KvOp::Get { .. } => KvReply::Err(KvError::NotAWrite),
-            KvOp::Set { key, value } => match self.backend.set(key, value) {
-                Ok(()) => KvReply::Ok,
+        apply_write(&mut self.backend, op)
+    }
+}
+
+/// What applying a write needs of a store: the key-value semantics
+/// ([`apply_write`]) exist once, over a host's map ([`KvBackend`]) and over
+/// the store that lives in registered memory ([`crate::backup`]), which
+/// cannot lend a value out (peers write that memory) and compares or
+/// parses it where it lies.
+pub trait KvWriteAccess {
+    /// Whether the key's value equals `expected` (`None`: the key is
+    /// absent).
+    fn value_equals(&mut self, key: &[u8], expected: Option<&[u8]>) -> bool;
+    /// The key's value as a decimal integer: `Ok(None)` when absent,
+    /// `Err(())` when it is not an integer.
+    #[allow(clippy::result_unit_err)]
+    fn value_as_i64(&mut self, key: &[u8]) -> Result<Option<i64>, ()>;
+    /// Inserts or replaces. `Err(())` when the store cannot grow; the state
+    /// must then be unchanged.
+    #[allow(clippy::result_unit_err)]
+    fn set(&mut self, key: &[u8], value: &[u8]) -> Result<(), ()>;
+    /// Removes a key; true if it existed.
+    fn del(&mut self, key: &[u8]) -> bool;
+}
+
+impl<B: KvBackend> KvWriteAccess for B {
+    fn value_equals(&mut self, key: &[u8], expected: Option<&[u8]>) -> bool {
+        self.get(key) == expected
+    }
+    fn value_as_i64(&mut self, key: &[u8]) -> Result<Option<i64>, ()> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => parse_i64(v).map(Some).ok_or(()),
+        }
+    }
+    fn set(&mut self, key: &[u8], value: &[u8]) -> Result<(), ()> {
+        KvBackend::set(self, key, value)
+    }
+    fn del(&mut self, key: &[u8]) -> bool {
+        KvBackend::del(self, key)
+    }
+}
+
+/// Applies one decoded write operation to a store (the key-value
+/// semantics, the same in every replication mode).
+pub fn apply_write<A: KvWriteAccess + ?Sized>(store: &mut A, op: &KvOp<'_>) -> KvReply {
+    match *op {
+        KvOp::Get { .. } => KvReply::Err(KvError::NotAWrite),
+        KvOp::Set { key, value } => match store.set(key, value) {
+            Ok(()) => KvReply::Ok,
+            Err(()) => KvReply::Err(KvError::StoreFull),
+        },
+        KvOp::Del { key } => KvReply::Int(i64::from(store.del(key))),
+        KvOp::Incr { key, delta } => {
+            let current = match store.value_as_i64(key) {
+                Ok(v) => v.unwrap_or(0),
+                Err(()) => return KvReply::Err(KvError::NotInteger),
+            };
+            let Some(next) = current.checked_add(delta) else {
+                return KvReply::Err(KvError::Overflow);
+            };
+            let mut buf = [0u8; 20];
+            match store.set(key, format_i64(next, &mut buf)) {
+                Ok(()) => KvReply::Int(next),
                 Err(()) => KvReply::Err(KvError::StoreFull),
-            },
-            KvOp::Del { key } => KvReply::Int(i64::from(self.backend.del(key))),
-            KvOp::Incr { key, delta } => {
-                let current = match self.backend.get(key) {
-                    None => 0,
-                    Some(v) => match parse_i64(v) {
-                        Some(v) => v,
-                        None => return KvReply::Err(KvError::NotInteger),
-                    },
-                };
-                let Some(next) = current.checked_add(delta) else {
-                    return KvReply::Err(KvError::Overflow);
-                };
-                let mut buf = [0u8; 20];
-                match self.backend.set(key, format_i64(next, &mut buf)) {
-                    Ok(()) => KvReply::Int(next),
-                    Err(()) => KvReply::Err(KvError::StoreFull),
-                }
             }
-            KvOp::Cas { key, expected, new } => {
-                if self.backend.get(key) != expected {
-                    return KvReply::Int(0);
-                }
-                match self.backend.set(key, new) {
-                    Ok(()) => KvReply::Int(1),
-                    Err(()) => KvReply::Err(KvError::StoreFull),
-                }
+        }
+        KvOp::Cas { key, expected, new } => {
+            if !store.value_equals(key, expected) {
+                return KvReply::Int(0);
+            }
+            match store.set(key, new) {
+                Ok(()) => KvReply::Int(1),
+                Err(()) => KvReply::Err(KvError::StoreFull),
             }
         }
     }

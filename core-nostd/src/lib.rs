@@ -86,6 +86,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod backup;
 pub mod checksum;
 pub mod config;
 pub mod consensus;
