@@ -82,6 +82,8 @@ use crate::fabric::Addr;
 use crate::kv::{apply_write, KvOp, KvReply, KvWriteAccess};
 use crate::mem::Memory;
 
+pub mod engine;
+
 /// Bytes of an index entry, a descriptor, the header, the control block.
 pub const LINE_BYTES: u64 = 64;
 /// Bytes of the smallest chunk (class 0); class `c` is `64 << c`.

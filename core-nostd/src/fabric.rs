@@ -152,7 +152,9 @@ impl Channel {
     /// The channel that carries requests addressed to `region` of a peer.
     #[inline]
     pub const fn for_region(region: RegionId) -> Channel {
-        if region.0 == RegionId::Log.0 {
+        // The backup-memory store (region 6) is fenced like the log: its
+        // revoke breaks only the log channel.
+        if region.0 == RegionId::Log.0 || region.0 == 6 {
             Channel::Log
         } else {
             Channel::Control

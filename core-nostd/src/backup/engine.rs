@@ -1,0 +1,1055 @@
+//! The backup-memory engine (MacR §III, issue 16): the primary applies
+//! each write to its own store and WRITEs the bytes that changed (the
+//! write's [`Plan`]) into every backup's copy; a backup's CPU stays
+//! dormant except for the rare write whose allocator changes are spread
+//! too wide, which is forwarded to it and replayed ([`Store::replay`]).
+//!
+//! Who is primary comes from the views (the driver passes each newer
+//! one, [`BackupEngine::follow_view`], and says when this member may
+//! serve under its lease, [`BackupEngine::set_serving`]).
+//!
+//! * **Backup.** Grants the view's primary access to its store region
+//!   and revokes the previous one's (the revoke is the fence: what the
+//!   old primary executed is placed once it completed). Polls its
+//!   mailbox for forwarded writes, one word per step.
+//! * **Take-over.** Revokes every other member's access to its own
+//!   region, then recovers its store (cross-validation, phantoms
+//!   reclaimed, index rebuilt, [`Store::recover`]), then copies the used
+//!   part of its region to every backup of the view (they may hold
+//!   another prefix of the old primary's WRITEs) before it writes again.
+//! * **Primary.** One write at a time: its plan goes to every backup of
+//!   the view and to any member being copied; the client hears once every
+//!   WRITE completed and every backup of the view holds a copy that
+//!   includes the write (a backup whose WRITE failed is copied anew
+//!   first, or dropped by the next view). Reads wait for no write in
+//!   flight (a read must never see what a successor may lack).
+//! * **Copies** (MacR §III-E1, bulk synchronisation): the used part of
+//!   the region, `sync_chunk_bytes` per WRITE, a few in flight. Writes
+//!   and copy WRITEs take turns (a WRITE's source must not change until
+//!   it completed), and a member being copied receives every write's plan
+//!   too: on one connection WRITEs execute in order, so each byte ends
+//!   with its newest value.
+//!
+//! The mailbox (the start of the region): word 0 is the sequence number
+//! of the last forwarded write, word 1 the one this member replayed
+//! (shifted left once, bit 0 set when the replay failed), which the
+//! primary READs. Line 1 holds the forwarded write's header, then its key
+//! and value follow.
+
+use super::{Effect, Geometry, RecoveryReport, Store, StoreParams, LINE_BYTES};
+use crate::checksum::Checksum;
+use crate::engine::Engine;
+use crate::fabric::{
+    Access, Action, Addr, Channel, Completion, FabricError, MemberId, Op, RegionId, WorkRequest,
+    WrId, MAX_MEMBERS,
+};
+use crate::kv::{KvOp, KvReply};
+use crate::mem::Memory;
+use heapless::Deque;
+
+/// The replicated region: mailbox, then the store.
+pub const STORE_REGION: RegionId = RegionId(6);
+/// Local memory: the store's index and bitmaps, landing words for READs.
+pub const STORE_LOCAL_REGION: RegionId = RegionId(7);
+
+/// Actions queued at most (a write's plan to every backup, forwards).
+const ACTION_QUEUE_CAP: usize = 128;
+/// Replies queued at most (one write at a time: a few).
+const REPLY_QUEUE_CAP: usize = 8;
+/// Copy WRITEs in flight per member at most.
+pub const SYNC_IN_FLIGHT_MAX: u32 = 4;
+
+const DOMAIN_FORWARD: u64 = 0x4657_4452; // "FWDR"
+const KIND_PLAN: u64 = 0;
+const KIND_SYNC: u64 = 1;
+const KIND_FORWARD: u64 = 2;
+const KIND_ACK_READ: u64 = 3;
+
+/// The engine's sizes and knobs, from the configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackupConfig {
+    /// This member.
+    pub me: MemberId,
+    /// Members of the group.
+    pub member_count: u8,
+    /// The store.
+    pub params: StoreParams,
+    /// Forward a write whose allocator changes span more separate
+    /// structures than this (MacR §III-C).
+    pub forward_threshold: u8,
+    /// Bytes of one copy WRITE.
+    pub sync_chunk_bytes: u32,
+    /// Wait before a broken connection is re-established.
+    pub reconnect_backoff_ns: u64,
+}
+
+/// Where things are in the two regions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackupLayout {
+    /// The store's geometry.
+    pub geo: Geometry,
+    /// Bytes of the mailbox (the store starts there).
+    pub mailbox_bytes: u64,
+    /// Bytes of the replicated region.
+    pub region_bytes: u64,
+    /// Offset of the READ landing words (one per member) in local memory.
+    pub landing_offset: u64,
+    /// Bytes of local memory.
+    pub local_bytes: u64,
+}
+
+impl BackupLayout {
+    /// Lays the regions out.
+    pub fn new(geo: Geometry) -> BackupLayout {
+        let body = u64::from(geo.params.key_bytes_max) + u64::from(geo.params.value_bytes_max);
+        let mailbox_bytes = 2 * LINE_BYTES + body.div_ceil(LINE_BYTES) * LINE_BYTES;
+        let landing_offset = geo.local_bytes;
+        BackupLayout {
+            geo,
+            mailbox_bytes,
+            region_bytes: mailbox_bytes + geo.region_bytes,
+            landing_offset,
+            local_bytes: landing_offset + 8 * MAX_MEMBERS as u64,
+        }
+    }
+}
+
+/// What this member does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackupRole {
+    /// Holds a copy; its CPU replays forwarded writes only.
+    Backup,
+    /// Named primary: revoking, recovering, copying to the backups.
+    TakingOver,
+    /// Serves.
+    Primary,
+}
+
+/// Where a member's copy stands (at the primary).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CopyState {
+    /// Its copy holds every write acknowledged.
+    Synced,
+    /// It must be copied before its copy counts.
+    Needed,
+    /// Being copied: the next offset to WRITE, the end.
+    Copying {
+        /// Next offset of the region.
+        next: u64,
+        /// End of the used part when the copy began.
+        end: u64,
+    },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Peer {
+    copy: CopyState,
+    down: bool,
+    /// Work requests of ours in flight to it.
+    in_flight: u32,
+    /// A copy WRITE or write WRITE failed since the copy began.
+    failed: bool,
+    reconnect: bool,
+    retry_at_ns: u64,
+    /// Forwarded write awaiting its replay: its sequence number.
+    forward_waiting: Option<u64>,
+    /// An ack READ to post.
+    ack_read_due: bool,
+    /// When the copy began, and its bytes (status).
+    copy_started_ns: u64,
+}
+
+impl Peer {
+    const fn new() -> Peer {
+        Peer {
+            copy: CopyState::Needed,
+            down: false,
+            in_flight: 0,
+            failed: false,
+            reconnect: false,
+            retry_at_ns: 0,
+            forward_waiting: None,
+            ack_read_due: false,
+            copy_started_ns: 0,
+        }
+    }
+}
+
+/// The write in flight at the primary.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    client_id: u64,
+    request_id: u64,
+    reply: KvReply,
+}
+
+/// Counters (status).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackupCounters {
+    /// Writes replicated by WRITEs alone.
+    pub writes_zero_copy: u64,
+    /// Writes forwarded to the backups' CPUs.
+    pub writes_forwarded: u64,
+    /// Writes that changed nothing (no replication).
+    pub writes_unchanged: u64,
+    /// Writes replicated (both paths) and answered.
+    pub writes_answered: u64,
+    /// Forwarded writes this member replayed as a backup.
+    pub replays: u64,
+    /// Replays refused (the copy differed; copied anew).
+    pub replay_failures: u64,
+    /// Copies completed to other members.
+    pub copies_done: u64,
+    /// Bytes WRITEn by copies.
+    pub copy_bytes: u64,
+    /// Take-overs completed.
+    pub takeovers: u64,
+    /// WRITEs that failed.
+    pub write_errors: u64,
+}
+
+/// A snapshot for status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackupStatus {
+    /// The role.
+    pub role: BackupRole,
+    /// The view followed: epoch, primary, members.
+    pub view: Option<(u64, MemberId, u64)>,
+    /// Keys held.
+    pub keys: u64,
+    /// Bytes of the region in use (metadata and carved slabs).
+    pub used_bytes: u64,
+    /// Per member (primary): its copy's state.
+    pub copies: [Option<CopyState>; MAX_MEMBERS],
+    /// The last take-over's findings.
+    pub recovery: Option<RecoveryReport>,
+    /// Counters.
+    pub counters: BackupCounters,
+}
+
+/// Why a write was not started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartError {
+    /// Not the serving primary: the view's primary, if known.
+    NotPrimary(Option<MemberId>),
+    /// A write, a copy or a take-over is under way: try again after the
+    /// next step.
+    Busy,
+}
+
+/// The backup-memory engine of one member.
+pub struct BackupEngine<M: Memory> {
+    cfg: BackupConfig,
+    lay: BackupLayout,
+    mem: M,
+    store: Store<M>,
+    now: u64,
+    role: BackupRole,
+    /// The view followed: epoch, primary, members (a bit per id).
+    view: Option<(u64, MemberId, u64)>,
+    serving: bool,
+    /// Backup: the member we granted access to.
+    granted_to: Option<MemberId>,
+    /// Take-over: revokes not yet executed (a bit per member).
+    revokes_due: u64,
+    /// Take-over: revokes that failed, posted again next step.
+    revokes_retry: u64,
+    peers: [Peer; MAX_MEMBERS],
+    actions: Deque<Action, ACTION_QUEUE_CAP>,
+    replies: Deque<(u64, u64, KvReply), REPLY_QUEUE_CAP>,
+    pending: Option<Pending>,
+    /// Versions of writes (never 0; a take-over starts above the
+    /// recovered maximum).
+    next_version: u64,
+    /// Sequence numbers of forwarded writes.
+    forward_seq: u64,
+    /// Backup: the last forwarded write replayed.
+    replayed_seq: u64,
+    recovery: Option<RecoveryReport>,
+    counters: BackupCounters,
+    wr_seq: u64,
+}
+
+fn wr_id(kind: u64, peer: MemberId, seq: u64) -> WrId {
+    WrId((kind << 53) | (u64::from(peer.0) << 45) | (seq & ((1 << 45) - 1)))
+}
+
+fn wr_kind(id: WrId) -> u64 {
+    (id.0 >> 53) & 0x7
+}
+
+impl<M: Memory + Clone> BackupEngine<M> {
+    /// The engine over `mem` (its two regions laid out by
+    /// [`BackupLayout`]); the store is formatted empty (a member that
+    /// joins is copied before it counts).
+    pub fn new(cfg: BackupConfig, lay: BackupLayout, mem: M) -> BackupEngine<M> {
+        let store = Store::format(
+            mem.clone(),
+            lay.geo,
+            Addr::new(STORE_REGION, lay.mailbox_bytes),
+            Addr::new(STORE_LOCAL_REGION, 0),
+        );
+        for w in 0..lay.mailbox_bytes / 8 {
+            mem.store_u64(Addr::new(STORE_REGION, 8 * w), 0);
+        }
+        BackupEngine {
+            cfg,
+            lay,
+            mem,
+            store,
+            now: 0,
+            role: BackupRole::Backup,
+            view: None,
+            serving: false,
+            granted_to: None,
+            revokes_due: 0,
+            revokes_retry: 0,
+            peers: [Peer::new(); MAX_MEMBERS],
+            actions: Deque::new(),
+            replies: Deque::new(),
+            pending: None,
+            next_version: 1,
+            forward_seq: 0,
+            replayed_seq: 0,
+            recovery: None,
+            counters: BackupCounters::default(),
+            wr_seq: 0,
+        }
+    }
+}
+
+impl<M: Memory> BackupEngine<M> {
+    /// The role.
+    pub fn role(&self) -> BackupRole {
+        self.role
+    }
+
+    /// The store (reads at the primary, checkers).
+    pub fn store(&self) -> &Store<M> {
+        &self.store
+    }
+
+    /// Members whose copy holds every acknowledged write (bit per id; the
+    /// primary's own included while it serves): only they may be added
+    /// to a view.
+    pub fn synced_members(&self) -> u64 {
+        if self.role != BackupRole::Primary {
+            return 0;
+        }
+        let mut mask = 1 << self.cfg.me.0;
+        for m in 0..usize::from(self.cfg.member_count) {
+            if self.peers[m].copy == CopyState::Synced && !self.peers[m].down {
+                mask |= 1 << m;
+            }
+        }
+        mask
+    }
+
+    /// A status snapshot.
+    pub fn status(&self) -> BackupStatus {
+        let mut copies = [None; MAX_MEMBERS];
+        if self.role != BackupRole::Backup {
+            for (m, c) in copies
+                .iter_mut()
+                .enumerate()
+                .take(usize::from(self.cfg.member_count))
+            {
+                if m != self.cfg.me.index() {
+                    *c = Some(self.peers[m].copy);
+                }
+            }
+        }
+        BackupStatus {
+            role: self.role,
+            view: self.view,
+            keys: self.store.counters().keys,
+            used_bytes: self.lay.mailbox_bytes + self.lay.geo.used_bytes(self.store.slabs_carved()),
+            copies,
+            recovery: self.recovery,
+            counters: self.counters,
+        }
+    }
+
+    fn others(&self) -> impl Iterator<Item = MemberId> + '_ {
+        (0..self.cfg.member_count)
+            .map(MemberId)
+            .filter(|&m| m != self.cfg.me)
+    }
+
+    fn view_members(&self) -> u64 {
+        self.view.map_or(0, |(_, _, m)| m)
+    }
+
+    /// Follows a newer decided view: who is primary, whose copies count.
+    pub fn follow_view(&mut self, now_ns: u64, epoch: u64, primary: MemberId, members: u64) {
+        self.now = now_ns;
+        if self.view.is_some_and(|(e, _, _)| e >= epoch) {
+            return;
+        }
+        self.view = Some((epoch, primary, members));
+        if primary != self.cfg.me {
+            if self.role != BackupRole::Backup {
+                self.step_down();
+            }
+            if self.granted_to != Some(primary) {
+                // The fence: the old primary's access ends before the new
+                // one's begins (the fabric completes what it executed).
+                if let Some(old) = self.granted_to {
+                    self.push_action(Action::SetAccess {
+                        peer: old,
+                        region: STORE_REGION,
+                        access: Access::Revoked,
+                    });
+                }
+                self.push_action(Action::SetAccess {
+                    peer: primary,
+                    region: STORE_REGION,
+                    access: Access::Granted,
+                });
+                self.granted_to = Some(primary);
+            }
+        }
+    }
+
+    /// Whether this member may serve as the view's primary now (its view
+    /// names it and its lease on the view is active). A member that stops
+    /// serving answers nothing more.
+    pub fn set_serving(&mut self, now_ns: u64, serving: bool) {
+        self.now = now_ns;
+        let named = self.view.is_some_and(|(_, p, _)| p == self.cfg.me);
+        let serving = serving && named;
+        if serving == self.serving {
+            return;
+        }
+        self.serving = serving;
+        if !serving {
+            // Lease gone: no reply for the write in flight (it may be
+            // lost; the client retries at the next primary).
+            self.pending = None;
+            return;
+        }
+        if self.role == BackupRole::Backup {
+            self.role = BackupRole::TakingOver;
+            self.revokes_due = 0;
+            self.revokes_retry = 0;
+            // Our own region is ours alone from now on.
+            self.granted_to = None;
+            for p in self
+                .others()
+                .collect::<heapless::Vec<MemberId, MAX_MEMBERS>>()
+            {
+                self.revokes_due |= 1 << p.0;
+                self.push_action(Action::SetAccess {
+                    peer: p,
+                    region: STORE_REGION,
+                    access: Access::Revoked,
+                });
+            }
+            for p in &mut self.peers {
+                p.copy = CopyState::Needed;
+                p.failed = false;
+                p.forward_waiting = None;
+                p.ack_read_due = false;
+            }
+            self.recovery = None;
+        }
+    }
+
+    fn step_down(&mut self) {
+        self.role = BackupRole::Backup;
+        self.serving = false;
+        self.pending = None;
+        self.recovery = None;
+    }
+
+    fn push_action(&mut self, a: Action) {
+        self.actions
+            .push_back(a)
+            .expect("the action queue is drained after every call");
+    }
+
+    fn post(&mut self, kind: u64, peer: MemberId, op: Op) {
+        self.wr_seq += 1;
+        let wr = WorkRequest {
+            wr_id: wr_id(kind, peer, self.wr_seq),
+            peer,
+            op,
+            notify: false,
+        };
+        self.peers[peer.index()].in_flight += 1;
+        self.push_action(Action::Post(wr));
+    }
+
+    /// Whether a write may start now (see [`BackupEngine::start_write`]).
+    pub fn ready(&self) -> bool {
+        self.role == BackupRole::Primary
+            && self.serving
+            && self.pending.is_none()
+            && !self.copy_in_flight()
+    }
+
+    /// Whether a read may be answered now: the primary, recovered, with
+    /// no write in flight.
+    pub fn readable(&self) -> bool {
+        self.role == BackupRole::Primary && self.serving && self.pending.is_none()
+    }
+
+    fn copy_in_flight(&self) -> bool {
+        self.others().any(|p| {
+            matches!(self.peers[p.index()].copy, CopyState::Copying { .. })
+                && self.peers[p.index()].in_flight > 0
+        })
+    }
+
+    /// The view's primary as a hint for a client.
+    pub fn primary_hint(&self) -> Option<MemberId> {
+        self.view.map(|(_, p, _)| p).filter(|&p| p != self.cfg.me)
+    }
+
+    /// Applies a write and posts its plan (or forwards it) to every
+    /// backup; its reply comes out of [`BackupEngine::poll_reply`] once
+    /// replicated. `scratch` holds a key and value (limits' bytes).
+    pub fn start_write(
+        &mut self,
+        now_ns: u64,
+        client_id: u64,
+        request_id: u64,
+        op: &KvOp<'_>,
+        scratch: &mut [u8],
+    ) -> Result<(), StartError> {
+        self.now = now_ns;
+        if self.role == BackupRole::Backup || !self.serving {
+            return Err(StartError::NotPrimary(self.primary_hint()));
+        }
+        if !self.ready() {
+            return Err(StartError::Busy);
+        }
+        let version = self.next_version;
+        self.next_version += 1;
+        let applied = self.store.apply(op, version, scratch);
+        self.pending = Some(Pending {
+            client_id,
+            request_id,
+            reply: applied.reply,
+        });
+        if applied.plan.is_empty() {
+            self.counters.writes_unchanged += 1;
+            self.finish_if_done();
+            return Ok(());
+        }
+        let forward = applied.plan.alloc_ranges > self.cfg.forward_threshold
+            && applied.effect != Effect::None;
+        let mut forwarded = false;
+        let base = self.lay.mailbox_bytes;
+        for p in self
+            .others()
+            .collect::<heapless::Vec<MemberId, MAX_MEMBERS>>()
+        {
+            let peer = self.peers[p.index()];
+            if peer.down || peer.copy == CopyState::Needed {
+                continue;
+            }
+            if forward && peer.copy == CopyState::Synced {
+                if !forwarded {
+                    self.stage_forward(&applied.effect, scratch);
+                    forwarded = true;
+                }
+                let seq = self.forward_seq;
+                // The write's header and body, then the sequence word
+                // that announces it; then the ack READ.
+                let len = self.forward_bytes();
+                self.post(
+                    KIND_FORWARD,
+                    p,
+                    Op::Write {
+                        local: Addr::new(STORE_REGION, LINE_BYTES),
+                        remote: Addr::new(STORE_REGION, LINE_BYTES),
+                        len: len as u32,
+                    },
+                );
+                self.post(
+                    KIND_FORWARD,
+                    p,
+                    Op::Write {
+                        local: Addr::new(STORE_REGION, 0),
+                        remote: Addr::new(STORE_REGION, 0),
+                        len: 8,
+                    },
+                );
+                let peer = &mut self.peers[p.index()];
+                peer.forward_waiting = Some(seq);
+                peer.ack_read_due = true;
+                continue;
+            }
+            for r in applied.plan.ranges() {
+                self.post(
+                    KIND_PLAN,
+                    p,
+                    Op::Write {
+                        local: Addr::new(STORE_REGION, base + r.offset),
+                        remote: Addr::new(STORE_REGION, base + r.offset),
+                        len: r.len as u32,
+                    },
+                );
+            }
+        }
+        if forwarded {
+            self.counters.writes_forwarded += 1;
+        } else {
+            self.counters.writes_zero_copy += 1;
+        }
+        self.finish_if_done();
+        Ok(())
+    }
+
+    fn forward_bytes(&self) -> u64 {
+        let len = self.mem.load_u64(Addr::new(STORE_REGION, LINE_BYTES + 40));
+        LINE_BYTES + len
+    }
+
+    /// Writes the forwarded write into our own mailbox (the WRITEs'
+    /// source): header line, key and value, then the sequence word.
+    fn stage_forward(&mut self, effect: &Effect, scratch: &mut [u8]) {
+        self.forward_seq += 1;
+        let seq = self.forward_seq;
+        let (kind, entry, chunk, version, key_len, value_len) = match *effect {
+            Effect::Put {
+                entry,
+                chunk,
+                version,
+            } => {
+                let (k, v) = self
+                    .store
+                    .item_bytes(chunk, scratch)
+                    .expect("the item just written");
+                (1u64, entry, chunk, version, k, v)
+            }
+            Effect::Delete { entry } => (2, entry, 0, 0, 0, 0),
+            Effect::None => unreachable!("forwarded only with an effect"),
+        };
+        let body = key_len + value_len;
+        let words = [
+            seq,
+            kind,
+            u64::from(entry),
+            u64::from(chunk),
+            version,
+            body as u64,
+            key_len as u64,
+        ];
+        let mut c = Checksum::new(DOMAIN_FORWARD);
+        for w in words {
+            c.word(w);
+        }
+        c.bytes(&scratch[..body]);
+        let line = Addr::new(STORE_REGION, LINE_BYTES);
+        for (i, w) in words.iter().enumerate() {
+            // Word 5 (offset 40) is the body length `forward_bytes` reads.
+            self.mem.store_u64(line.add(8 * i as u64), *w);
+        }
+        self.mem.store_u64(line.add(56), c.finish());
+        self.mem
+            .write(Addr::new(STORE_REGION, 2 * LINE_BYTES), &scratch[..body]);
+        self.mem.store_u64(Addr::new(STORE_REGION, 0), seq);
+    }
+
+    /// Backup: replays a forwarded write if one is announced and whole.
+    fn poll_mailbox(&mut self, scratch: &mut [u8]) {
+        let seq = self.mem.load_u64(Addr::new(STORE_REGION, 0));
+        if seq == 0 || seq == self.replayed_seq {
+            return;
+        }
+        let line = Addr::new(STORE_REGION, LINE_BYTES);
+        let mut words = [0u64; 8];
+        for (i, w) in words.iter_mut().enumerate() {
+            *w = self.mem.load_u64(line.add(8 * i as u64));
+        }
+        let [wseq, kind, entry, chunk, version, body, key_len, checksum] = words;
+        let limit = u64::from(self.lay.geo.params.key_bytes_max)
+            + u64::from(self.lay.geo.params.value_bytes_max);
+        if wseq != seq || body > limit || key_len > body || body as usize > scratch.len() {
+            // Not whole yet (placement may lag the sequence word), or
+            // garbage: looked at again next step.
+            return;
+        }
+        let body = body as usize;
+        self.mem.read(
+            Addr::new(STORE_REGION, 2 * LINE_BYTES),
+            &mut scratch[..body],
+        );
+        let mut c = Checksum::new(DOMAIN_FORWARD);
+        for w in &words[..7] {
+            c.word(*w);
+        }
+        c.bytes(&scratch[..body]);
+        if c.finish() != checksum {
+            return;
+        }
+        let effect = match kind {
+            1 => Effect::Put {
+                entry: entry as u32,
+                chunk: chunk as u32,
+                version,
+            },
+            _ => Effect::Delete {
+                entry: entry as u32,
+            },
+        };
+        let (key, value) = scratch[..body].split_at(key_len as usize);
+        let failed = self.store.replay(&effect, key, value).is_err();
+        if failed {
+            self.counters.replay_failures += 1;
+        }
+        self.counters.replays += 1;
+        self.replayed_seq = seq;
+        self.mem
+            .store_u64(Addr::new(STORE_REGION, 8), (seq << 1) | u64::from(failed));
+    }
+
+    /// Everything that needs a scratch buffer (key and value limits'
+    /// bytes): a take-over's recovery, a backup's replay, posting copies
+    /// and ack READs. Called by the driver every step.
+    pub fn step(&mut self, now_ns: u64, scratch: &mut [u8]) {
+        self.now = now_ns;
+        match self.role {
+            BackupRole::Backup => self.poll_mailbox(scratch),
+            BackupRole::TakingOver => {
+                for m in 0..self.cfg.member_count {
+                    if self.revokes_retry & (1 << m) != 0 {
+                        self.revokes_retry &= !(1 << m);
+                        self.push_action(Action::SetAccess {
+                            peer: MemberId(m),
+                            region: STORE_REGION,
+                            access: Access::Revoked,
+                        });
+                    }
+                }
+                if self.revokes_due == 0 && self.actions.is_empty() && self.serving {
+                    match self.store.recover(scratch) {
+                        Ok(report) => {
+                            self.next_version = self.next_version.max(report.version_max + 1);
+                            // Forwarded sequence numbers of ours never
+                            // repeat an older primary's.
+                            let epoch = self.view.map_or(0, |(e, _, _)| e);
+                            self.forward_seq = self.forward_seq.max(epoch << 32);
+                            self.recovery = Some(report);
+                            self.role = BackupRole::Primary;
+                            self.counters.takeovers += 1;
+                        }
+                        Err(_) => {
+                            // Our copy is no store: we cannot lead. Stay
+                            // taking over; the view moves on without us.
+                        }
+                    }
+                }
+            }
+            BackupRole::Primary => {}
+        }
+        if self.role == BackupRole::Primary {
+            self.post_ack_reads();
+            self.post_copies();
+            self.finish_if_done();
+        }
+    }
+
+    fn post_ack_reads(&mut self) {
+        for p in self
+            .others()
+            .collect::<heapless::Vec<MemberId, MAX_MEMBERS>>()
+        {
+            let peer = self.peers[p.index()];
+            if peer.ack_read_due && !peer.down && peer.in_flight == 0 {
+                self.peers[p.index()].ack_read_due = false;
+                self.post(
+                    KIND_ACK_READ,
+                    p,
+                    Op::Read {
+                        remote: Addr::new(STORE_REGION, 8),
+                        local: Addr::new(
+                            STORE_LOCAL_REGION,
+                            self.lay.landing_offset + 8 * u64::from(p.0),
+                        ),
+                        len: 8,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Copies to members that need it: when no write is in flight, the
+    /// next chunks (a few per member in flight).
+    fn post_copies(&mut self) {
+        if self.pending_in_flight() {
+            return;
+        }
+        let used = self.lay.mailbox_bytes + self.lay.geo.used_bytes(self.store.slabs_carved());
+        for p in self
+            .others()
+            .collect::<heapless::Vec<MemberId, MAX_MEMBERS>>()
+        {
+            let i = p.index();
+            if self.peers[i].down || self.peers[i].reconnect {
+                continue;
+            }
+            if self.peers[i].copy == CopyState::Needed && self.peers[i].in_flight == 0 {
+                // The store only: the mailbox stays the member's own (its
+                // replayed word must not go back).
+                self.peers[i].copy = CopyState::Copying {
+                    next: self.lay.mailbox_bytes,
+                    end: used,
+                };
+                self.peers[i].failed = false;
+                self.peers[i].copy_started_ns = self.now;
+            }
+            while let CopyState::Copying { next, end } = self.peers[i].copy {
+                if next >= end || self.peers[i].in_flight >= SYNC_IN_FLIGHT_MAX {
+                    break;
+                }
+                let len = (end - next).min(u64::from(self.cfg.sync_chunk_bytes));
+                self.post(
+                    KIND_SYNC,
+                    p,
+                    Op::Write {
+                        local: Addr::new(STORE_REGION, next),
+                        remote: Addr::new(STORE_REGION, next),
+                        len: len as u32,
+                    },
+                );
+                self.counters.copy_bytes += len;
+                self.peers[i].copy = CopyState::Copying {
+                    next: next + len,
+                    end,
+                };
+            }
+        }
+    }
+
+    /// Whether a write's WRITEs (or forward) are still in flight.
+    fn pending_in_flight(&self) -> bool {
+        self.pending.is_some()
+            && self.others().any(|p| {
+                let peer = &self.peers[p.index()];
+                !matches!(peer.copy, CopyState::Copying { .. })
+                    && (peer.in_flight > 0 || peer.forward_waiting.is_some())
+            })
+    }
+
+    /// Answers the write in flight once every WRITE of it completed and
+    /// every backup of the view holds a copy with it.
+    fn finish_if_done(&mut self) {
+        if self.pending.is_none() || !self.serving || self.role != BackupRole::Primary {
+            return;
+        }
+        let members = self.view_members();
+        let mut done = true;
+        for p in self.others() {
+            let peer = &self.peers[p.index()];
+            if peer.in_flight > 0 || peer.forward_waiting.is_some() {
+                done = false;
+            }
+            if members & (1 << p.0) != 0 && peer.copy != CopyState::Synced {
+                done = false;
+            }
+        }
+        if done {
+            let p = self.pending.take().expect("checked");
+            self.counters.writes_answered += 1;
+            self.replies
+                .push_back((p.client_id, p.request_id, p.reply))
+                .expect("one write at a time");
+        }
+    }
+
+    /// The next reply: (client, request, reply).
+    pub fn poll_reply(&mut self) -> Option<(u64, u64, KvReply)> {
+        self.replies.pop_front()
+    }
+
+    /// Answers a read at the primary ([`BackupEngine::readable`]): the
+    /// value's length, `None` when absent, `Err(len)` when `out` is too
+    /// small.
+    pub fn read(&self, key: &[u8], out: &mut [u8]) -> Result<Option<usize>, usize> {
+        self.store.get(key, out)
+    }
+
+    fn member_failed(&mut self, p: MemberId) {
+        let peer = &mut self.peers[p.index()];
+        peer.failed = true;
+        peer.copy = CopyState::Needed;
+        peer.forward_waiting = None;
+        peer.ack_read_due = false;
+        if !peer.reconnect {
+            peer.reconnect = true;
+            peer.retry_at_ns = self.now.saturating_add(self.cfg.reconnect_backoff_ns);
+        }
+    }
+}
+
+impl<M: Memory> Engine for BackupEngine<M> {
+    fn name(&self) -> &'static str {
+        "backup"
+    }
+
+    fn handle_completion(&mut self, now_ns: u64, c: Completion) {
+        self.now = now_ns;
+        let i = c.peer.index();
+        if i >= MAX_MEMBERS {
+            return;
+        }
+        let peer = &mut self.peers[i];
+        peer.in_flight = peer.in_flight.saturating_sub(1);
+        if !c.status.is_ok() {
+            self.counters.write_errors += 1;
+            if self.role == BackupRole::Primary {
+                self.member_failed(c.peer);
+            }
+            self.finish_if_done();
+            return;
+        }
+        match wr_kind(c.wr_id) {
+            KIND_SYNC => {
+                let peer = &mut self.peers[i];
+                if let CopyState::Copying { next, end } = peer.copy {
+                    if next >= end && peer.in_flight == 0 && !peer.failed {
+                        peer.copy = CopyState::Synced;
+                        self.counters.copies_done += 1;
+                    }
+                }
+            }
+            KIND_ACK_READ => {
+                let word = self.mem.load_u64(Addr::new(
+                    STORE_LOCAL_REGION,
+                    self.lay.landing_offset + 8 * c.peer.0 as u64,
+                ));
+                let peer = &mut self.peers[i];
+                if let Some(seq) = peer.forward_waiting {
+                    if word == seq << 1 {
+                        peer.forward_waiting = None;
+                    } else if word == (seq << 1) | 1 {
+                        // Its replay refused: its copy differs.
+                        self.member_failed(c.peer);
+                    } else {
+                        peer.ack_read_due = true;
+                    }
+                }
+            }
+            KIND_PLAN | KIND_FORWARD => {}
+            _ => {}
+        }
+        self.finish_if_done();
+    }
+
+    fn handle_timeout(&mut self, now_ns: u64) {
+        self.now = now_ns;
+    }
+
+    fn handle_peer_down(&mut self, now_ns: u64, peer: MemberId) {
+        self.now = now_ns;
+        if let Some(p) = self.peers.get_mut(peer.index()) {
+            p.down = true;
+            p.in_flight = 0;
+            p.copy = CopyState::Needed;
+            p.forward_waiting = None;
+            p.ack_read_due = false;
+        }
+        self.finish_if_done();
+    }
+
+    fn handle_peer_up(&mut self, now_ns: u64, peer: MemberId) {
+        self.now = now_ns;
+        if let Some(p) = self.peers.get_mut(peer.index()) {
+            p.down = false;
+            p.copy = CopyState::Needed;
+            p.reconnect = true;
+            p.retry_at_ns = now_ns;
+        }
+        if self.granted_to == Some(peer) {
+            // A new process: grant it again (its channel is new).
+            self.push_action(Action::SetAccess {
+                peer,
+                region: STORE_REGION,
+                access: Access::Granted,
+            });
+        }
+    }
+
+    fn poll_action(&mut self) -> Option<Action> {
+        if let Some(a) = self.actions.pop_front() {
+            if let Action::SetAccess {
+                peer,
+                access: Access::Revoked,
+                ..
+            } = a
+            {
+                // Done once executed, unless it comes back failed
+                // (`handle_action_failed`, before the next action runs).
+                self.revokes_due &= !(1 << peer.0);
+            }
+            return Some(a);
+        }
+        for m in 0..usize::from(self.cfg.member_count) {
+            let p = &mut self.peers[m];
+            if m != self.cfg.me.index()
+                && p.reconnect
+                && !p.down
+                && p.in_flight == 0
+                && p.retry_at_ns <= self.now
+            {
+                p.reconnect = false;
+                return Some(Action::Reconnect {
+                    peer: MemberId(m as u8),
+                    channel: Channel::for_region(STORE_REGION),
+                });
+            }
+        }
+        None
+    }
+
+    fn handle_action_failed(&mut self, now_ns: u64, action: &Action, error: FabricError) {
+        self.now = now_ns;
+        match *action {
+            Action::Reconnect { peer, .. } => {
+                if let Some(p) = self.peers.get_mut(peer.index()) {
+                    p.reconnect = true;
+                    p.retry_at_ns = now_ns.saturating_add(self.cfg.reconnect_backoff_ns);
+                }
+            }
+            Action::SetAccess {
+                peer,
+                access: Access::Revoked,
+                ..
+            } if self.role == BackupRole::TakingOver => {
+                // Not confirmed: tried again next step (a stopped writer
+                // must leave before our copy is ours), unless it is gone
+                // for good.
+                if error != FabricError::PeerGone && error != FabricError::UnknownPeer {
+                    self.revokes_due |= 1 << peer.0;
+                    self.revokes_retry |= 1 << peer.0;
+                }
+                return;
+            }
+            _ => {}
+        }
+        let _ = error;
+    }
+
+    fn next_deadline(&self) -> u64 {
+        if self.role == BackupRole::TakingOver || self.pending.is_some() {
+            return self.now;
+        }
+        let mut next = u64::MAX;
+        for m in 0..usize::from(self.cfg.member_count) {
+            let p = &self.peers[m];
+            if p.reconnect && !p.down {
+                next = next.min(p.retry_at_ns);
+            }
+            if matches!(p.copy, CopyState::Copying { .. }) || p.ack_read_due {
+                next = self.now;
+            }
+        }
+        next
+    }
+}
+
+#[cfg(test)]
+mod tests;
