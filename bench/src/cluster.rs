@@ -37,6 +37,99 @@ pub struct ClusterSpec {
 
 static CLUSTER_SEQ: AtomicU32 = AtomicU32::new(0);
 
+/// The view lease a primary-backup group runs with unless `--set
+/// views.lease_us=…` says otherwise: the value README.md gives for the
+/// mode (`--set cluster.mode=primary-backup --set views.lease_us=50`).
+pub const PRIMARY_BACKUP_LEASE_US: u64 = 50;
+
+/// How a benchmark's group replicates (`workload --modes`). The bench's
+/// own list rather than the manifest's `ReplicationMode`: it names modes
+/// the replica may not implement yet (`backup-memory`), which a run
+/// skips, saying why, instead of failing to parse its own options.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplicationMode {
+    /// DARE's log (`cluster.mode = "log"`, the manifest's default).
+    Log,
+    /// uKharon-KV's primary-backup (`cluster.mode = "primary-backup"`,
+    /// with views on).
+    PrimaryBackup,
+    /// Backups that keep the state in memory only (issue 16; not in the
+    /// replica yet: its manifest refuses the mode).
+    BackupMemory,
+}
+
+impl ReplicationMode {
+    /// Every mode, in report order.
+    pub const ALL: [ReplicationMode; 3] = [
+        ReplicationMode::Log,
+        ReplicationMode::PrimaryBackup,
+        ReplicationMode::BackupMemory,
+    ];
+
+    /// Its name: the value of `cluster.mode` and of `--modes`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReplicationMode::Log => "log",
+            ReplicationMode::PrimaryBackup => "primary-backup",
+            ReplicationMode::BackupMemory => "backup-memory",
+        }
+    }
+
+    /// Parses a [`ReplicationMode::name`] (any case, surrounding spaces
+    /// ignored).
+    pub fn parse(s: &str) -> Option<ReplicationMode> {
+        let s = s.trim();
+        ReplicationMode::ALL
+            .into_iter()
+            .find(|m| m.name().eq_ignore_ascii_case(s))
+    }
+
+    /// The manifest overrides that select the mode, as `(before, after)`
+    /// the user's `--set` list: views (which primary-backup needs) go
+    /// before, so that the user's own `views.lease_us` wins; `cluster.mode`
+    /// goes after, so that a row labelled with a mode ran in that mode.
+    fn overrides(self) -> (Vec<String>, Vec<String>) {
+        let mode = vec![format!("cluster.mode={}", self.name())];
+        match self {
+            ReplicationMode::Log => (Vec::new(), mode),
+            // A backup-memory group would be decided by views like a
+            // primary-backup one; if the replica gains the mode, it starts
+            // with the same views.
+            ReplicationMode::PrimaryBackup | ReplicationMode::BackupMemory => (
+                vec![format!("views.lease_us={PRIMARY_BACKUP_LEASE_US}")],
+                mode,
+            ),
+        }
+    }
+}
+
+impl ClusterSpec {
+    /// This spec with the replicas running in `mode` (the way every
+    /// benchmark selects a mode: manifest overrides).
+    pub fn with_mode(&self, mode: ReplicationMode) -> ClusterSpec {
+        let (before, after) = mode.overrides();
+        let mut spec = self.clone();
+        spec.overrides.splice(0..0, before);
+        spec.overrides.extend(after);
+        spec
+    }
+
+    /// Why the replicas would refuse to run in `mode`, if they would: the
+    /// error of the manifest check every replica runs at start
+    /// (`Manifest::load` with its `--set` list), when the manifest passes
+    /// it without the mode's overrides and fails it with them. `None` when
+    /// the mode is accepted, or when the manifest fails anyway (starting
+    /// the cluster then reports that error as it always did).
+    pub fn mode_refusal(&self, mode: ReplicationMode, replicas: u8) -> Option<String> {
+        use verbatim_client::manifest::Manifest;
+        let probe = Manifest::local("probe", replicas, 0).to_toml();
+        Manifest::parse(&probe, &self.overrides).ok()?;
+        Manifest::parse(&probe, &self.with_mode(mode).overrides)
+            .err()
+            .map(|e| e.to_string())
+    }
+}
+
 /// A running local cluster; dropping it stops its replicas and removes
 /// their segments, sockets and logs.
 pub struct BenchCluster {
@@ -57,7 +150,7 @@ impl BenchCluster {
         let base_port = if resp { free_port_range(replicas)? } else { 0 };
         let inner = LocalCluster::start(
             &LocalOptions {
-                name,
+                name: name.clone(),
                 replicas,
                 base_port,
                 poll: spec.poll,
@@ -67,7 +160,9 @@ impl BenchCluster {
             },
             START_TIMEOUT,
         )
-        .map_err(BenchError::Cluster)?;
+        .map_err(|e| {
+            BenchError::Cluster(with_replica_errors(e, &name, replicas, base_port, spec))
+        })?;
         let pids = (0..replicas).filter_map(|id| inner.pid(id)).collect();
         let mut paths: Vec<PathBuf> = (0..replicas)
             .flat_map(|id| {
@@ -195,6 +290,52 @@ pub fn shm_options(wait: Wait, attempt_timeout: Duration) -> ClientOptions {
         total_timeout: Duration::from_secs(10),
         client_id: None,
     }
+}
+
+/// A start failure's message with what the replicas said: one that
+/// refuses its manifest (a binary older or newer than this bench, say)
+/// prints `Error: …` to its log and exits, and the start only sees that it
+/// never answered.
+fn with_replica_errors(
+    message: String,
+    name: &str,
+    replicas: u8,
+    base_port: u16,
+    spec: &ClusterSpec,
+) -> String {
+    use verbatim_client::manifest::Manifest;
+    // The run directory the cluster's start used (the same manifest).
+    let probe = Manifest::local(name, replicas, base_port).to_toml();
+    let Ok(manifest) = Manifest::parse(&probe, &spec.overrides) else {
+        return message;
+    };
+    // Replicas refusing one manifest say the same thing: say it once.
+    let mut said: Vec<(Vec<u8>, String)> = Vec::new();
+    for id in 0..replicas {
+        let log = manifest.run_dir().join(format!("replica-{id}.log"));
+        let Ok(text) = std::fs::read_to_string(log) else {
+            continue;
+        };
+        let Some(line) = text.lines().find(|l| l.starts_with("Error:")) else {
+            continue;
+        };
+        let line = line.trim_start_matches("Error:").trim().to_string();
+        match said.iter_mut().find(|(_, l)| *l == line) {
+            Some((ids, _)) => ids.push(id),
+            None => said.push((vec![id], line)),
+        }
+    }
+    if said.is_empty() {
+        return message;
+    }
+    let said: Vec<String> = said
+        .into_iter()
+        .map(|(ids, line)| {
+            let ids: Vec<String> = ids.iter().map(u8::to_string).collect();
+            format!("replica {} said: {line}", ids.join(", "))
+        })
+        .collect();
+    format!("{message}; {}", said.join("; "))
 }
 
 impl Drop for BenchCluster {
@@ -388,5 +529,61 @@ pub fn wait_name(w: Wait) -> &'static str {
     match w {
         Wait::Spin => "spin",
         Wait::Yield => "yield",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(overrides: &[&str]) -> ClusterSpec {
+        ClusterSpec {
+            binary: PathBuf::from("/nonexistent/verbatim"),
+            poll: PollMode::Adaptive,
+            replica_cores: Vec::new(),
+            overrides: overrides.iter().map(|o| o.to_string()).collect(),
+            keep_logs: false,
+        }
+    }
+
+    #[test]
+    fn modes_parse_by_their_manifest_names() {
+        for m in ReplicationMode::ALL {
+            assert_eq!(ReplicationMode::parse(m.name()), Some(m));
+        }
+        assert_eq!(
+            ReplicationMode::parse(" Primary-Backup "),
+            Some(ReplicationMode::PrimaryBackup)
+        );
+        assert_eq!(ReplicationMode::parse("chain"), None);
+    }
+
+    #[test]
+    fn the_mode_wins_and_the_users_lease_wins() {
+        let s = spec(&["views.lease_us=200"]).with_mode(ReplicationMode::PrimaryBackup);
+        assert_eq!(
+            s.overrides,
+            [
+                format!("views.lease_us={PRIMARY_BACKUP_LEASE_US}"),
+                "views.lease_us=200".into(),
+                "cluster.mode=primary-backup".into(),
+            ]
+        );
+        let s = spec(&[]).with_mode(ReplicationMode::Log);
+        assert_eq!(s.overrides, ["cluster.mode=log"]);
+    }
+
+    #[test]
+    fn only_a_mode_the_manifest_check_refuses_is_refused() {
+        let s = spec(&[]);
+        assert_eq!(s.mode_refusal(ReplicationMode::Log, 3), None);
+        assert_eq!(s.mode_refusal(ReplicationMode::PrimaryBackup, 3), None);
+        let why = s
+            .mode_refusal(ReplicationMode::BackupMemory, 3)
+            .expect("the replicas do not know backup-memory yet");
+        assert!(why.contains("backup-memory"), "{why}");
+        // A manifest wrong without the mode is not the mode's fault.
+        let broken = spec(&["cluster.bogus=1"]);
+        assert_eq!(broken.mode_refusal(ReplicationMode::BackupMemory, 3), None);
     }
 }

@@ -42,6 +42,9 @@ pub enum BenchError {
     /// A plot could not be drawn.
     #[error("plot {0}")]
     Plot(String),
+    /// A process's CPU times could not be read from `/proc/<pid>/stat`.
+    #[error("CPU time: {0}")]
+    ProcStat(String),
     /// Ctrl-C (or SIGTERM) arrived; everything started was stopped.
     #[error("interrupted")]
     Interrupted,

@@ -13,12 +13,14 @@
 //! [`recovery`], [`lease`], [`multicast`] and its large messages
 //! [`rdmc`]), the loops they share
 //! ([`measure`]), statistics ([`stats`]), key choice ([`zipf`]), local
-//! clusters and cores ([`cluster`]), Redis ([`redis`], [`resp`]), the
+//! clusters, cores and replication modes ([`cluster`]), the
+//! replicas' CPU time ([`cpu`]), Redis ([`redis`], [`resp`]), the
 //! result document and its tables ([`report`]), SVG plots ([`plot`]), and
 //! Ctrl-C handling ([`signals`]).
 
 pub mod cluster;
 pub mod compare;
+pub mod cpu;
 pub mod error;
 pub mod failover;
 pub mod floor;

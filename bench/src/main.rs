@@ -5,7 +5,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
-use verbatim_bench::cluster::{self, ClusterSpec};
+use verbatim_bench::cluster::{self, ClusterSpec, ReplicationMode};
 use verbatim_bench::compare::CompareOptions;
 use verbatim_bench::failover::FailoverOptions;
 use verbatim_bench::latency::{LatencyOptions, SIZES_DEFAULT};
@@ -176,6 +176,11 @@ struct WorkloadArgs {
     /// Group size.
     #[arg(long, default_value_t = 3)]
     replicas: u8,
+    /// Replication modes, comma-separated, each on a cluster of its own
+    /// with the same mixes and seeds: log, primary-backup, backup-memory
+    /// (a mode the replicas refuse is skipped, and the report says why).
+    #[arg(long, value_delimiter = ',', default_values_t = vec!["log".to_string(), "primary-backup".into()])]
+    modes: Vec<String>,
     /// Mixes: a (50/50), b (95/5), c (read-only), w (write-only).
     #[arg(long, value_delimiter = ',', default_values_t = vec!["a".to_string(), "b".into(), "c".into(), "w".into()])]
     mixes: Vec<String>,
@@ -500,6 +505,27 @@ fn parse_cores(s: &str) -> anyhow::Result<Vec<usize>> {
                 .with_context(|| format!("`{c}` is not a core number"))
         })
         .collect()
+}
+
+/// `--modes`: known names, each once.
+fn parse_modes(list: &[String]) -> anyhow::Result<Vec<ReplicationMode>> {
+    let mut modes = Vec::new();
+    for m in list {
+        let mode = ReplicationMode::parse(m).with_context(|| {
+            format!(
+                "--modes: unknown replication mode `{m}` ({})",
+                ReplicationMode::ALL.map(ReplicationMode::name).join(", ")
+            )
+        })?;
+        if modes.contains(&mode) {
+            bail!("--modes lists {} twice", mode.name());
+        }
+        modes.push(mode);
+    }
+    if modes.is_empty() {
+        bail!("--modes needs at least one mode");
+    }
+    Ok(modes)
 }
 
 fn parse_depths(s: &str) -> anyhow::Result<Vec<usize>> {
@@ -852,11 +878,27 @@ fn run() -> anyhow::Result<()> {
             if a.clients == 0 {
                 bail!("--clients must be at least 1");
             }
+            let modes = parse_modes(&a.modes)?;
+            // The rows are labelled with --modes' names: a --set of the
+            // mode would make them lie (the mode's override comes last).
+            if let Some(o) = c.overrides.iter().find(|o| {
+                o.split_once('=')
+                    .is_some_and(|(k, _)| k.trim() == "cluster.mode")
+            }) {
+                bail!("workload: `--set {o}`: choose replication modes with --modes instead");
+            }
             let cores = client_cores(a.client_cores.as_deref(), &replica_cores)?;
+            setup.method = format!(
+                "{}; CPU per request: utime + stime of every replica process from \
+                 /proc/<pid>/stat read just before and just after each window, over the \
+                 requests completed in it",
+                setup.method
+            );
             report.workload = Some(verbatim_bench::workload::run(
                 &spec,
                 &WorkloadOptions {
                     replicas: a.replicas,
+                    modes,
                     mixes,
                     keys: a.keys,
                     value_bytes: a.value_bytes,

@@ -65,6 +65,15 @@ impl Progress {
         }
     }
 
+    /// Prints a line the user must see: above the bar, or on stderr
+    /// without one (unlike [`Progress::println`], not only in the log).
+    pub fn notice(&self, line: impl AsRef<str>) {
+        match &self.bar {
+            Some(b) => b.println(line.as_ref()),
+            None => eprintln!("{}", line.as_ref()),
+        }
+    }
+
     /// Removes the bar.
     pub fn finish(&self) {
         if let Some(b) = &self.bar {

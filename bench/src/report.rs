@@ -692,40 +692,105 @@ pub fn render_throughput(r: &ThroughputReport) -> String {
     out
 }
 
-/// `workload` table.
+/// `workload` table: per mix and key distribution, one row per
+/// replication mode, so that the modes read side by side.
 pub fn render_workload(w: &WorkloadReport) -> String {
+    let modes_ran: Vec<&str> = w
+        .modes
+        .iter()
+        .filter(|m| m.skipped.is_none())
+        .map(|m| m.mode.as_str())
+        .collect();
     let mut out = format!(
-        "\nWORKLOAD ({} replicas, {} keys preloaded, {} B values, zipfian θ = {}, {:.1} s per point, closed loop, wait {})\n",
-        w.replicas, w.keys, w.value_bytes, w.theta, w.window_s, w.client_wait
+        "\nWORKLOAD ({} replicas, {} keys preloaded, {} B values, zipfian θ = {}, {:.1} s per point, closed loop, wait {}{})\n",
+        w.replicas,
+        w.keys,
+        w.value_bytes,
+        w.theta,
+        w.window_s,
+        w.client_wait,
+        if modes_ran.is_empty() {
+            String::new()
+        } else {
+            format!(", modes {}", modes_ran.join(", "))
+        }
     );
     let mut t = Table::new(&[
         "mix / keys",
+        "mode",
         "clients",
         "ops/s",
         "read p50 µs",
         "read p99 µs",
         "update p50 µs",
         "update p99 µs",
+        "leader CPU µs/op",
+        "backups CPU µs/op",
     ]);
+    // Rows grouped by (mix, distribution) in the order they were run; the
+    // points come mode by mode.
+    let mut groups: Vec<(&str, &str)> = Vec::new();
     for p in &w.points {
-        let cell = |s: &Summary, f: fn(&Summary) -> u64| {
-            if s.count == 0 {
-                "—".to_string()
-            } else {
-                us(f(s))
-            }
-        };
-        t.row(vec![
-            format!("{} / {}", p.mix, p.distribution),
-            p.clients.to_string(),
-            format!("{:.0}", p.ops_per_sec),
-            cell(&p.reads, |s| s.p50_ns),
-            cell(&p.reads, |s| s.p99_ns),
-            cell(&p.updates, |s| s.p50_ns),
-            cell(&p.updates, |s| s.p99_ns),
-        ]);
+        let key = (p.mix.as_str(), p.distribution.as_str());
+        if !groups.contains(&key) {
+            groups.push(key);
+        }
+    }
+    let cell = |s: &Summary, f: fn(&Summary) -> u64| {
+        if s.count == 0 {
+            "—".to_string()
+        } else {
+            us(f(s))
+        }
+    };
+    let cpu = |v: Option<f64>| v.map_or("—".to_string(), |v| format!("{v:.2}"));
+    for (mix, distribution) in groups {
+        let rows = w
+            .points
+            .iter()
+            .filter(|p| p.mix == mix && p.distribution == distribution);
+        for p in rows {
+            t.row(vec![
+                format!("{} / {}", p.mix, p.distribution),
+                if p.mode.is_empty() {
+                    "—".into()
+                } else {
+                    p.mode.clone()
+                },
+                p.clients.to_string(),
+                format!("{:.0}", p.ops_per_sec),
+                cell(&p.reads, |s| s.p50_ns),
+                cell(&p.reads, |s| s.p99_ns),
+                cell(&p.updates, |s| s.p50_ns),
+                cell(&p.updates, |s| s.p99_ns),
+                cpu(p.leader_cpu_us_per_op),
+                cpu(p.backups_cpu_us_per_op),
+            ]);
+        }
     }
     out.push_str(&t.render());
+    if w.clock_ticks_per_s > 0 {
+        let _ = writeln!(
+            out,
+            "CPU: utime + stime of each replica process (/proc/<pid>/stat) over the window, per \
+             request; leader = the member leading (the primary), backups = the others summed; \
+             resolution 1 tick = {:.0} ms",
+            1000.0 / w.clock_ticks_per_s as f64
+        );
+    }
+    for m in &w.modes {
+        match &m.skipped {
+            Some(why) => {
+                let _ = writeln!(out, "mode {}: skipped: {why}", m.mode);
+            }
+            None => {
+                let _ = writeln!(out, "mode {}: overrides {}", m.mode, m.overrides.join(" "));
+            }
+        }
+    }
+    for n in &w.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
     out
 }
 

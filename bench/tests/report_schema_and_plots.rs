@@ -10,7 +10,7 @@ use verbatim_bench::report::{render, Report};
 use verbatim_bench::setup::{CpuState, Machine, Setup};
 use verbatim_bench::stats::{cdf, histogram, record, Summary};
 use verbatim_bench::throughput::{Batching, ThroughputPoint, ThroughputReport};
-use verbatim_bench::workload::{WorkloadPoint, WorkloadReport};
+use verbatim_bench::workload::{ModeRun, WorkloadPoint, WorkloadReport};
 
 fn hist(base_ns: u64) -> hdrhistogram::Histogram<u64> {
     let mut h = histogram();
@@ -108,15 +108,45 @@ fn sample() -> Report {
         seed: 1,
         window_s: 1.0,
         client_wait: "spin".into(),
-        points: vec![WorkloadPoint {
-            mix: "A".into(),
-            distribution: "zipfian".into(),
-            clients: 1,
-            ops: 1000,
-            ops_per_sec: 1000.0,
-            reads: Summary::of(&hist(1_000)),
-            updates: Summary::default(),
-        }],
+        modes: vec![
+            ModeRun {
+                mode: "log".into(),
+                overrides: vec!["cluster.mode=log".into()],
+                skipped: None,
+            },
+            ModeRun {
+                mode: "primary-backup".into(),
+                overrides: vec![
+                    "views.lease_us=50".into(),
+                    "cluster.mode=primary-backup".into(),
+                ],
+                skipped: None,
+            },
+            ModeRun {
+                mode: "backup-memory".into(),
+                overrides: vec!["cluster.mode=backup-memory".into()],
+                skipped: Some("manifest: unknown variant `backup-memory`".into()),
+            },
+        ],
+        clock_ticks_per_s: 100,
+        points: ["log", "primary-backup"]
+            .into_iter()
+            .enumerate()
+            .map(|(i, mode)| WorkloadPoint {
+                mode: mode.into(),
+                mix: "A".into(),
+                distribution: "zipfian".into(),
+                clients: 1,
+                ops: 1000,
+                ops_per_sec: 1000.0,
+                reads: Summary::of(&hist(1_000)),
+                updates: Summary::default(),
+                leader: Some(0),
+                leader_cpu_us_per_op: Some(1000.0),
+                backups_cpu_us_per_op: Some(10.0 * (i + 1) as f64),
+            })
+            .collect(),
+        notes: Vec::new(),
     });
     let kill = |i: usize, signal: &str| KillRecord {
         index: i,
@@ -367,6 +397,31 @@ fn the_json_document_round_trips() {
     map.remove("recovery");
     let back: Report = serde_json::from_value(old).unwrap();
     assert!(back.reconfig.is_none() && back.recovery.is_none());
+    // Workload points per mode, with the CPU split.
+    assert_eq!(v["workload"]["points"][1]["mode"], "primary-backup");
+    assert_eq!(v["workload"]["points"][1]["backups_cpu_us_per_op"], 20.0);
+    assert!(v["workload"]["modes"][2]["skipped"].is_string());
+    // A workload written before modes were compared still loads.
+    let mut old = v.clone();
+    let w = old["workload"].as_object_mut().unwrap();
+    for field in ["modes", "clock_ticks_per_s", "notes"] {
+        w.remove(field);
+    }
+    for p in w["points"].as_array_mut().unwrap() {
+        let p = p.as_object_mut().unwrap();
+        for field in [
+            "mode",
+            "leader",
+            "leader_cpu_us_per_op",
+            "backups_cpu_us_per_op",
+        ] {
+            p.remove(field);
+        }
+    }
+    let back: Report = serde_json::from_value(old).unwrap();
+    let w = back.workload.as_ref().unwrap();
+    assert!(w.modes.is_empty() && w.points[0].mode.is_empty());
+    assert!(render(&back).contains("WORKLOAD"));
 }
 
 #[test]
@@ -379,6 +434,8 @@ fn the_terminal_report_has_every_section_and_the_setup() {
         "LATENCY",
         "THROUGHPUT",
         "WORKLOAD",
+        "backups CPU µs/op",
+        "mode backup-memory: skipped: manifest: unknown variant",
         "FAILOVER",
         "kill → new leader elected",
         "client gap from death notice",

@@ -85,6 +85,12 @@ pub enum ReplicationMode {
     /// and a member of the view takes over by a view, without an
     /// election. Needs views (`views.lease_us`).
     PrimaryBackup,
+    /// MacR's backup-memory replication (issue 16): primaries and views
+    /// as in primary-backup, but the key-value store lives in registered
+    /// memory and the primary WRITEs the bytes a write changed straight
+    /// into the backups' copies (`[backup]`); their CPUs stay dormant.
+    /// Needs views (`views.lease_us`).
+    BackupMemory,
 }
 
 impl From<ReplicationMode> for verbatim_core::Mode {
@@ -92,6 +98,7 @@ impl From<ReplicationMode> for verbatim_core::Mode {
         match m {
             ReplicationMode::Log => verbatim_core::Mode::Log,
             ReplicationMode::PrimaryBackup => verbatim_core::Mode::PrimaryBackup,
+            ReplicationMode::BackupMemory => verbatim_core::Mode::BackupMemory,
         }
     }
 }
@@ -219,8 +226,9 @@ pub struct ClusterSection {
     /// does rejoin. 4294967295: always release.
     #[serde(default = "default_recovery_releases_max")]
     pub recovery_releases_max: u32,
-    /// How the group replicates: `"log"` (DARE, the default) or
-    /// `"primary-backup"` (uKharon-KV; needs `views.lease_us`).
+    /// How the group replicates: `"log"` (DARE, the default),
+    /// `"primary-backup"` (uKharon-KV) or `"backup-memory"` (MacR; see
+    /// `[backup]`); both of the latter need `views.lease_us`.
     #[serde(default)]
     pub mode: ReplicationMode,
     /// Largest key.
@@ -389,6 +397,40 @@ impl Default for ViewsSection {
             coordinators: 3,
             slot_count: 4096,
             learn_period_us: 10_000,
+        }
+    }
+}
+
+/// `[backup]`: the key-value store of `cluster.mode = "backup-memory"`
+/// (MacR), which lives in registered memory: its sizes are fixed when the
+/// replica starts (every member must agree).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BackupSection {
+    /// Index entries (64 bytes each): the most keys the store holds.
+    pub entry_count: u32,
+    /// Bytes of a slab of the item heap: a power of two of at least 4096,
+    /// at least the largest item (32 bytes, the largest key and value).
+    pub slab_bytes: u32,
+    /// Slabs in the heap (heap bytes = slab_count × slab_bytes).
+    pub slab_count: u32,
+    /// A write whose allocator changes touch more separate structures
+    /// than this (a slab carved: 3) is forwarded to the backups' CPUs for
+    /// replay instead of WRITEn (MacR's allocator-cooperative
+    /// replication).
+    pub forward_threshold: u8,
+    /// Bytes of one WRITE when a member's copy is filled by bulk copy.
+    pub sync_chunk_bytes: u32,
+}
+
+impl Default for BackupSection {
+    fn default() -> Self {
+        BackupSection {
+            entry_count: 65_536,
+            slab_bytes: 1 << 20,
+            slab_count: 64,
+            forward_threshold: 2,
+            sync_chunk_bytes: 1 << 20,
         }
     }
 }
@@ -605,6 +647,9 @@ pub struct Manifest {
     /// `[multicast]`.
     #[serde(default)]
     pub multicast: MulticastSection,
+    /// `[backup]` (mode backup-memory).
+    #[serde(default)]
+    pub backup: BackupSection,
     /// `[[members]]`.
     pub members: Vec<MemberSection>,
 }
@@ -740,6 +785,7 @@ impl Manifest {
             timing: TimingSection::default(),
             views: ViewsSection::default(),
             multicast: MulticastSection::default(),
+            backup: BackupSection::default(),
             members: (0..n)
                 .map(|i| MemberSection {
                     id: i,
@@ -866,6 +912,14 @@ impl Manifest {
         cfg.rdmc_slots = self.multicast.large_slots;
         cfg.rdmc_chunk_bytes = self.multicast.large_chunk_bytes;
         cfg.rdmc_message_bytes_max = self.multicast.large_message_bytes_max;
+        let b = &self.backup;
+        cfg.backup_entry_count = b.entry_count;
+        cfg.backup_slab_bytes = b.slab_bytes;
+        cfg.backup_slab_count = b.slab_count;
+        cfg.backup_forward_threshold = b.forward_threshold;
+        cfg.backup_sync_chunk_bytes = b.sync_chunk_bytes;
+        cfg.backup_key_bytes_max = c.key_bytes_max;
+        cfg.backup_value_bytes_max = c.value_bytes_max;
         if let Ok(subgroups) = self.subgroups() {
             for g in subgroups {
                 if let Some(place) = cfg.mcast_subgroups.get_mut(g.index) {
@@ -1237,6 +1291,11 @@ impl Manifest {
             "rdmc_chunk_bytes" => ("multicast.large_chunk_bytes", false),
             "rdmc_message_bytes_max" => ("multicast.large_message_bytes_max", false),
             "mcast_subgroups" => ("multicast.subgroups", false),
+            "backup_entry_count" => ("backup.entry_count", false),
+            "backup_slab_bytes" => ("backup.slab_bytes", false),
+            "backup_slab_count" => ("backup.slab_count", false),
+            "backup_key_bytes_max" => ("cluster.key_bytes_max", false),
+            "backup_sync_chunk_bytes" => ("backup.sync_chunk_bytes", false),
             other => (other, false),
         };
         let reason = if unit_ns {

@@ -101,6 +101,7 @@ const LAYOUT_VERSION: u64 = 1;
 const DOMAIN_ITEM: u64 = 0x4954_454D; // "ITEM"
 const DOMAIN_KEY: u64 = 0x4B45_5948; // "KEYH"
 const DOMAIN_GEOMETRY: u64 = 0x4745_4F4D; // "GEOM"
+const DOMAIN_SESSION: u64 = 0x5345_5353; // "SESS"
 
 /// The store's sizes, from the configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,6 +117,10 @@ pub struct StoreParams {
     pub key_bytes_max: u32,
     /// Largest value.
     pub value_bytes_max: u32,
+    /// Client session records (exactly-once for retried writes): one
+    /// 64-byte record per slot, a client's slot chosen by its id (two
+    /// clients that share a slot evict each other's record). 0: none.
+    pub session_count: u32,
 }
 
 /// Why store parameters are refused.
@@ -145,6 +150,8 @@ pub struct Geometry {
     pub slab_map_offset: u64,
     /// Offset of entry 0.
     pub entries_offset: u64,
+    /// Offset of session record 0.
+    pub sessions_offset: u64,
     /// Offset of the heap.
     pub heap_offset: u64,
     /// Bytes of the replicated region.
@@ -194,10 +201,8 @@ impl StoreParams {
         let descriptors_offset = 2 * LINE_BYTES;
         let slab_map_offset = descriptors_offset + u64::from(class_count) * LINE_BYTES;
         let entries_offset = round_up(slab_map_offset + u64::from(self.slab_count), LINE_BYTES);
-        let heap_offset = round_up(
-            entries_offset + u64::from(self.entry_count) * LINE_BYTES,
-            LINE_BYTES,
-        );
+        let sessions_offset = entries_offset + u64::from(self.entry_count) * LINE_BYTES;
+        let heap_offset = sessions_offset + u64::from(self.session_count) * LINE_BYTES;
         let region_bytes = heap_offset + u64::from(self.slab_count) * u64::from(self.slab_bytes);
         let index_slots = (2 * u64::from(self.entry_count)).next_power_of_two();
         let bitmap_bytes = round_up(chunks.div_ceil(8), 8);
@@ -213,6 +218,7 @@ impl StoreParams {
             class_count,
             slab_map_offset,
             entries_offset,
+            sessions_offset,
             heap_offset,
             region_bytes,
             index_slots,
@@ -243,6 +249,7 @@ impl Geometry {
             u64::from(p.slab_count),
             u64::from(p.key_bytes_max),
             u64::from(p.value_bytes_max),
+            u64::from(p.session_count),
         ] {
             c.word(w);
         }
@@ -259,6 +266,12 @@ impl Geometry {
     /// Offset of entry `e`.
     pub const fn entry_offset(&self, entry: u32) -> u64 {
         self.entries_offset + entry as u64 * LINE_BYTES
+    }
+    /// Offset of the session record of `client_id` (a session count
+    /// above 0).
+    pub fn session_offset(&self, client_id: u64) -> u64 {
+        let slot = mix64(client_id ^ DOMAIN_SESSION) % u64::from(self.params.session_count);
+        self.sessions_offset + slot * LINE_BYTES
     }
     /// Offset of chunk `g` (64-byte units from the heap's start).
     pub const fn chunk_offset(&self, chunk: u32) -> u64 {
@@ -369,6 +382,77 @@ pub enum Effect {
     },
 }
 
+/// A client's last write that changed the store, kept with the store
+/// (exactly-once: a retry is answered from it). Written in the same plan
+/// as the write, before its commit word; valid once that write committed
+/// (recovery checks the newest record against the entries).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionRecord {
+    /// The client.
+    pub client_id: u64,
+    /// Its request.
+    pub request_id: u64,
+    /// The version of the write.
+    pub version: u64,
+    /// What it did (recovery checks it committed).
+    pub effect: Effect,
+    /// Its reply.
+    pub reply: KvReply,
+}
+
+const DOMAIN_RECORD: u64 = 0x5245_4344; // "RECD"
+
+impl SessionRecord {
+    fn words(&self) -> [u64; 8] {
+        let (kind, entry, chunk) = match self.effect {
+            Effect::None => (0u64, 0u32, 0u32),
+            Effect::Put { entry, chunk, .. } => (1, entry, chunk),
+            Effect::Delete { entry } => (2, entry, 0),
+        };
+        let r = self.reply.to_bytes();
+        let mut lo = [0u8; 8];
+        lo.copy_from_slice(&r[1..9]);
+        let mut w = [
+            self.client_id,
+            self.request_id,
+            self.version,
+            kind | (u64::from(entry) << 8) | (u64::from(r[0]) << 40),
+            u64::from(chunk),
+            u64::from_le_bytes(lo),
+            0,
+            0,
+        ];
+        w[7] = crate::checksum::checksum_words(DOMAIN_RECORD, &w[..7]);
+        w
+    }
+
+    fn from_words(w: &[u64; 8]) -> Option<SessionRecord> {
+        if w[7] != crate::checksum::checksum_words(DOMAIN_RECORD, &w[..7]) {
+            return None;
+        }
+        let entry = ((w[3] >> 8) & 0xFFFF_FFFF) as u32;
+        let effect = match w[3] & 0xFF {
+            1 => Effect::Put {
+                entry,
+                chunk: w[4] as u32,
+                version: w[2],
+            },
+            2 => Effect::Delete { entry },
+            _ => return None,
+        };
+        let mut r = [0u8; KvReply::ENCODED_BYTES];
+        r[0] = (w[3] >> 40) as u8;
+        r[1..].copy_from_slice(&w[5].to_le_bytes());
+        Some(SessionRecord {
+            client_id: w[0],
+            request_id: w[1],
+            version: w[2],
+            effect,
+            reply: KvReply::from_bytes(&r)?,
+        })
+    }
+}
+
 /// The outcome of one write at the primary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Applied {
@@ -419,6 +503,9 @@ pub struct RecoveryReport {
     pub chunks_reclaimed: u64,
     /// Free lists cut where a link was not a free chunk of its class.
     pub free_lists_cut: u64,
+    /// Session records cleared: torn, or of the last write, which did
+    /// not commit.
+    pub sessions_cleared: u64,
     /// The highest item version found.
     pub version_max: u64,
 }
@@ -800,6 +887,7 @@ impl<M: Memory> Store<M> {
         key: &[u8],
         value: &[u8],
         version: u64,
+        session: Option<u64>,
         plan: &mut Plan,
     ) -> Option<u32> {
         let bytes = ITEM_HEADER_BYTES + key.len() as u64 + value.len() as u64;
@@ -808,6 +896,11 @@ impl<M: Memory> Store<M> {
         let chunk = self.alloc(class, plan)?;
         let item_bytes = self.write_item(chunk, entry, version, key, value);
         plan.push(self.geo.chunk_offset(chunk), item_bytes, false);
+        if let Some(at) = session {
+            // The client's record, before the commit word (its bytes are
+            // written once the reply is known, before any WRITE posts).
+            plan.push(at, LINE_BYTES, false);
+        }
         self.write_entry(entry, chunk, version, key_hash(key), item_bytes);
         plan.push(self.geo.entry_offset(entry), LINE_BYTES, false);
         if let Some(old) = old {
@@ -818,11 +911,14 @@ impl<M: Memory> Store<M> {
     }
 
     /// Clears `entry` and frees its chunk.
-    fn delete_at(&mut self, entry: u32, plan: &mut Plan) -> bool {
+    fn delete_at(&mut self, entry: u32, session: Option<u64>, plan: &mut Plan) -> bool {
         let Some((chunk, _)) = split_commit(self.entry_commit(entry)) else {
             return false;
         };
         let class = class_of(self.item_header(chunk).bytes());
+        if let Some(at) = session {
+            plan.push(at, LINE_BYTES, false);
+        }
         self.clear_entry(entry);
         plan.push(self.geo.entry_offset(entry), LINE_BYTES, false);
         self.free(chunk, class, plan);
@@ -948,6 +1044,32 @@ impl<M: Memory> Store<M> {
         self.keys -= 1;
     }
 
+    // ---- sessions ----
+
+    fn write_session(&self, r: &SessionRecord) {
+        let at = self.geo.session_offset(r.client_id);
+        for (i, w) in r.words().iter().enumerate() {
+            self.store(at + 8 * i as u64, *w);
+        }
+    }
+
+    fn read_session_at(&self, at: u64) -> Option<SessionRecord> {
+        let mut w = [0u64; 8];
+        for (i, x) in w.iter_mut().enumerate() {
+            *x = self.load(at + 8 * i as u64);
+        }
+        SessionRecord::from_words(&w)
+    }
+
+    /// The record of `client_id`'s last write, if its slot holds it.
+    pub fn session(&self, client_id: u64) -> Option<SessionRecord> {
+        if self.geo.params.session_count == 0 {
+            return None;
+        }
+        self.read_session_at(self.geo.session_offset(client_id))
+            .filter(|r| r.client_id == client_id)
+    }
+
     // ---- the operations ----
 
     /// Copies the value of `key` into `out`; its length, `None` when
@@ -971,29 +1093,82 @@ impl<M: Memory> Store<M> {
     /// Applies a write at the primary as `version` (increasing, never
     /// 0): the reply, the plan of WRITEs and the effect. `scratch` holds
     /// a value while INCR or CAS looks at it (value-limit bytes).
-    pub fn apply(&mut self, op: &KvOp<'_>, version: u64, scratch: &mut [u8]) -> Applied {
+    ///
+    /// With `session` (client, request) and a session count above 0, a
+    /// write that changes the store also records the client's reply in
+    /// its session slot (in the plan, before the commit word).
+    pub fn apply(
+        &mut self,
+        op: &KvOp<'_>,
+        version: u64,
+        session: Option<(u64, u64)>,
+        scratch: &mut [u8],
+    ) -> Applied {
         assert!(self.indexed, "a store serves only once indexed");
         assert!(version != 0, "versions start at 1");
+        let session_at = match session {
+            Some((client, _)) if self.geo.params.session_count > 0 => {
+                Some(self.geo.session_offset(client))
+            }
+            _ => None,
+        };
         let mut w = Writer {
             store: self,
             scratch,
             version,
+            session_at,
             plan: Plan::default(),
             effect: Effect::None,
         };
         let reply = apply_write(&mut w, op);
+        let (plan, effect) = (w.plan, w.effect);
+        if let (Some((client_id, request_id)), Some(_), false) =
+            (session, session_at, effect == Effect::None)
+        {
+            self.write_session(&SessionRecord {
+                client_id,
+                request_id,
+                version,
+                effect,
+                reply,
+            });
+        }
         Applied {
             reply,
-            plan: w.plan,
-            effect: w.effect,
+            plan,
+            effect,
         }
     }
 
     /// Replays a forwarded effect at a backup (MacR's forwarded path): the
     /// same allocator steps as the primary's, so the same bytes. `key` and
     /// `value` are the item's for a [`Effect::Put`].
-    pub fn replay(&mut self, effect: &Effect, key: &[u8], value: &[u8]) -> Result<(), ReplayError> {
+    pub fn replay(
+        &mut self,
+        effect: &Effect,
+        key: &[u8],
+        value: &[u8],
+        session: Option<&SessionRecord>,
+    ) -> Result<(), ReplayError> {
         let mut plan = Plan::default();
+        let session_at = session
+            .filter(|_| self.geo.params.session_count > 0)
+            .map(|r| self.geo.session_offset(r.client_id));
+        let r = self.replay_effect(effect, key, value, session_at, &mut plan);
+        if let (Ok(()), Some(rec), Some(_)) = (r, session, session_at) {
+            self.write_session(rec);
+        }
+        r
+    }
+
+    fn replay_effect(
+        &mut self,
+        effect: &Effect,
+        key: &[u8],
+        value: &[u8],
+        session_at: Option<u64>,
+        plan: &mut Plan,
+    ) -> Result<(), ReplayError> {
         match *effect {
             Effect::None => Ok(()),
             Effect::Put {
@@ -1014,7 +1189,7 @@ impl<M: Memory> Store<M> {
                 // A backup's local index is not kept: it takes the entry
                 // as it finds it.
                 self.indexed = false;
-                match self.put_at(entry, key, value, version, &mut plan) {
+                match self.put_at(entry, key, value, version, session_at, plan) {
                     None => Err(ReplayError::Full),
                     Some(c) if c != chunk => Err(ReplayError::Diverged),
                     Some(_) => Ok(()),
@@ -1025,7 +1200,7 @@ impl<M: Memory> Store<M> {
                     return Err(ReplayError::EntryOutOfRange);
                 }
                 self.indexed = false;
-                if self.delete_at(entry, &mut plan) {
+                if self.delete_at(entry, session_at, plan) {
                     Ok(())
                 } else {
                     Err(ReplayError::EntryFree)
@@ -1149,6 +1324,7 @@ impl<M: Memory> Store<M> {
                 self.push_free_entry(e);
             }
         }
+        self.recover_sessions(&mut report);
         // Free lists: walk each, cut where a link is not a free chunk of
         // its class (bounded by the heap's chunks).
         for class in 0..self.geo.class_count {
@@ -1245,6 +1421,54 @@ impl<M: Memory> Store<M> {
         report.keys = self.keys;
         self.indexed = true;
         Ok(report)
+    }
+
+    /// Sessions: a torn record is cleared; the newest is the last write's,
+    /// which may not have committed (every older write completed its
+    /// WRITEs everywhere before the next began): it is cleared unless its
+    /// effect is in the entries (a retry then runs it again).
+    fn recover_sessions(&mut self, report: &mut RecoveryReport) {
+        let mut newest: Option<(u64, SessionRecord)> = None;
+        for slot in 0..u64::from(self.geo.params.session_count) {
+            let at = self.geo.sessions_offset + slot * LINE_BYTES;
+            if (0..8).all(|i| self.load(at + 8 * i) == 0) {
+                continue;
+            }
+            match self.read_session_at(at) {
+                None => {
+                    for i in 0..8 {
+                        self.store(at + 8 * i, 0);
+                    }
+                    report.sessions_cleared += 1;
+                }
+                Some(r) => {
+                    report.version_max = report.version_max.max(r.version);
+                    if newest.is_none_or(|(_, n)| r.version > n.version) {
+                        newest = Some((at, r));
+                    }
+                }
+            }
+        }
+        let Some((at, r)) = newest else {
+            return;
+        };
+        let count = self.geo.params.entry_count;
+        let committed = match r.effect {
+            Effect::Put { entry, version, .. } => {
+                entry < count
+                    && split_commit(self.entry_commit(entry))
+                        .is_some_and(|(_, low)| low == version as u32)
+                    && self.load(self.geo.entry_offset(entry) + 16) == version
+            }
+            Effect::Delete { entry } => entry < count && self.entry_commit(entry) == 0,
+            Effect::None => false,
+        };
+        if !committed {
+            for i in 0..8 {
+                self.store(at + 8 * i, 0);
+            }
+            report.sessions_cleared += 1;
+        }
     }
 
     /// Whether `chunk` (of a slab of `class`) was handed out by its slab:
@@ -1353,6 +1577,7 @@ struct Writer<'a, M: Memory> {
     store: &'a mut Store<M>,
     scratch: &'a mut [u8],
     version: u64,
+    session_at: Option<u64>,
     plan: Plan,
     effect: Effect,
 }
@@ -1385,10 +1610,14 @@ impl<M: Memory> KvWriteAccess for Writer<'_, M> {
             Some((e, _)) => (e, false),
             None => (self.store.pop_free_entry().ok_or(())?, true),
         };
-        match self
-            .store
-            .put_at(entry, key, value, self.version, &mut self.plan)
-        {
+        match self.store.put_at(
+            entry,
+            key,
+            value,
+            self.version,
+            self.session_at,
+            &mut self.plan,
+        ) {
             Some(chunk) => {
                 if fresh {
                     self.store.index_insert(hash, entry);
@@ -1414,7 +1643,7 @@ impl<M: Memory> KvWriteAccess for Writer<'_, M> {
             return false;
         };
         self.store.index_remove(slot);
-        let done = self.store.delete_at(entry, &mut self.plan);
+        let done = self.store.delete_at(entry, self.session_at, &mut self.plan);
         assert!(done, "an indexed entry is used");
         self.store.push_free_entry(entry);
         self.effect = Effect::Delete { entry };

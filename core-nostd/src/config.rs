@@ -31,6 +31,12 @@ pub enum Mode {
     /// suspected or reported dead is replaced by a view the first member
     /// in line proposes. Needs views (`lease_ns > 0`).
     PrimaryBackup,
+    /// MacR's backup-memory replication (issue 16): the views decide the
+    /// primary as in [`Mode::PrimaryBackup`], but the key-value store
+    /// lives in registered memory and the primary WRITEs the bytes each
+    /// write changed straight into the backups' copies
+    /// ([`crate::backup`]); the log carries no operations. Needs views.
+    BackupMemory,
 }
 
 impl Mode {
@@ -39,7 +45,15 @@ impl Mode {
         match self {
             Mode::Log => "log",
             Mode::PrimaryBackup => "primary-backup",
+            Mode::BackupMemory => "backup-memory",
         }
+    }
+
+    /// Whether the views decide the primary and the members whose copy
+    /// counts (both primary-backup modes): the log engine then follows
+    /// views instead of electing.
+    pub fn view_primary(self) -> bool {
+        matches!(self, Mode::PrimaryBackup | Mode::BackupMemory)
     }
 
     /// The mode a manifest names.
@@ -47,6 +61,7 @@ impl Mode {
         match name {
             "log" => Some(Mode::Log),
             "primary-backup" => Some(Mode::PrimaryBackup),
+            "backup-memory" => Some(Mode::BackupMemory),
             _ => None,
         }
     }
@@ -380,6 +395,25 @@ pub struct Config {
     /// `mcast_payload_bytes_max`, in its own region
     /// ([`crate::subgroup`]).
     pub mcast_subgroups: [u8; crate::subgroup::SUBGROUPS_MAX],
+    /// Backup-memory mode ([`Mode::BackupMemory`]): index entries, the
+    /// most keys the store holds.
+    pub backup_entry_count: u32,
+    /// Backup-memory mode: bytes of a slab of the store's heap (a power
+    /// of two of at least 4096, at least the largest item).
+    pub backup_slab_bytes: u32,
+    /// Backup-memory mode: slabs in the heap.
+    pub backup_slab_count: u32,
+    /// Backup-memory mode: the largest key and value (the service's
+    /// limits).
+    pub backup_key_bytes_max: u32,
+    /// Backup-memory mode: the largest value.
+    pub backup_value_bytes_max: u32,
+    /// Backup-memory mode: a write whose allocator changes span more
+    /// separate structures than this is forwarded to the backups' CPUs
+    /// (MacR §III-C).
+    pub backup_forward_threshold: u8,
+    /// Backup-memory mode: bytes of one WRITE of a bulk copy.
+    pub backup_sync_chunk_bytes: u32,
     /// This process's incarnation: a number that differs from one process
     /// start to the next (the host draws it at random, the simulator
     /// counts restarts). The multicast engine ties a member's messages
@@ -392,6 +426,18 @@ pub struct Config {
 }
 
 impl Config {
+    /// The backup-memory store's parameters.
+    pub fn backup_store_params(&self) -> crate::backup::StoreParams {
+        crate::backup::StoreParams {
+            entry_count: self.backup_entry_count,
+            slab_bytes: self.backup_slab_bytes,
+            slab_count: self.backup_slab_count,
+            key_bytes_max: self.backup_key_bytes_max,
+            value_bytes_max: self.backup_value_bytes_max,
+            session_count: self.session_slot_count,
+        }
+    }
+
     /// Defaults tuned for a shared-memory fabric on one host: heartbeats
     /// every 50 µs, elections after 300–600 µs of silence.
     pub fn new(member_count: u8, self_id: MemberId) -> Config {
@@ -441,6 +487,13 @@ impl Config {
             rdmc_chunk_bytes: 1 << 20,
             rdmc_message_bytes_max: 1 << 24,
             mcast_subgroups: [0; crate::subgroup::SUBGROUPS_MAX],
+            backup_entry_count: 65_536,
+            backup_slab_bytes: 1 << 20,
+            backup_slab_count: 64,
+            backup_key_bytes_max: 256,
+            backup_value_bytes_max: 4096,
+            backup_forward_threshold: 2,
+            backup_sync_chunk_bytes: 1 << 20,
             incarnation: 1,
             #[cfg(feature = "mutation-testing")]
             mutation: Mutation::None,
@@ -814,23 +867,45 @@ impl Config {
                 });
             }
         }
-        if self.mode == Mode::PrimaryBackup && self.zombie_remove_ns != 0 {
+        if self.mode.view_primary() && self.zombie_remove_ns != 0 {
             return Err(Inconsistent {
                 field: "zombie_remove_ns",
-                reason: "must be 0 in mode primary-backup: the views list the members there, and the primary drops a silent one itself",
+                reason: "must be 0 in modes primary-backup and backup-memory: the views list the members there, and the primary drops a silent one itself",
             });
         }
-        if self.mode == Mode::PrimaryBackup && self.initial_members != self.member_count {
+        if self.mode.view_primary() && self.initial_members != self.member_count {
             return Err(Inconsistent {
                 field: "initial_members",
-                reason: "must equal member_count in mode primary-backup: DARE reconfiguration is for log mode",
+                reason: "must equal member_count in modes primary-backup and backup-memory: DARE reconfiguration is for log mode",
             });
         }
-        if self.mode == Mode::PrimaryBackup && self.lease_ns == 0 {
+        if self.mode.view_primary() && self.lease_ns == 0 {
             return Err(Inconsistent {
                 field: "lease_ns",
-                reason: "is 0 (views off), but mode primary-backup needs views: its primary is decided by the coordinators and leased (set views.lease_us, e.g. 50)",
+                reason: "is 0 (views off), but modes primary-backup and backup-memory need views: their primary is decided by the coordinators and leased (set views.lease_us, e.g. 50)",
             });
+        }
+        if self.mode == Mode::BackupMemory {
+            use crate::backup::StoreParamsError as E;
+            let reason = match self.backup_store_params().geometry() {
+                Ok(_) => None,
+                Err(E::EntryCount) => Some(("backup_entry_count", "must be between 1 and 2^31")),
+                Err(E::SlabBytes) => Some(("backup_slab_bytes", "must be a power of two of at least 4096")),
+                Err(E::SlabCount) => Some(("backup_slab_count", "must be at least 1, and the heap (slab_count × slab_bytes) below 256 GiB")),
+                Err(E::ItemLargerThanSlab) => Some(("backup_slab_bytes", "is smaller than the largest item (32 bytes, the largest key and the largest value): raise it or lower the key or value limit")),
+                Err(E::KeyOrValueLimit) => Some(("backup_key_bytes_max", "must be 1..=65535 (and the value limit at least 1)")),
+            };
+            if let Some((field, reason)) = reason {
+                return Err(Inconsistent { field, reason });
+            }
+            if self.backup_sync_chunk_bytes < 4096 || self.backup_sync_chunk_bytes > 1 << 30 {
+                return Err(OutOfRange {
+                    field: "backup_sync_chunk_bytes",
+                    value: u64::from(self.backup_sync_chunk_bytes),
+                    min: 4096,
+                    max: 1 << 30,
+                });
+            }
         }
         if self.apply_batch_max == 0 || self.apply_batch_max > 1 << 16 {
             return Err(OutOfRange {

@@ -37,6 +37,8 @@ impl EngineTag {
     pub const MULTICAST: EngineTag = EngineTag(3);
     /// The large-message multicast engine (Derecho's RDMC).
     pub const RDMC: EngineTag = EngineTag(4);
+    /// The backup-memory engine (MacR).
+    pub const BACKUP: EngineTag = EngineTag(5);
 
     /// The fabric-wide id of an engine-local id. Panics when the engine
     /// used bits that belong to the tag: that is a bug of the engine.

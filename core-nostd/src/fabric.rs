@@ -44,9 +44,9 @@ impl MemberId {
 
 /// Largest number of registered regions a member has (every engine's
 /// regions together). Per-region arrays in the fabrics have this length:
-/// ten engine regions and one per multicast subgroup
-/// ([`crate::subgroup::SUBGROUPS_MAX`]).
-pub const REGIONS_MAX: usize = 16;
+/// ten engine regions, one per multicast subgroup
+/// ([`crate::subgroup::SUBGROUPS_MAX`]) and the backup-memory store's two.
+pub const REGIONS_MAX: usize = 18;
 
 /// A registered memory region of a member. The set is open: each engine
 /// declares the regions it needs ([`crate::layout::RegionSpec`]) and the
@@ -93,6 +93,8 @@ impl RegionId {
             3 => "sessions",
             4 => "heartbeat",
             5 => "snapshot",
+            16 => "store",
+            17 => "store-local",
             _ => "region",
         }
     }
@@ -152,9 +154,9 @@ impl Channel {
     /// The channel that carries requests addressed to `region` of a peer.
     #[inline]
     pub const fn for_region(region: RegionId) -> Channel {
-        // The backup-memory store (region 6) is fenced like the log: its
+        // The backup-memory store (region 16) is fenced like the log: its
         // revoke breaks only the log channel.
-        if region.0 == RegionId::Log.0 || region.0 == 6 {
+        if region.0 == RegionId::Log.0 || region.0 == 16 {
             Channel::Log
         } else {
             Channel::Control

@@ -29,7 +29,7 @@ use crate::config::{Config, ConfigError};
 use crate::fabric::{Addr, MemberId, RegionId, REGIONS_MAX};
 
 /// Bumped whenever the meaning of any byte of the layout changes.
-pub const LAYOUT_VERSION: u64 = 8;
+pub const LAYOUT_VERSION: u64 = 9;
 
 /// Who may access a region remotely.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -181,6 +181,9 @@ pub struct Layout {
     /// The multicast subgroups' regions ([`crate::subgroup`]), in the
     /// configuration's places.
     pub subgroups: [Option<crate::subgroup::SubgroupLayout>; crate::subgroup::SUBGROUPS_MAX],
+    /// The backup-memory store's regions ([`crate::backup`]; `None`
+    /// outside backup-memory mode).
+    pub backup: Option<crate::backup::engine::BackupLayout>,
     /// Lease timing every member must share (a lease held by one is timed
     /// against another's wait): `lease_ns`, `lease_drift_ppm`,
     /// `coordinator_count` of the configuration (0s with views off).
@@ -271,6 +274,7 @@ impl Layout {
             multicast: crate::multicast::McastLayout::new(config),
             rdmc: crate::rdmc::RdmcLayout::new(config),
             subgroups: crate::subgroup::SubgroupLayout::all(config),
+            backup: crate::backup::engine::BackupLayout::for_config(config),
             lease_terms: if config.lease_ns == 0 {
                 [0; 3]
             } else {
@@ -283,6 +287,7 @@ impl Layout {
             mode_code: match config.mode {
                 crate::config::Mode::Log => 0,
                 crate::config::Mode::PrimaryBackup => 1,
+                crate::config::Mode::BackupMemory => 2,
             },
             hash: 0,
         };
@@ -341,6 +346,11 @@ impl Layout {
                 c.word(w);
             }
         }
+        if let Some(b) = self.backup {
+            for w in b.hash_words() {
+                c.word(w);
+            }
+        }
         c.finish()
     }
 
@@ -366,6 +376,12 @@ impl Layout {
             r if self.subgroup_of_region(r).is_some() => self
                 .subgroup_of_region(r)
                 .map_or(0, |g| g.group.region_bytes),
+            r if r == crate::backup::engine::STORE_REGION => {
+                self.backup.map_or(0, |b| b.region_bytes)
+            }
+            r if r == crate::backup::engine::STORE_LOCAL_REGION => {
+                self.backup.map_or(0, |b| b.local_bytes)
+            }
             // Not a region of this layout: nothing is inside it.
             _ => 0,
         }
@@ -425,12 +441,14 @@ impl Layout {
         let multicast = self.multicast.map(|m| m.region());
         let rdmc = self.rdmc.map(|m| m.region());
         let subgroups = self.subgroups.map(|g| g.map(|g| g.region()));
+        let backup = self.backup.map(|b| b.regions());
         specs
             .into_iter()
             .chain([shared, local])
             .chain(multicast)
             .chain(rdmc)
             .chain(subgroups.into_iter().flatten())
+            .chain(backup.into_iter().flatten())
             .filter(|r| r.bytes > 0)
     }
 

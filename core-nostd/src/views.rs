@@ -401,7 +401,7 @@ impl<M: Memory + Clone> ViewEngine<M> {
             acceptors,
             acceptor_count,
             lease_ns: config.lease_ns,
-            readmit: config.mode == crate::config::Mode::PrimaryBackup,
+            readmit: config.mode.view_primary(),
             learn_period_ns: config.view_learn_period_ns,
             hurry_learn_ns: (config.lease_ns / 4)
                 .max(HURRY_LEARN_PERIOD_MIN_NS.min(config.election_timeout_min_ns / 8))

@@ -55,6 +55,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod backup;
 pub mod large;
 pub mod restart;
 
@@ -70,13 +71,13 @@ use verbatim_core::sm::{ReadError, RequestError};
 pub use verbatim_core::subgroup::SubgroupEngine;
 use verbatim_core::subgroup::{subgroup_of_tag, subgroup_tag};
 use verbatim_core::views::{View, ViewEngine, ViewEvent};
-use verbatim_core::{Config, ConfigError, Layout, Memory, Mode, Node, StateMachine};
+use verbatim_core::{Config, ConfigError, Layout, Memory, Node, StateMachine};
 
 /// The view the log engine wants, and the epoch it was derived from (only
 /// for a claim or a primary-backup view: proposed only while that epoch is
 /// the newest).
 fn wanted_view<M: Memory, S: StateMachine>(log: &Node<M, S>) -> (Option<View>, Option<u64>) {
-    if log.config().mode == Mode::PrimaryBackup {
+    if log.config().mode.view_primary() {
         // A takeover, a member dropped or added, derived from the newest
         // view it follows.
         let (want, base) = log.pb_want();
@@ -117,6 +118,10 @@ pub struct Engines<M: Memory, S: StateMachine> {
     /// subgroups and shards, [`verbatim_core::subgroup`]), in the
     /// configuration's order.
     pub subgroups: Vec<SubgroupEngine<M>>,
+    /// MacR's backup-memory replication (`None` outside mode
+    /// backup-memory): the key-value store in registered memory, which
+    /// serves every client request in that mode ([`backup`]).
+    pub backup: Option<verbatim_core::backup::engine::BackupEngine<M>>,
 }
 
 impl<M: Memory, S: StateMachine> Engines<M, S> {
@@ -404,6 +409,11 @@ pub struct Driver<M: Memory + Clone, S: StateMachine, R> {
     /// served the moment this member leads, or sent straight to the
     /// member that won.
     held: VecDeque<(u64, Incoming<R>)>,
+    /// Backup-memory mode: requests in arrival order, served one write at
+    /// a time by the backup engine.
+    backup_queue: VecDeque<Incoming<R>>,
+    /// Backup-memory mode: a key and a value (the engine's scratch).
+    backup_scratch: Vec<u8>,
 }
 
 /// Requests held at most while no leader is known (beyond it, the newest
@@ -438,6 +448,15 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             .flatten()
             .filter_map(|lay| SubgroupEngine::new(&config, *lay, memory.clone(), now_ns))
             .collect();
+        let backup = layout
+            .backup
+            .map(|lay| backup::engine_for(&config, lay, memory.clone()));
+        let backup_scratch = vec![
+            0u8;
+            layout.backup.map_or(0, |b| {
+                (b.geo.params.key_bytes_max + b.geo.params.value_bytes_max) as usize
+            })
+        ];
         let log = Box::new(Node::new(config, memory.clone(), service, now_ns)?);
         Ok(Driver {
             engines: Engines {
@@ -447,6 +466,7 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                 multicast,
                 rdmc: None,
                 subgroups,
+                backup,
             },
             pending_writes: HashMap::default(),
             pending_reads: HashMap::default(),
@@ -462,6 +482,8 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             large_buf,
             memory,
             held: VecDeque::new(),
+            backup_queue: VecDeque::new(),
+            backup_scratch,
         })
     }
 
@@ -534,10 +556,12 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
     /// Requests waiting for an answer (writes, reads), those held during
     /// an election included.
     pub fn pending(&self) -> (usize, usize) {
-        let held_writes = self.held.iter().filter(|(_, r)| r.write).count();
+        let held_writes = self.held.iter().filter(|(_, r)| r.write).count()
+            + self.backup_queue.iter().filter(|r| r.write).count();
+        let held = self.held.len() + self.backup_queue.len();
         (
             self.pending_writes.len() + held_writes,
-            self.pending_reads.len() + self.held.len() - held_writes,
+            self.pending_reads.len() + held - held_writes,
         )
     }
 
@@ -575,6 +599,7 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                     .min()
                     .unwrap_or(u64::MAX),
             )
+            .min(self.backup_deadline())
     }
 
     /// One iteration of the loop (see the crate documentation). Returns
@@ -601,6 +626,9 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             for g in &mut self.engines.subgroups {
                 g.handle_peer_down(now_ns, peer);
             }
+            if let Some(b) = &mut self.engines.backup {
+                b.handle_peer_down(now_ns, peer);
+            }
             self.heartbeat_due_ns = 0;
             self.views_due_ns = 0;
             log_work = true;
@@ -616,6 +644,9 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             }
             for g in &mut self.engines.subgroups {
                 g.handle_peer_up(now_ns, peer);
+            }
+            if let Some(b) = &mut self.engines.backup {
+                b.handle_peer_up(now_ns, peer);
             }
             self.heartbeat_due_ns = 0;
             self.views_due_ns = 0;
@@ -673,6 +704,9 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             }
             work |= self.step_multicast(now_ns, fabric, host);
             work |= self.step_subgroups(now_ns, fabric, host);
+            if self.engines.backup.is_some() {
+                log_work |= self.step_backup(now_ns, fabric, host);
+            }
             while let Some(e) = self.engines.heartbeat.poll_event() {
                 if let CounterEvent::Stalled { peer, .. } = e {
                     // The second detector level acts: a stalled leader is
@@ -866,7 +900,7 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                 self.views_due_ns = 0;
             }
         }
-        let primary_backup = log.config().mode == Mode::PrimaryBackup;
+        let primary_backup = log.config().mode.view_primary();
         if !primary_backup {
             // Log mode: while views can be decided, they decide who
             // campaigns (a claim).
@@ -954,6 +988,10 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             host.answer(route, Answer::NotLeader(None));
             host.recycle(query);
         }
+        for r in std::mem::take(&mut self.backup_queue) {
+            host.answer(r.route, Answer::NotLeader(None));
+            host.recycle(r.payload);
+        }
     }
 
     /// Reaps every completion and routes it by its engine tag. Returns
@@ -990,6 +1028,13 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                     Some(r) => r.handle_completion(now_ns, c),
                     None => self.counters.completions_unrouted += 1,
                 },
+                EngineTag::BACKUP => match &mut self.engines.backup {
+                    Some(b) => {
+                        log = true;
+                        b.handle_completion(now_ns, c)
+                    }
+                    None => self.counters.completions_unrouted += 1,
+                },
                 t => match subgroup_of_tag(t)
                     .and_then(|i| self.engines.subgroups.iter_mut().find(|g| g.index() == i))
                 {
@@ -1003,6 +1048,10 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
 
     /// Validates one request with the service and submits it (DARE §3.3).
     fn submit<H: Host<M, S, Route = R>>(&mut self, now_ns: u64, r: Incoming<R>, host: &mut H) {
+        if self.engines.backup.is_some() {
+            self.submit_backup(r, host);
+            return;
+        }
         if self.should_hold() && self.held.len() < HELD_REQUESTS_MAX {
             // Checked when the election ends (end of `step`), or answered
             // "no leader" after the longest election timeout.

@@ -480,6 +480,82 @@ fn in_primary_backup_mode_a_killed_primary_is_replaced_by_a_view_and_rejoins() {
     );
 }
 
+/// Backup-memory mode (`cluster.mode = "backup-memory"`, MacR, issue
+/// 16): the primary WRITEs each write into the backups' stores, a killed
+/// primary is replaced by a view whose primary recovers its own copy and
+/// copies it to the others, the history stays linearizable (exactly-once
+/// across the failover: the store keeps each client's last write), and
+/// the killed member, restarted with an empty store, is copied and added
+/// back to the view.
+#[test]
+fn in_backup_memory_mode_a_killed_primary_is_replaced_and_its_successor_copies_it_back() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cluster = start_with(
+        "itbm",
+        0,
+        vec![
+            "cluster.mode=backup-memory".into(),
+            "views.lease_us=200".into(),
+            "backup.entry_count=4096".into(),
+            "backup.slab_bytes=65536".into(),
+            "backup.slab_count=32".into(),
+            "backup.sync_chunk_bytes=65536".into(),
+        ],
+    );
+    let (_, term) = cluster
+        .wait_leader(0, Duration::from_secs(10))
+        .expect("a primary");
+    let epoch = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers = workload(&cluster, 3, 4, stop.clone(), epoch);
+    std::thread::sleep(Duration::from_millis(400));
+    let before = cluster
+        .status()
+        .into_iter()
+        .flatten()
+        .find(|s| s.role == "leader")
+        .expect("a primary's status");
+    let views = before.views.clone().expect("views are on");
+    assert_eq!(views.mode, "backup-memory");
+    let kill_ns = epoch.elapsed().as_nanos() as u64;
+    cluster.kill(before.id).unwrap();
+    let (new_primary, _) = cluster
+        .wait_leader(term, Duration::from_secs(10))
+        .expect("a new primary");
+    assert_ne!(new_primary, before.id);
+    let history = history_after_kill(&cluster, stop, workers, epoch, kill_ns);
+    assert_linearizable(&history);
+    cluster.restart(before.id).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let primary = cluster
+            .status()
+            .into_iter()
+            .flatten()
+            .find(|s| s.role == "leader");
+        if primary.as_ref().is_some_and(|p| {
+            p.views
+                .as_ref()
+                .is_some_and(|v| v.members.contains(&before.id) && v.leader == Some(p.id))
+        }) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "member {} not copied and added back: {:?}",
+            before.id,
+            primary.map(|p| p.views)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut c = Client::new(&cluster.manifest, ClientOptions::default());
+    c.set(b"after-rejoin", b"v").expect("a write");
+    assert_eq!(
+        c.get(b"after-rejoin").expect("a read").as_deref(),
+        Some(&b"v"[..])
+    );
+}
+
 #[test]
 fn a_stopped_leader_is_replaced_and_rejoins_as_a_follower() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());

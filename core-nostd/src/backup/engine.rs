@@ -36,7 +36,7 @@
 //! primary READs. Line 1 holds the forwarded write's header, then its key
 //! and value follow.
 
-use super::{Effect, Geometry, RecoveryReport, Store, StoreParams, LINE_BYTES};
+use super::{Effect, Geometry, RecoveryReport, SessionRecord, Store, StoreParams, LINE_BYTES};
 use crate::checksum::Checksum;
 use crate::engine::Engine;
 use crate::fabric::{
@@ -48,9 +48,9 @@ use crate::mem::Memory;
 use heapless::Deque;
 
 /// The replicated region: mailbox, then the store.
-pub const STORE_REGION: RegionId = RegionId(6);
+pub const STORE_REGION: RegionId = RegionId(16);
 /// Local memory: the store's index and bitmaps, landing words for READs.
-pub const STORE_LOCAL_REGION: RegionId = RegionId(7);
+pub const STORE_LOCAL_REGION: RegionId = RegionId(17);
 
 /// Actions queued at most (a write's plan to every backup, forwards).
 const ACTION_QUEUE_CAP: usize = 128;
@@ -60,6 +60,10 @@ const REPLY_QUEUE_CAP: usize = 8;
 pub const SYNC_IN_FLIGHT_MAX: u32 = 4;
 
 const DOMAIN_FORWARD: u64 = 0x4657_4452; // "FWDR"
+/// The forwarded write's header (two lines from offset 64), then its key
+/// and value.
+const FORWARD_HEADER_WORDS: usize = 16;
+const FORWARD_BODY_OFFSET: u64 = 3 * LINE_BYTES;
 const KIND_PLAN: u64 = 0;
 const KIND_SYNC: u64 = 1;
 const KIND_FORWARD: u64 = 2;
@@ -99,17 +103,53 @@ pub struct BackupLayout {
 }
 
 impl BackupLayout {
+    /// The layout for `config`, `None` outside backup-memory mode (or
+    /// with store parameters the configuration's check refuses).
+    pub fn for_config(config: &crate::config::Config) -> Option<BackupLayout> {
+        if config.mode != crate::config::Mode::BackupMemory {
+            return None;
+        }
+        config
+            .backup_store_params()
+            .geometry()
+            .ok()
+            .map(BackupLayout::new)
+    }
+
+    /// Words of the layout hash: members whose stores differ in shape
+    /// must not connect.
+    pub fn hash_words(&self) -> [u64; 3] {
+        [self.geo.hash(), self.mailbox_bytes, self.local_bytes]
+    }
+
+    /// The two regions.
+    pub fn regions(&self) -> [crate::layout::RegionSpec; 2] {
+        [
+            crate::layout::RegionSpec {
+                id: STORE_REGION,
+                bytes: self.region_bytes,
+                remote: crate::layout::RemoteAccess::Granted,
+            },
+            crate::layout::RegionSpec {
+                id: STORE_LOCAL_REGION,
+                bytes: self.local_bytes,
+                remote: crate::layout::RemoteAccess::Local,
+            },
+        ]
+    }
+
     /// Lays the regions out.
     pub fn new(geo: Geometry) -> BackupLayout {
         let body = u64::from(geo.params.key_bytes_max) + u64::from(geo.params.value_bytes_max);
-        let mailbox_bytes = 2 * LINE_BYTES + body.div_ceil(LINE_BYTES) * LINE_BYTES;
+        let mailbox_bytes = FORWARD_BODY_OFFSET + body.div_ceil(LINE_BYTES) * LINE_BYTES;
         let landing_offset = geo.local_bytes;
         BackupLayout {
             geo,
             mailbox_bytes,
             region_bytes: mailbox_bytes + geo.region_bytes,
             landing_offset,
-            local_bytes: landing_offset + 8 * MAX_MEMBERS as u64,
+            local_bytes: (landing_offset + 8 * MAX_MEMBERS as u64).div_ceil(LINE_BYTES)
+                * LINE_BYTES,
         }
     }
 }
@@ -227,6 +267,18 @@ pub struct BackupStatus {
     pub counters: BackupCounters,
 }
 
+/// A write taken by [`BackupEngine::start_write`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Started {
+    /// Applied; its reply comes out of [`BackupEngine::poll_reply`] once
+    /// replicated.
+    Applied,
+    /// A retry of the client's last write, already applied: its reply.
+    Duplicate(KvReply),
+    /// Older than the client's last write (superseded).
+    Stale,
+}
+
 /// Why a write was not started.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StartError {
@@ -272,6 +324,15 @@ pub struct BackupEngine<M: Memory> {
 
 fn wr_id(kind: u64, peer: MemberId, seq: u64) -> WrId {
     WrId((kind << 53) | (u64::from(peer.0) << 45) | (seq & ((1 << 45) - 1)))
+}
+
+fn forward_checksum(words: &[u64; FORWARD_HEADER_WORDS], body: &[u8]) -> u64 {
+    let mut c = Checksum::new(DOMAIN_FORWARD);
+    for w in &words[..FORWARD_HEADER_WORDS - 1] {
+        c.word(*w);
+    }
+    c.bytes(body);
+    c.finish()
 }
 
 fn wr_kind(id: WrId) -> u64 {
@@ -516,7 +577,7 @@ impl<M: Memory> BackupEngine<M> {
         request_id: u64,
         op: &KvOp<'_>,
         scratch: &mut [u8],
-    ) -> Result<(), StartError> {
+    ) -> Result<Started, StartError> {
         self.now = now_ns;
         if self.role == BackupRole::Backup || !self.serving {
             return Err(StartError::NotPrimary(self.primary_hint()));
@@ -524,9 +585,21 @@ impl<M: Memory> BackupEngine<M> {
         if !self.ready() {
             return Err(StartError::Busy);
         }
+        if let Some(r) = self.store.session(client_id) {
+            // Exactly-once: its record is replicated (no write is in
+            // flight when one starts).
+            if r.request_id == request_id {
+                return Ok(Started::Duplicate(r.reply));
+            }
+            if r.request_id > request_id {
+                return Ok(Started::Stale);
+            }
+        }
         let version = self.next_version;
         self.next_version += 1;
-        let applied = self.store.apply(op, version, scratch);
+        let applied = self
+            .store
+            .apply(op, version, Some((client_id, request_id)), scratch);
         self.pending = Some(Pending {
             client_id,
             request_id,
@@ -535,7 +608,7 @@ impl<M: Memory> BackupEngine<M> {
         if applied.plan.is_empty() {
             self.counters.writes_unchanged += 1;
             self.finish_if_done();
-            return Ok(());
+            return Ok(Started::Applied);
         }
         let forward = applied.plan.alloc_ranges > self.cfg.forward_threshold
             && applied.effect != Effect::None;
@@ -551,7 +624,8 @@ impl<M: Memory> BackupEngine<M> {
             }
             if forward && peer.copy == CopyState::Synced {
                 if !forwarded {
-                    self.stage_forward(&applied.effect, scratch);
+                    let record = self.store.session(client_id);
+                    self.stage_forward(&applied.effect, record.as_ref(), scratch);
                     forwarded = true;
                 }
                 let seq = self.forward_seq;
@@ -599,17 +673,23 @@ impl<M: Memory> BackupEngine<M> {
             self.counters.writes_zero_copy += 1;
         }
         self.finish_if_done();
-        Ok(())
+        Ok(Started::Applied)
     }
 
     fn forward_bytes(&self) -> u64 {
         let len = self.mem.load_u64(Addr::new(STORE_REGION, LINE_BYTES + 40));
-        LINE_BYTES + len
+        FORWARD_BODY_OFFSET - LINE_BYTES + len
     }
 
     /// Writes the forwarded write into our own mailbox (the WRITEs'
-    /// source): header line, key and value, then the sequence word.
-    fn stage_forward(&mut self, effect: &Effect, scratch: &mut [u8]) {
+    /// source): its header (the effect, the client's record, a
+    /// checksum), its key and value, then the sequence word.
+    fn stage_forward(
+        &mut self,
+        effect: &Effect,
+        record: Option<&SessionRecord>,
+        scratch: &mut [u8],
+    ) {
         self.forward_seq += 1;
         let seq = self.forward_seq;
         let (kind, entry, chunk, version, key_len, value_len) = match *effect {
@@ -628,7 +708,8 @@ impl<M: Memory> BackupEngine<M> {
             Effect::None => unreachable!("forwarded only with an effect"),
         };
         let body = key_len + value_len;
-        let words = [
+        let mut words = [0u64; FORWARD_HEADER_WORDS];
+        words[..7].copy_from_slice(&[
             seq,
             kind,
             u64::from(entry),
@@ -636,20 +717,28 @@ impl<M: Memory> BackupEngine<M> {
             version,
             body as u64,
             key_len as u64,
-        ];
-        let mut c = Checksum::new(DOMAIN_FORWARD);
-        for w in words {
-            c.word(w);
+        ]);
+        if let Some(r) = record {
+            let reply = r.reply.to_bytes();
+            let mut val = [0u8; 8];
+            val.copy_from_slice(&reply[1..]);
+            words[7] = 1;
+            words[8] = r.client_id;
+            words[9] = r.request_id;
+            words[10] = u64::from(reply[0]);
+            words[11] = u64::from_le_bytes(val);
+            words[12] = r.version;
         }
-        c.bytes(&scratch[..body]);
+        words[FORWARD_HEADER_WORDS - 1] = forward_checksum(&words, &scratch[..body]);
         let line = Addr::new(STORE_REGION, LINE_BYTES);
         for (i, w) in words.iter().enumerate() {
             // Word 5 (offset 40) is the body length `forward_bytes` reads.
             self.mem.store_u64(line.add(8 * i as u64), *w);
         }
-        self.mem.store_u64(line.add(56), c.finish());
-        self.mem
-            .write(Addr::new(STORE_REGION, 2 * LINE_BYTES), &scratch[..body]);
+        self.mem.write(
+            Addr::new(STORE_REGION, FORWARD_BODY_OFFSET),
+            &scratch[..body],
+        );
         self.mem.store_u64(Addr::new(STORE_REGION, 0), seq);
     }
 
@@ -660,11 +749,11 @@ impl<M: Memory> BackupEngine<M> {
             return;
         }
         let line = Addr::new(STORE_REGION, LINE_BYTES);
-        let mut words = [0u64; 8];
+        let mut words = [0u64; FORWARD_HEADER_WORDS];
         for (i, w) in words.iter_mut().enumerate() {
             *w = self.mem.load_u64(line.add(8 * i as u64));
         }
-        let [wseq, kind, entry, chunk, version, body, key_len, checksum] = words;
+        let [wseq, kind, entry, chunk, version, body, key_len, ..] = words;
         let limit = u64::from(self.lay.geo.params.key_bytes_max)
             + u64::from(self.lay.geo.params.value_bytes_max);
         if wseq != seq || body > limit || key_len > body || body as usize > scratch.len() {
@@ -674,15 +763,10 @@ impl<M: Memory> BackupEngine<M> {
         }
         let body = body as usize;
         self.mem.read(
-            Addr::new(STORE_REGION, 2 * LINE_BYTES),
+            Addr::new(STORE_REGION, FORWARD_BODY_OFFSET),
             &mut scratch[..body],
         );
-        let mut c = Checksum::new(DOMAIN_FORWARD);
-        for w in &words[..7] {
-            c.word(*w);
-        }
-        c.bytes(&scratch[..body]);
-        if c.finish() != checksum {
+        if forward_checksum(&words, &scratch[..body]) != words[FORWARD_HEADER_WORDS - 1] {
             return;
         }
         let effect = match kind {
@@ -695,8 +779,25 @@ impl<M: Memory> BackupEngine<M> {
                 entry: entry as u32,
             },
         };
+        let record = if words[7] == 1 {
+            let mut reply = [0u8; KvReply::ENCODED_BYTES];
+            reply[0] = words[10] as u8;
+            reply[1..].copy_from_slice(&words[11].to_le_bytes());
+            KvReply::from_bytes(&reply).map(|reply| SessionRecord {
+                client_id: words[8],
+                request_id: words[9],
+                version: words[12],
+                effect,
+                reply,
+            })
+        } else {
+            None
+        };
         let (key, value) = scratch[..body].split_at(key_len as usize);
-        let failed = self.store.replay(&effect, key, value).is_err();
+        let failed = self
+            .store
+            .replay(&effect, key, value, record.as_ref())
+            .is_err();
         if failed {
             self.counters.replay_failures += 1;
         }

@@ -71,6 +71,7 @@ fn params() -> StoreParams {
         slab_count: 12,
         key_bytes_max: 24,
         value_bytes_max: 600,
+        session_count: 16,
     }
 }
 
@@ -227,7 +228,7 @@ fn the_store_answers_as_the_map_model_does() {
         let mut m = model.backend().clone();
         let (key, value, kind, delta, expected) = gen.next(&m);
         let op = op_of(&key, &value, kind, delta, &expected);
-        let got = s.apply(&op, version, &mut scratch);
+        let got = s.apply(&op, version, Some((version % 5, version)), &mut scratch);
         let want = model.apply_op(&op);
         if got.reply == KvReply::Err(KvError::StoreFull) {
             // The model's map never fills: undo its step and check that
@@ -266,15 +267,24 @@ fn replicate(
     backup: &mut Store<Mem>,
     bmem: &Mem,
     a: &Applied,
+    client: u64,
     threshold: u8,
 ) -> bool {
     if a.plan.alloc_ranges > threshold {
+        let session = match a.effect {
+            Effect::None => None,
+            _ => primary.session(client),
+        };
         if let Effect::Put { chunk, .. } = a.effect {
             let mut buf = vec![0u8; 1024];
             let (k, v) = primary.item_bytes(chunk, &mut buf).unwrap();
-            backup.replay(&a.effect, &buf[..k], &buf[k..k + v]).unwrap();
+            backup
+                .replay(&a.effect, &buf[..k], &buf[k..k + v], session.as_ref())
+                .unwrap();
         } else {
-            backup.replay(&a.effect, &[], &[]).unwrap();
+            backup
+                .replay(&a.effect, &[], &[], session.as_ref())
+                .unwrap();
         }
         return true;
     }
@@ -299,12 +309,12 @@ fn a_backup_fed_plans_and_replays_stays_byte_identical() {
     for version in 1..=3000u64 {
         let (key, value, kind, delta, expected) = gen.next(&model);
         let op = op_of(&key, &value, kind, delta, &expected);
-        let a = p.apply(&op, version, &mut scratch);
+        let a = p.apply(&op, version, Some((version % 5, version)), &mut scratch);
         crate::kv::apply_write(&mut model, &op);
         if a.plan.is_empty() {
             continue;
         }
-        if replicate(&p, &pmem, &mut b, &bmem, &a, 2) {
+        if replicate(&p, &pmem, &mut b, &bmem, &a, version % 5, 2) {
             forwarded += 1;
         } else {
             zero_copy += 1;
@@ -344,6 +354,7 @@ fn a_replay_on_a_copy_that_differs_is_refused() {
             value: b"1",
         },
         1,
+        None,
         &mut scratch,
     );
     let Effect::Put {
@@ -361,6 +372,7 @@ fn a_replay_on_a_copy_that_differs_is_refused() {
             value: b"9",
         },
         1,
+        None,
         &mut scratch,
     );
     assert_eq!(
@@ -371,7 +383,8 @@ fn a_replay_on_a_copy_that_differs_is_refused() {
                 version
             },
             b"a",
-            b"1"
+            b"1",
+            None
         ),
         Err(ReplayError::Diverged)
     );
@@ -383,7 +396,8 @@ fn a_replay_on_a_copy_that_differs_is_refused() {
                 version
             },
             b"a",
-            b"1"
+            b"1",
+            None
         ),
         Err(ReplayError::EntryOutOfRange)
     );
@@ -395,12 +409,13 @@ fn a_replay_on_a_copy_that_differs_is_refused() {
                 version
             },
             b"",
-            b"1"
+            b"1",
+            None
         ),
         Err(ReplayError::TooLarge)
     );
     assert_eq!(
-        b.replay(&Effect::Delete { entry: 40 }, &[], &[]),
+        b.replay(&Effect::Delete { entry: 40 }, &[], &[], None),
         Err(ReplayError::EntryFree)
     );
 }
@@ -439,7 +454,7 @@ fn a_crash_after_any_prefix_of_a_plan_keeps_every_acknowledged_write_and_no_phan
         let before_region = pmem.region();
         let (key, value, kind, delta, expected) = gen.next(&model);
         let op = op_of(&key, &value, kind, delta, &expected);
-        let a = p.apply(&op, version, &mut scratch);
+        let a = p.apply(&op, version, Some((version % 5, version)), &mut scratch);
         let before = model_contents(&model);
         crate::kv::apply_write(&mut model, &op);
         let after = model_contents(&model);
@@ -474,6 +489,18 @@ fn a_crash_after_any_prefix_of_a_plan_keeps_every_acknowledged_write_and_no_phan
                     )
                 };
                 outcomes[outcome] += 1;
+                // The client's record says the write happened exactly
+                // when it did (a retry is answered from it, or runs it).
+                let recorded = b
+                    .session(version % 5)
+                    .is_some_and(|r| r.request_id == version && r.reply == a.reply);
+                if a.effect != Effect::None && before != after {
+                    assert_eq!(
+                        recorded,
+                        outcome == 1,
+                        "op {version}, crash after {k} WRITEs (variant {variant}): {report:?}"
+                    );
+                }
                 assert_clean(&b);
                 // The promoted copy goes on serving: a write on top.
                 let more = b.apply(
@@ -482,6 +509,7 @@ fn a_crash_after_any_prefix_of_a_plan_keeps_every_acknowledged_write_and_no_phan
                         value: &[7; 100],
                     },
                     1 << 40,
+                    None,
                     &mut scratch,
                 );
                 assert!(matches!(
@@ -511,7 +539,7 @@ fn recovery_of_a_corrupted_region_never_panics_and_leaves_a_consistent_store() {
     for version in 1..=400u64 {
         let (key, value, kind, delta, expected) = gen.next(&model);
         let op = op_of(&key, &value, kind, delta, &expected);
-        p.apply(&op, version, &mut scratch);
+        p.apply(&op, version, Some((version % 5, version)), &mut scratch);
         crate::kv::apply_write(&mut model, &op);
     }
     let good = pmem.region();
@@ -550,7 +578,7 @@ fn recovery_of_a_corrupted_region_never_panics_and_leaves_a_consistent_store() {
         for version in 1..=60u64 {
             let (key, value, kind, delta, expected) = gen.next(&model);
             let op = op_of(&key, &value, kind, delta, &expected);
-            s.apply(&op, 1000 + version, &mut scratch);
+            s.apply(&op, 1000 + version, None, &mut scratch);
         }
         assert_clean(&s);
     }
@@ -573,6 +601,7 @@ fn typical_writes_need_few_allocator_writes_and_a_carved_slab_is_forwarded() {
             value: b"1",
         },
         1,
+        None,
         &mut scratch,
     );
     assert_eq!(a.plan.alloc_ranges, 3);
@@ -584,6 +613,7 @@ fn typical_writes_need_few_allocator_writes_and_a_carved_slab_is_forwarded() {
             value: b"2",
         },
         2,
+        None,
         &mut scratch,
     );
     assert_eq!(
@@ -600,6 +630,7 @@ fn typical_writes_need_few_allocator_writes_and_a_carved_slab_is_forwarded() {
             value: b"3",
         },
         3,
+        None,
         &mut scratch,
     );
     assert_eq!(
@@ -609,7 +640,7 @@ fn typical_writes_need_few_allocator_writes_and_a_carved_slab_is_forwarded() {
         a.plan
     );
     // A delete: entry, link, descriptor.
-    let a = s.apply(&KvOp::Del { key: b"a" }, 4, &mut scratch);
+    let a = s.apply(&KvOp::Del { key: b"a" }, 4, None, &mut scratch);
     assert_eq!(
         (a.plan.alloc_ranges, a.plan.ranges().len()),
         (2, 3),
@@ -625,6 +656,7 @@ fn typical_writes_need_few_allocator_writes_and_a_carved_slab_is_forwarded() {
             value: b"4",
         },
         5,
+        None,
         &mut scratch,
     );
     let r = a.plan.ranges();

@@ -98,13 +98,17 @@ pub(super) struct PrimaryBackup {
     pub acked_seen: [u64; MAX_MEMBERS],
     /// When the wanted view is recomputed next on a step.
     pub update_due_ns: u64,
+    /// Backup-memory mode: the members whose store copy holds every
+    /// acknowledged write (from the backup engine, through the driver);
+    /// only they may be added back.
+    pub copies_synced: u64,
 }
 
 impl<M: Memory, S: StateMachine> Node<M, S> {
     /// Whether this member runs in primary-backup mode.
     #[inline]
     pub(super) fn pb_mode(&self) -> bool {
-        self.cfg.mode == crate::config::Mode::PrimaryBackup
+        self.cfg.mode.view_primary()
     }
 
     /// Primary-backup mode: the view this member asks for, and the epoch
@@ -219,6 +223,13 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             && !self.copying()
     }
 
+    /// Backup-memory mode: the members whose store copy is complete (the
+    /// backup engine's [`crate::backup::engine::BackupEngine::synced_members`]).
+    /// A member comes back into a view only once it is among them.
+    pub fn set_copies_synced(&mut self, members: u64) {
+        self.pb.copies_synced = members;
+    }
+
     /// Recomputes the view this member asks for (after every step).
     pub(super) fn pb_update_want(&mut self) {
         self.pb.update_due_ns = self.now.saturating_add(self.cfg.heartbeat_period_ns);
@@ -306,6 +317,8 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
                 && self.pb.stalled_since[i].is_none()
                 && self.now.saturating_sub(peer.row_changed_ns) <= self.cfg.prune_grace_ns
                 && peer.repl.acked_pos >= self.commit_pos
+                && (self.cfg.mode != crate::config::Mode::BackupMemory
+                    || self.pb.copies_synced & (1 << p.0) != 0)
             {
                 // It holds every committed entry, its acknowledgements move
                 // and its CPU runs (its row changed lately: a zombie's

@@ -50,7 +50,7 @@ use verbatim_core::mem::Memory;
 /// "VERBATIM" in little-endian.
 pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"VERBATIM");
 /// Bumped when the header layout changes.
-pub const SEGMENT_VERSION: u64 = 4;
+pub const SEGMENT_VERSION: u64 = 5;
 /// Bytes of the segment header (one page).
 pub const HEADER_BYTES: u64 = 4096;
 
@@ -75,7 +75,7 @@ const _: () = assert!(H_ACCESS + (REGIONS_MAX * MAX_MEMBERS * 8) as u64 <= HEADE
 const _: () = assert!(H_REGIONS + (REGIONS_MAX * 16) as u64 <= H_OWNER_START);
 /// The owner's start time (with its pid, an identity a reused pid does
 /// not repeat).
-const H_OWNER_START: u64 = 448;
+const H_OWNER_START: u64 = 488;
 
 /// The "granted" bit of an access word; the low bits count writers.
 const GRANTED: u64 = 1 << 63;

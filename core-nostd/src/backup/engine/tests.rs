@@ -59,6 +59,7 @@ fn params() -> StoreParams {
         slab_count: 16,
         key_bytes_max: 24,
         value_bytes_max: 600,
+        session_count: 32,
     }
 }
 
@@ -187,9 +188,11 @@ impl Cluster {
     fn write(&mut self, primary: usize, id: u64, op: &KvOp<'_>) -> KvReply {
         self.run_until("ready", |c| c.engines[primary].ready());
         let mut scratch = vec![0u8; 1024];
-        self.engines[primary]
-            .start_write(self.now, 1, id, op, &mut scratch)
-            .unwrap();
+        match self.engines[primary].start_write(self.now, 1, id, op, &mut scratch) {
+            Ok(Started::Applied) => {}
+            Ok(Started::Duplicate(r)) => return r,
+            other => panic!("{other:?}"),
+        }
         while let Some(a) = self.engines[primary].poll_action() {
             self.execute(primary, a);
         }
@@ -337,7 +340,7 @@ fn a_member_that_comes_back_is_copied_before_it_counts() {
         .start_write(
             c.now,
             1,
-            999,
+            10_000_000,
             &KvOp::Set {
                 key: b"x",
                 value: b"y",
@@ -357,7 +360,7 @@ fn a_member_that_comes_back_is_copied_before_it_counts() {
     assert!(c.replies.is_empty(), "answered without member 2's copy");
     c.engines[0].handle_peer_down(c.now, MemberId(2));
     c.view(3, 0, 0b011);
-    c.run_until("the reply", |c| c.replies.iter().any(|r| r.1 == 999));
+    c.run_until("the reply", |c| c.replies.iter().any(|r| r.1 == 10_000_000));
 }
 
 #[test]
