@@ -126,6 +126,7 @@ pub fn snapshot(id: u8, role: &str, term: u64, leader: Option<u8>) -> Snapshot {
             in_progress: false,
         },
         multicast: None,
+        backup: None,
     }
 }
 

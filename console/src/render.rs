@@ -743,13 +743,18 @@ fn render_replica(app: &App, model: &Model, area: Rect, buf: &mut Buffer) {
     let peer_count = r.snapshot.as_ref().map_or(0, |s| s.peers.len()) as u16;
     let views = r.snapshot.as_ref().and_then(|s| s.views.as_ref());
     let multicast = r.snapshot.as_ref().and_then(|s| s.multicast.as_ref());
-    let [info, log, peers, views_area, mcast_area, rest] = Layout::vertical([
+    let backup = r.snapshot.as_ref().and_then(|s| s.backup.as_ref());
+    let [info, log, peers, views_area, mcast_area, backup_area, rest] = Layout::vertical([
         Constraint::Length(5),
         Constraint::Length(6),
         Constraint::Length(peer_count.max(1) + 3),
         Constraint::Length(if views.is_some() { 6 } else { 0 }),
         Constraint::Length(match multicast {
             Some(m) => 6 + u16::from(m.large.is_some()) + m.subgroups.len() as u16,
+            None => 0,
+        }),
+        Constraint::Length(match backup {
+            Some(b) => 5 + b.copies.len() as u16,
             None => 0,
         }),
         Constraint::Min(0),
@@ -764,10 +769,102 @@ fn render_replica(app: &App, model: &Model, area: Rect, buf: &mut Buffer) {
     if let Some(m) = multicast {
         render_multicast(m, mcast_area, buf);
     }
+    if let Some(b) = backup {
+        Paragraph::new(backup_lines(b))
+            .block(Block::bordered().title(Line::styled(" Backup memory ", BOLD)))
+            .render(backup_area, buf);
+    }
     let [counters, latency] =
         Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(rest);
     render_counters(r, counters, buf);
     render_latency_config(r, latency, buf);
+}
+
+/// The backup-memory store (MacR): role and view, the store, the share of
+/// writes each replication path took, the last take-over, and at the
+/// primary each member's copy (a bulk copy's progress).
+fn backup_lines(b: &verbatim_status::BackupState) -> Vec<Line<'static>> {
+    let members = b
+        .members
+        .iter()
+        .map(|m| format!("r{m}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let head = format!(
+        "{} · epoch {} primary {} · members {members} · {} keys · {} in use",
+        b.role,
+        b.epoch,
+        b.primary.map_or("none".to_string(), |p| format!("r{p}")),
+        format::count(b.keys),
+        format::bytes(b.used_bytes)
+    );
+    let replicated = b.writes_zero_copy + b.writes_forwarded;
+    let share = |n: u64| {
+        if replicated == 0 {
+            "0 %".to_string()
+        } else {
+            format!("{:.1} %", 100.0 * n as f64 / replicated as f64)
+        }
+    };
+    let mut lines = vec![
+        Line::styled(
+            head,
+            match b.role.as_str() {
+                "primary" => GOOD,
+                "taking-over" => BAD,
+                _ => Style::default(),
+            },
+        ),
+        Line::from(format!(
+            "writes: zero-copy {} ({}) · forwarded {} ({}) · unchanged {} · replayed here {} (failed {})",
+            format::count(b.writes_zero_copy),
+            share(b.writes_zero_copy),
+            format::count(b.writes_forwarded),
+            share(b.writes_forwarded),
+            format::count(b.writes_unchanged),
+            format::count(b.replays),
+            b.replay_failures
+        )),
+        Line::styled(
+            match &b.recovery {
+                Some(r) => format!(
+                    "take-overs {} · last: {} keys, {} half-finished entries and {} phantom chunks reclaimed, {} free lists cut, {} sessions cleared · bulk copies {} ({})",
+                    b.takeovers,
+                    format::count(r.keys),
+                    r.entries_reclaimed,
+                    r.chunks_reclaimed,
+                    r.free_lists_cut,
+                    r.sessions_cleared,
+                    b.copies_done,
+                    format::bytes(b.copy_bytes)
+                ),
+                None => format!(
+                    "take-overs {} · bulk copies {} ({})",
+                    b.takeovers,
+                    b.copies_done,
+                    format::bytes(b.copy_bytes)
+                ),
+            },
+            DIM,
+        ),
+    ];
+    for c in &b.copies {
+        let text = match c.state.as_str() {
+            "copying" => format!(
+                "copy of r{}: copying {} of {} ({:.0} %)",
+                c.member,
+                format::bytes(c.done_bytes),
+                format::bytes(c.total_bytes),
+                100.0 * c.done_bytes as f64 / c.total_bytes.max(1) as f64
+            ),
+            s => format!("copy of r{}: {s}", c.member),
+        };
+        lines.push(Line::styled(
+            text,
+            if c.state == "synced" { GOOD } else { BAD },
+        ));
+    }
+    lines
 }
 
 /// Atomic multicast (Derecho): the view and its state, what this replica
@@ -1913,6 +2010,58 @@ mod tests {
             all.contains("subgroup kv.0 (r0 r1): epoch 0 view r0 r1 · WEDGED: member 0 is gone"),
             "{all}"
         );
+    }
+
+    #[test]
+    fn the_replica_panel_shows_the_backup_memory_store_and_a_copy_in_progress() {
+        let (mut app, t0) = one_replica_app();
+        let mut s = snapshot(1, "leader", 4, Some(1));
+        s.backup = Some(verbatim_status::BackupState {
+            role: "primary".into(),
+            epoch: 5,
+            primary: Some(1),
+            members: vec![1, 2],
+            keys: 1200,
+            used_bytes: 3 << 20,
+            copies: vec![
+                verbatim_status::BackupCopy {
+                    member: 0,
+                    state: "copying".into(),
+                    done_bytes: 1 << 20,
+                    total_bytes: 4 << 20,
+                },
+                verbatim_status::BackupCopy {
+                    member: 2,
+                    state: "synced".into(),
+                    ..Default::default()
+                },
+            ],
+            recovery: Some(verbatim_status::BackupRecovery {
+                keys: 1200,
+                chunks_reclaimed: 1,
+                ..Default::default()
+            }),
+            writes_zero_copy: 990,
+            writes_forwarded: 10,
+            takeovers: 1,
+            ..Default::default()
+        });
+        app.handle_message(report(0, s), t0);
+        app.tick(t0);
+        press(&mut app, KeyCode::Enter);
+        let all = frame(&app, 170, 50);
+        assert!(
+            all.contains("primary · epoch 5 primary r1 · members r1 r2"),
+            "{all}"
+        );
+        assert!(
+            all.contains("zero-copy 990 (99.0 %) · forwarded 10 (1.0 %)"),
+            "{all}"
+        );
+        assert!(all.contains("1 phantom chunks reclaimed"), "{all}");
+        assert!(all.contains("copy of r0: copying"), "{all}");
+        assert!(all.contains("(25 %)"), "{all}");
+        assert!(all.contains("copy of r2: synced"), "{all}");
     }
 
     #[test]

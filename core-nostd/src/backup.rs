@@ -601,6 +601,9 @@ pub struct Store<M: Memory> {
     /// [`Store::format`] or [`Store::recover`]): a dormant backup's are
     /// not kept.
     indexed: bool,
+    /// Mutation `BackupEntryBeforeItem`.
+    #[cfg(feature = "mutation-testing")]
+    pub entry_before_item: bool,
 }
 
 impl<M: Memory> Store<M> {
@@ -616,6 +619,8 @@ impl<M: Memory> Store<M> {
             keys: 0,
             free_entries: 0,
             indexed: false,
+            #[cfg(feature = "mutation-testing")]
+            entry_before_item: false,
         }
     }
 
@@ -895,6 +900,20 @@ impl<M: Memory> Store<M> {
         let old = split_commit(self.entry_commit(entry)).map(|(c, _)| c);
         let chunk = self.alloc(class, plan)?;
         let item_bytes = self.write_item(chunk, entry, version, key, value);
+        #[cfg(feature = "mutation-testing")]
+        if self.entry_before_item {
+            self.write_entry(entry, chunk, version, key_hash(key), item_bytes);
+            plan.push(self.geo.entry_offset(entry), LINE_BYTES, false);
+            plan.push(self.geo.chunk_offset(chunk), item_bytes, false);
+            if let Some(at) = session {
+                plan.push(at, LINE_BYTES, false);
+            }
+            if let Some(old) = old {
+                let old_class = class_of(self.item_header(old).bytes());
+                self.free(old, old_class, plan);
+            }
+            return Some(chunk);
+        }
         plan.push(self.geo.chunk_offset(chunk), item_bytes, false);
         if let Some(at) = session {
             // The client's record, before the commit word (its bytes are

@@ -220,6 +220,14 @@ pub enum Mutation {
     /// wedged (its survivor never has a majority) and a new process in
     /// the lost one's place never joins it.
     SubgroupIgnoresParentRemovals,
+    /// Backup-memory mode: an update WRITEs its entry before its item
+    /// (MacR's Algorithm 1 order), so a primary that dies between the
+    /// two leaves an entry naming an item that is not there, which
+    /// failover reclaims: the key's acknowledged value is lost.
+    BackupEntryBeforeItem,
+    /// Backup-memory mode: the primary answers a write once its WRITEs
+    /// are posted, not once they completed at every backup.
+    BackupReplyBeforeCompletion,
 }
 
 /// Configuration of one member. Construct with [`Config::new`], adjust

@@ -40,18 +40,7 @@ pub fn engine_for<M: Memory + Clone>(
     layout: BackupLayout,
     memory: M,
 ) -> BackupEngine<M> {
-    BackupEngine::new(
-        BackupConfig {
-            me: config.self_id,
-            member_count: config.member_count,
-            params: config.backup_store_params(),
-            forward_threshold: config.backup_forward_threshold,
-            sync_chunk_bytes: config.backup_sync_chunk_bytes,
-            reconnect_backoff_ns: config.reconnect_backoff_ns,
-        },
-        layout,
-        memory,
-    )
+    BackupEngine::new(BackupConfig::from_config(config), layout, memory)
 }
 
 impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {

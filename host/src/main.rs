@@ -672,6 +672,39 @@ fn main() -> Result<()> {
                     }
                 }
             }
+            // In mode backup-memory: a line per replica, and one per copy
+            // the primary keeps.
+            for s in snaps.iter().flatten() {
+                if let Some(b) = &s.backup {
+                    println!(
+                        "backup {}: {} · epoch {} primary {} members {:?} · {} keys, {} bytes in use · zero-copy {} forwarded {} · replayed {} (failed {}) · take-overs {} · copies {} ({} bytes)",
+                        s.id,
+                        b.role,
+                        b.epoch,
+                        b.primary.map_or("none".to_string(), |p| p.to_string()),
+                        b.members,
+                        b.keys,
+                        b.used_bytes,
+                        b.writes_zero_copy,
+                        b.writes_forwarded,
+                        b.replays,
+                        b.replay_failures,
+                        b.takeovers,
+                        b.copies_done,
+                        b.copy_bytes
+                    );
+                    for c in &b.copies {
+                        if c.state == "copying" {
+                            println!(
+                                "backup {} copy of {}: copying {} of {} bytes",
+                                s.id, c.member, c.done_bytes, c.total_bytes
+                            );
+                        } else {
+                            println!("backup {} copy of {}: {}", s.id, c.member, c.state);
+                        }
+                    }
+                }
+            }
             Ok(())
         }
         Cmd::Demo {

@@ -554,6 +554,26 @@ fn in_backup_memory_mode_a_killed_primary_is_replaced_and_its_successor_copies_i
         c.get(b"after-rejoin").expect("a read").as_deref(),
         Some(&b"v"[..])
     );
+    // Status: the primary took over and keeps every copy in sync; no
+    // forwarded write failed to replay at a backup (the copies are equal).
+    let snaps: Vec<_> = cluster.status().into_iter().flatten().collect();
+    let primary = snaps
+        .iter()
+        .find(|s| s.role == "leader")
+        .expect("a primary");
+    let b = primary.backup.as_ref().expect("backup-memory status");
+    assert_eq!(b.role, "primary", "{b:?}");
+    assert!(b.takeovers >= 1 && b.recovery.is_some(), "{b:?}");
+    assert!(b.writes_zero_copy > 0, "{b:?}");
+    assert!(
+        b.copies.iter().all(|c| c.state == "synced") && b.copies.len() == 2,
+        "{b:?}"
+    );
+    for s in snaps.iter().filter(|s| s.id != primary.id) {
+        let sb = s.backup.as_ref().expect("backup-memory status");
+        assert_eq!(sb.role, "backup", "{sb:?}");
+        assert_eq!(sb.replay_failures, 0, "{sb:?}");
+    }
 }
 
 #[test]

@@ -443,6 +443,79 @@ pub struct Snapshot {
     /// Atomic multicast (`[multicast]`; null when off).
     #[serde(default)]
     pub multicast: Option<MulticastState>,
+    /// The backup-memory store (`cluster.mode = "backup-memory"`; null in
+    /// the other modes).
+    #[serde(default)]
+    pub backup: Option<BackupState>,
+}
+
+/// The backup-memory store as one replica sees it (MacR, issue 16).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackupState {
+    /// `backup` (holds a copy, its CPU dormant), `taking-over` (named
+    /// primary: revoking, recovering, copying) or `primary`.
+    pub role: String,
+    /// The view followed: its epoch, primary and members.
+    pub epoch: u64,
+    /// The view's primary.
+    pub primary: Option<u8>,
+    /// The view's members.
+    pub members: Vec<u8>,
+    /// Keys in this replica's store (a backup's count is its last
+    /// take-over's or 0: a dormant backup keeps no index).
+    pub keys: u64,
+    /// Bytes of the store in use (metadata and carved slabs): what a bulk
+    /// copy moves.
+    pub used_bytes: u64,
+    /// At the primary: each other member's copy.
+    pub copies: Vec<BackupCopy>,
+    /// The last take-over's findings.
+    pub recovery: Option<BackupRecovery>,
+    /// Writes replicated by WRITEs alone (the backups' CPUs not involved).
+    pub writes_zero_copy: u64,
+    /// Writes forwarded to the backups' CPUs (allocator changes spread
+    /// wider than `backup.forward_threshold`).
+    pub writes_forwarded: u64,
+    /// Writes that changed nothing (no replication).
+    pub writes_unchanged: u64,
+    /// Forwarded writes this replica replayed as a backup.
+    pub replays: u64,
+    /// Replays refused (its copy differed; copied anew).
+    pub replay_failures: u64,
+    /// Bulk copies completed to other members.
+    pub copies_done: u64,
+    /// Bytes WRITEn by bulk copies.
+    pub copy_bytes: u64,
+    /// Take-overs completed.
+    pub takeovers: u64,
+}
+
+/// One member's copy of the store, at the primary.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackupCopy {
+    /// The member.
+    pub member: u8,
+    /// `synced`, `needed` or `copying`.
+    pub state: String,
+    /// While copying: bytes done and the total.
+    pub done_bytes: u64,
+    /// While copying: the total.
+    pub total_bytes: u64,
+}
+
+/// What a take-over found and mended.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackupRecovery {
+    /// Keys served afterwards.
+    pub keys: u64,
+    /// Entries of half-finished writes cleared.
+    pub entries_reclaimed: u64,
+    /// Phantom chunks (counted used, named by no entry) freed.
+    pub chunks_reclaimed: u64,
+    /// Free lists cut at a bad link.
+    pub free_lists_cut: u64,
+    /// Session records cleared (torn, or of a write that did not commit).
+    pub sessions_cleared: u64,
 }
 
 /// A group configuration (DARE §3.4) as a replica sees it: the latest

@@ -85,6 +85,25 @@ pub struct BackupConfig {
     pub sync_chunk_bytes: u32,
     /// Wait before a broken connection is re-established.
     pub reconnect_backoff_ns: u64,
+    /// A deliberately broken rule (simulator mutation tests).
+    #[cfg(feature = "mutation-testing")]
+    pub mutation: crate::config::Mutation,
+}
+
+impl BackupConfig {
+    /// The engine's part of a member's configuration.
+    pub fn from_config(config: &crate::config::Config) -> BackupConfig {
+        BackupConfig {
+            me: config.self_id,
+            member_count: config.member_count,
+            params: config.backup_store_params(),
+            forward_threshold: config.backup_forward_threshold,
+            sync_chunk_bytes: config.backup_sync_chunk_bytes,
+            reconnect_backoff_ns: config.reconnect_backoff_ns,
+            #[cfg(feature = "mutation-testing")]
+            mutation: config.mutation,
+        }
+    }
 }
 
 /// Where things are in the two regions.
@@ -353,6 +372,13 @@ impl<M: Memory + Clone> BackupEngine<M> {
         for w in 0..lay.mailbox_bytes / 8 {
             mem.store_u64(Addr::new(STORE_REGION, 8 * w), 0);
         }
+        #[cfg(feature = "mutation-testing")]
+        let store = {
+            let mut store = store;
+            store.entry_before_item =
+                cfg.mutation == crate::config::Mutation::BackupEntryBeforeItem;
+            store
+        };
         BackupEngine {
             cfg,
             lay,
@@ -943,9 +969,13 @@ impl<M: Memory> BackupEngine<M> {
         }
         let members = self.view_members();
         let mut done = true;
+        #[cfg(feature = "mutation-testing")]
+        let early = self.cfg.mutation == crate::config::Mutation::BackupReplyBeforeCompletion;
+        #[cfg(not(feature = "mutation-testing"))]
+        let early = false;
         for p in self.others() {
             let peer = &self.peers[p.index()];
-            if peer.in_flight > 0 || peer.forward_waiting.is_some() {
+            if (peer.in_flight > 0 || peer.forward_waiting.is_some()) && !early {
                 done = false;
             }
             if members & (1 << p.0) != 0 && peer.copy != CopyState::Synced {

@@ -1046,6 +1046,7 @@ impl<F: HostFabric> Replica<F> {
                     })
                 }
             }),
+            backup: self.driver.engines().backup.as_ref().map(backup_state),
         }
     }
 
@@ -1832,6 +1833,62 @@ fn large_state(
 /// A multicast engine's status as the status schema has it (the
 /// top-level group's or a subgroup's, in member ids); `leader_of` names
 /// the member a trim's ballot stands for.
+/// The backup engine's status in the schema's terms.
+fn backup_state<M: verbatim_core::Memory>(
+    e: &verbatim_core::backup::engine::BackupEngine<M>,
+) -> verbatim_status::BackupState {
+    use verbatim_core::backup::engine::{BackupRole, CopyState};
+    let s = e.status();
+    let k = s.counters;
+    verbatim_status::BackupState {
+        role: match s.role {
+            BackupRole::Backup => "backup",
+            BackupRole::TakingOver => "taking-over",
+            BackupRole::Primary => "primary",
+        }
+        .to_string(),
+        epoch: s.view.map_or(0, |(e, _, _)| e),
+        primary: s.view.map(|(_, p, _)| p.0),
+        members: s.view.map_or_else(Vec::new, |(_, _, m)| mask_members(m)),
+        keys: s.keys,
+        used_bytes: s.used_bytes,
+        copies: s
+            .copies
+            .iter()
+            .enumerate()
+            .filter_map(|(m, c)| {
+                let c = (*c)?;
+                let (state, done_bytes, total_bytes) = match c {
+                    CopyState::Synced => ("synced", 0, 0),
+                    CopyState::Needed => ("needed", 0, 0),
+                    CopyState::Copying { next, end } => ("copying", next, end),
+                };
+                Some(verbatim_status::BackupCopy {
+                    member: m as u8,
+                    state: state.to_string(),
+                    done_bytes,
+                    total_bytes,
+                })
+            })
+            .collect(),
+        recovery: s.recovery.map(|r| verbatim_status::BackupRecovery {
+            keys: r.keys,
+            entries_reclaimed: r.entries_reclaimed,
+            chunks_reclaimed: r.chunks_reclaimed,
+            free_lists_cut: r.free_lists_cut,
+            sessions_cleared: r.sessions_cleared,
+        }),
+        writes_zero_copy: k.writes_zero_copy,
+        writes_forwarded: k.writes_forwarded,
+        writes_unchanged: k.writes_unchanged,
+        replays: k.replays,
+        replay_failures: k.replay_failures,
+        copies_done: k.copies_done,
+        copy_bytes: k.copy_bytes,
+        takeovers: k.takeovers,
+    }
+}
+
 fn multicast_state(
     s: &verbatim_core::multicast::McastStatus,
     window: u64,

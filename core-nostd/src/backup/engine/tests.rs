@@ -90,6 +90,8 @@ impl Cluster {
                 forward_threshold: 2,
                 sync_chunk_bytes: 4096,
                 reconnect_backoff_ns: 1000,
+                #[cfg(feature = "mutation-testing")]
+                mutation: crate::config::Mutation::None,
             };
             engines.push(BackupEngine::new(cfg, lay, mem.clone()));
             mems.push(mem);
