@@ -29,7 +29,7 @@ use verbatim_core::backup::engine::{
 };
 use verbatim_core::engine::{Engine, EngineTag};
 use verbatim_core::fabric::Fabric;
-use verbatim_core::kv::{KvLimits, KvOp};
+use verbatim_core::kv::{KvDecodeError, KvLimits, KvOp};
 use verbatim_core::node::Role;
 use verbatim_core::sm::RequestError;
 use verbatim_core::{Config, Memory, StateMachine};
@@ -62,9 +62,15 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
         {
             Err(RequestError::Malformed) => Some(Refusal::Malformed),
             Err(RequestError::WrongKind) => Some(Refusal::WrongKind),
-            // The service's limits may be wider than the store's.
-            Ok(()) if KvOp::decode(&r.payload, &self.limits()).is_err() => Some(Refusal::TooLarge),
-            Ok(()) => None,
+            Ok(()) => match KvOp::decode(&r.payload, &self.limits()) {
+                Ok(_) => None,
+                // The service's limits may be wider than the store's.
+                Err(KvDecodeError::KeyTooLong | KvDecodeError::ValueTooLong) => {
+                    Some(Refusal::TooLarge)
+                }
+                // Another service's operation (a stream, a hash).
+                Err(_) => Some(Refusal::NotInThisMode),
+            },
         };
         if let Some(why) = why {
             self.counters.requests_refused += 1;

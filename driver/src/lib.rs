@@ -162,6 +162,9 @@ pub enum Refusal {
     ReadFailed,
     /// The read's result is larger than the driver's read buffer.
     ResultTooLarge,
+    /// An operation of another service than the key-value store, in mode
+    /// backup-memory (its store holds keys and values only).
+    NotInThisMode,
 }
 
 impl Refusal {
@@ -176,6 +179,9 @@ impl Refusal {
             Refusal::TooLarge => "request too large",
             Refusal::ReadFailed => "read failed",
             Refusal::ResultTooLarge => "result too large; ask for less (e.g. XRANGE ... COUNT n)",
+            Refusal::NotInThisMode => {
+                "not served in mode backup-memory: its store holds keys and values (GET, SET, DEL, INCR, CAS)"
+            }
         }
     }
 }
