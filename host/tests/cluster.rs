@@ -1022,6 +1022,122 @@ fn leader_kills_with_restarts_lose_nothing() {
     assert!(done > 0 && segments.acknowledged > 0);
 }
 
+/// Backup-memory mode (issue 16): the primary SIGKILLed over and over and
+/// restarted at once (as `verbatim up` heals): each time a backup takes
+/// over (its full scan right after recovery finds no phantom item, no
+/// dangling entry, no conflict), the restarted member is copied and added
+/// back to the view, no acknowledged write is lost and the history is
+/// linearizable (judged in segments). `VERBATIM_BMHEAL_ROUNDS` kills
+/// (default 20), or `VERBATIM_SOAK_SECONDS`; prints the copy-back times.
+#[test]
+#[ignore = "long (20 primary kills with restarts), and not passing yet: at the second kill a \
+            restarted coordinator has not rejoined the views (issue 14: it waits for views \
+            decided without it, and none come), and in primary-backup mode too \
+            (VERBATIM_BMHEAL_MODE=primary-backup)"]
+fn in_backup_memory_mode_primary_kills_with_restarts_lose_nothing_and_leave_no_phantom() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (rounds, budget) = loop_budget("BMHEAL", 20);
+    let began = Instant::now();
+    let mode = std::env::var("VERBATIM_BMHEAL_MODE").unwrap_or_else(|_| "backup-memory".into());
+    let mut cluster = start_with(
+        "itbmheal",
+        free_port_base(),
+        vec![
+            format!("cluster.mode={mode}"),
+            "views.lease_us=200".into(),
+            "backup.entry_count=4096".into(),
+            "backup.slab_bytes=65536".into(),
+            "backup.slab_count=32".into(),
+            "backup.sync_chunk_bytes=65536".into(),
+        ],
+    );
+    let (mut primary, mut term) = cluster
+        .wait_leader(0, Duration::from_secs(10))
+        .expect("a primary");
+    let epoch = Instant::now();
+    let mut segments = Segments::start(&cluster, &[Transport::Tcp, Transport::Shm], 6, epoch);
+    let mut rejoin_ms = Vec::new();
+    let (mut done, mut takeovers_checked) = (0, 0);
+    while done < rounds && began.elapsed() < budget {
+        segments.rotate(&cluster);
+        std::thread::sleep(Duration::from_millis(200));
+        cluster.kill(primary).unwrap();
+        let victim = primary;
+        cluster.restart(victim).unwrap();
+        let restarted = Instant::now();
+        (primary, term) = cluster
+            .wait_leader(term, Duration::from_secs(20))
+            .unwrap_or_else(|e| panic!("kill {done}: no new primary: {e}"));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let snap = cluster
+                .status()
+                .into_iter()
+                .flatten()
+                .find(|s| s.id == primary && s.role == "leader");
+            let b = snap.as_ref().and_then(|s| s.backup.clone());
+            if mode != "backup-memory" && snap.is_some() {
+                takeovers_checked += 1;
+                break;
+            }
+            if let Some(b) = &b {
+                if let Some(r) = &b.recovery {
+                    assert_eq!(
+                        (
+                            r.audit_phantoms,
+                            r.audit_dangling_entries,
+                            r.audit_conflicts
+                        ),
+                        (0, 0, 0),
+                        "kill {done}: the full scan after the take-over: {r:?}"
+                    );
+                }
+                let back = b.members.contains(&victim)
+                    && b.copies
+                        .iter()
+                        .any(|c| c.member == victim && c.state == "synced");
+                if back && b.recovery.is_some() {
+                    takeovers_checked += 1;
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kill {done}: member {victim} not copied back: {b:?}; every replica: {:?}",
+                cluster
+                    .status()
+                    .into_iter()
+                    .flatten()
+                    .map(|s| (
+                        s.id,
+                        s.role,
+                        s.term,
+                        s.backup.map(|b| (b.role, b.epoch, b.primary, b.members))
+                    ))
+                    .collect::<Vec<_>>()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        rejoin_ms.push(restarted.elapsed().as_secs_f64() * 1e3);
+        done += 1;
+    }
+    segments.end(&cluster);
+    rejoin_ms.sort_by(f64::total_cmp);
+    let pct = |q: f64| rejoin_ms[((rejoin_ms.len() - 1) as f64 * q).round() as usize];
+    println!(
+        "soak-bmheal: kills {done}, take-overs scanned {takeovers_checked}, operations {}, acknowledged {}, verdict {}, copy-back-ms min {:.1} p50 {:.1} p99 {:.1} max {:.1}, segments {}",
+        segments.operations,
+        segments.acknowledged,
+        segments.verdict(),
+        rejoin_ms[0],
+        pct(0.5),
+        pct(0.99),
+        rejoin_ms[rejoin_ms.len() - 1],
+        segments.next
+    );
+    assert!(done > 0 && segments.acknowledged > 0 && takeovers_checked == done);
+}
+
 #[test]
 fn a_pipelined_client_applies_every_increment_once_across_a_leader_kill() {
     use verbatim_client::pipeline::Pipeline;

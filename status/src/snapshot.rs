@@ -516,6 +516,16 @@ pub struct BackupRecovery {
     pub free_lists_cut: u64,
     /// Session records cleared (torn, or of a write that did not commit).
     pub sessions_cleared: u64,
+    /// A full scan right after: chunks counted used that no entry names
+    /// (phantom items; must be 0).
+    #[serde(default)]
+    pub audit_phantoms: u64,
+    /// Entries naming no valid item (must be 0).
+    #[serde(default)]
+    pub audit_dangling_entries: u64,
+    /// Chunks both named and free, or named twice (must be 0).
+    #[serde(default)]
+    pub audit_conflicts: u64,
 }
 
 /// A group configuration (DARE §3.4) as a replica sees it: the latest

@@ -301,6 +301,12 @@ fn a_primary_replicates_into_dormant_backups_and_a_backup_takes_over() {
     c.run_until("the second take-over", |c| c.engines[1].ready());
     let report = c.engines[1].status().recovery.unwrap();
     assert_eq!(report.keys, model.0.len() as u64);
+    let audit = c.engines[1].status().audit.unwrap();
+    assert_eq!(
+        (audit.phantoms, audit.dangling_entries, audit.conflicts),
+        (0, 0, 0)
+    );
+    assert_eq!(audit.live_chunks, model.0.len() as u64);
     assert_eq!(c.contents(1), model_contents(&model));
     // Member 0's old grant is revoked at member 2.
     assert!(!c.granted[2][0] && c.granted[2][1]);
