@@ -6,9 +6,11 @@
 //!
 //! Between the engines the driver passes:
 //! * to the backup engine, every newer decided view
-//!   ([`BackupEngine::follow_view`]), and whether this member may serve:
-//!   the log engine leads in the view's term and the lease on that view
-//!   is active ([`BackupEngine::set_serving`]);
+//!   ([`BackupEngine::follow_view`]), the member the log engine grants
+//!   its log to, which is granted the store too
+//!   ([`BackupEngine::follow_grant`]), and whether this member may
+//!   serve: the log engine leads in the view's term and the lease on
+//!   that view is active ([`BackupEngine::set_serving`]);
 //! * to the log engine, the members whose copy of the store is complete
 //!   ([`Node::set_copies_synced`](verbatim_core::Node::set_copies_synced)):
 //!   only those may come back into a view.
@@ -117,7 +119,7 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
         let b = self.engines.backup.as_mut().expect("called in backup mode");
         if let Some(views) = &self.engines.views {
             if let Some((epoch, v)) = views.latest() {
-                b.follow_view(now_ns, epoch, v.leader, u64::from(v.members));
+                b.follow_view(now_ns, epoch, v.leader, v.log_term, u64::from(v.members));
             }
             let serving = role == Role::Leader
                 && views
@@ -125,6 +127,7 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
                     .is_some_and(|(_, v, _)| v.leader == me && v.log_term == term);
             b.set_serving(now_ns, serving);
         }
+        b.follow_grant(now_ns, log.log_granted_to());
         log.set_copies_synced(b.synced_members());
         b.handle_timeout(now_ns);
         b.step(now_ns, &mut self.backup_scratch);

@@ -8,10 +8,11 @@
 //! one, [`BackupEngine::follow_view`], and says when this member may
 //! serve under its lease, [`BackupEngine::set_serving`]).
 //!
-//! * **Backup.** Grants the view's primary access to its store region
-//!   and revokes the previous one's (the revoke is the fence: what the
-//!   old primary executed is placed once it completed). Polls its
-//!   mailbox for forwarded writes, one word per step.
+//! * **Backup.** Grants its store region to the member its log engine
+//!   grants its log to (the view's primary) and revokes the previous
+//!   one's (the revoke is the fence: what the old primary executed is
+//!   placed once it completed). Polls its mailbox for forwarded writes,
+//!   one word per step.
 //! * **Take-over.** Revokes every other member's access to its own
 //!   region, then recovers its store (cross-validation, phantoms
 //!   reclaimed, index rebuilt, [`Store::recover`]), then copies the used
@@ -327,6 +328,8 @@ pub struct BackupEngine<M: Memory> {
     serving: bool,
     /// Backup: the member we granted access to.
     granted_to: Option<MemberId>,
+    /// The term of the view that named this member primary last.
+    reign_term: Option<u64>,
     /// Take-over: revokes not yet executed (a bit per member).
     revokes_due: u64,
     /// Take-over: revokes that failed, posted again next step.
@@ -396,6 +399,7 @@ impl<M: Memory + Clone> BackupEngine<M> {
             view: None,
             serving: false,
             granted_to: None,
+            reign_term: None,
             revokes_due: 0,
             revokes_retry: 0,
             peers: [Peer::new(); MAX_MEMBERS],
@@ -477,34 +481,63 @@ impl<M: Memory> BackupEngine<M> {
     }
 
     /// Follows a newer decided view: who is primary, whose copies count.
-    pub fn follow_view(&mut self, now_ns: u64, epoch: u64, primary: MemberId, members: u64) {
+    ///
+    /// `term` is the primary's reign (views of one term only add or drop
+    /// members). A primary named again in another term took over anew:
+    /// another may have led in between (a view it never learnt), writing
+    /// into the copies it counts as synced, so it recovers and copies
+    /// again.
+    pub fn follow_view(
+        &mut self,
+        now_ns: u64,
+        epoch: u64,
+        primary: MemberId,
+        term: u64,
+        members: u64,
+    ) {
         self.now = now_ns;
         if self.view.is_some_and(|(e, _, _)| e >= epoch) {
             return;
         }
         self.view = Some((epoch, primary, members));
-        if primary != self.cfg.me {
-            if self.role != BackupRole::Backup {
-                self.step_down();
-            }
-            if self.granted_to != Some(primary) {
-                // The fence: the old primary's access ends before the new
-                // one's begins (the fabric completes what it executed).
-                if let Some(old) = self.granted_to {
-                    self.push_action(Action::SetAccess {
-                        peer: old,
-                        region: STORE_REGION,
-                        access: Access::Revoked,
-                    });
-                }
-                self.push_action(Action::SetAccess {
-                    peer: primary,
-                    region: STORE_REGION,
-                    access: Access::Granted,
-                });
-                self.granted_to = Some(primary);
-            }
+        let same_reign = primary == self.cfg.me && self.reign_term == Some(term);
+        if self.role != BackupRole::Backup && !same_reign {
+            self.step_down();
         }
+        if primary == self.cfg.me {
+            self.reign_term = Some(term);
+        }
+    }
+
+    /// A backup grants its store to the member its log engine grants its
+    /// log to (the store is fenced exactly as the log is: DARE's and the
+    /// views' rules decide it once, and a restarted member that has not
+    /// learnt a view yet follows the primary whose heartbeats it sees).
+    /// The old grantee's access ends before the new one's begins (the
+    /// fabric completes what it executed: the fence).
+    pub fn follow_grant(&mut self, now_ns: u64, grantee: Option<MemberId>) {
+        self.now = now_ns;
+        if self.role != BackupRole::Backup || grantee == self.granted_to {
+            return;
+        }
+        if grantee == Some(self.cfg.me) {
+            return;
+        }
+        if let Some(old) = self.granted_to {
+            self.push_action(Action::SetAccess {
+                peer: old,
+                region: STORE_REGION,
+                access: Access::Revoked,
+            });
+        }
+        if let Some(new) = grantee {
+            self.push_action(Action::SetAccess {
+                peer: new,
+                region: STORE_REGION,
+                access: Access::Granted,
+            });
+        }
+        self.granted_to = grantee;
     }
 
     /// Whether this member may serve as the view's primary now (its view
@@ -1190,7 +1223,17 @@ impl<M: Memory> Engine for BackupEngine<M> {
             if p.reconnect && !p.down {
                 next = next.min(p.retry_at_ns);
             }
-            if matches!(p.copy, CopyState::Copying { .. }) || p.ack_read_due {
+            // A copy to begin or to go on, an ack to READ: now (a
+            // primary's only; a broken connection waits for its retry).
+            let copy_due = match p.copy {
+                CopyState::Copying { .. } => true,
+                CopyState::Needed => !p.down && !p.reconnect,
+                CopyState::Synced => false,
+            };
+            if self.role == BackupRole::Primary
+                && m != self.cfg.me.index()
+                && (copy_due || p.ack_read_due)
+            {
                 next = self.now;
             }
         }

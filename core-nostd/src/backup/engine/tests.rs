@@ -108,10 +108,12 @@ impl Cluster {
         }
     }
 
-    fn view(&mut self, epoch: u64, primary: u8, members: u64) {
+    fn view(&mut self, epoch: u64, primary: u8, term: u64, members: u64) {
         for m in 0..N as usize {
             if !self.stopped[m] {
-                self.engines[m].follow_view(self.now, epoch, MemberId(primary), members);
+                self.engines[m].follow_view(self.now, epoch, MemberId(primary), term, members);
+                // Its log engine grants the view's primary its log.
+                self.engines[m].follow_grant(self.now, Some(MemberId(primary)));
             }
         }
     }
@@ -270,7 +272,7 @@ fn model_contents(m: &Model) -> BTreeMap<Vec<u8>, Vec<u8>> {
 #[test]
 fn a_primary_replicates_into_dormant_backups_and_a_backup_takes_over() {
     let mut c = Cluster::new();
-    c.view(1, 0, 0b111);
+    c.view(1, 0, 1, 0b111);
     c.engines[0].set_serving(c.now, true);
     c.run_until("take-over", |c| c.engines[0].role() == BackupRole::Primary);
     let mut model = Model::default();
@@ -296,7 +298,7 @@ fn a_primary_replicates_into_dormant_backups_and_a_backup_takes_over() {
     c.stopped[0] = true;
     c.engines[1].handle_peer_down(c.now, MemberId(0));
     c.engines[2].handle_peer_down(c.now, MemberId(0));
-    c.view(2, 1, 0b110);
+    c.view(2, 1, 2, 0b110);
     c.engines[1].set_serving(c.now, true);
     c.run_until("the second take-over", |c| c.engines[1].ready());
     let report = c.engines[1].status().recovery.unwrap();
@@ -320,7 +322,7 @@ fn a_member_that_comes_back_is_copied_before_it_counts() {
     let mut c = Cluster::new();
     // Member 2 is not running yet.
     c.stopped[2] = true;
-    c.view(1, 0, 0b011);
+    c.view(1, 0, 1, 0b011);
     c.engines[0].set_serving(c.now, true);
     c.run_until("take-over", |c| c.engines[0].role() == BackupRole::Primary);
     let mut model = Model::default();
@@ -331,7 +333,8 @@ fn a_member_that_comes_back_is_copied_before_it_counts() {
     // It starts, grants the primary (it follows the view), the primary
     // learns it is up and copies it.
     c.stopped[2] = false;
-    c.engines[2].follow_view(c.now, 1, MemberId(0), 0b011);
+    c.engines[2].follow_view(c.now, 1, MemberId(0), 1, 0b011);
+    c.engines[2].follow_grant(c.now, Some(MemberId(0)));
     c.engines[0].handle_peer_up(c.now, MemberId(2));
     c.run_until("the copy", |c| c.engines[0].synced_members() & 0b100 != 0);
     assert_eq!(c.store_bytes(2), c.store_bytes(0));
@@ -340,7 +343,7 @@ fn a_member_that_comes_back_is_copied_before_it_counts() {
     // A write waits for a member of the view that is not synced: the
     // view adds 2, which stops (its WRITEs fail), and the reply comes only
     // once the next view drops it.
-    c.view(2, 0, 0b111);
+    c.view(2, 0, 1, 0b111);
     c.stopped[2] = true;
     c.run_until("ready", |c| c.engines[0].ready());
     let mut scratch = vec![0u8; 1024];
@@ -367,14 +370,14 @@ fn a_member_that_comes_back_is_copied_before_it_counts() {
     }
     assert!(c.replies.is_empty(), "answered without member 2's copy");
     c.engines[0].handle_peer_down(c.now, MemberId(2));
-    c.view(3, 0, 0b011);
+    c.view(3, 0, 1, 0b011);
     c.run_until("the reply", |c| c.replies.iter().any(|r| r.1 == 10_000_000));
 }
 
 #[test]
 fn a_member_not_named_primary_refuses_writes() {
     let mut c = Cluster::new();
-    c.view(1, 0, 0b111);
+    c.view(1, 0, 1, 0b111);
     let mut scratch = vec![0u8; 1024];
     assert_eq!(
         c.engines[1].start_write(c.now, 1, 1, &KvOp::Del { key: b"a" }, &mut scratch),
