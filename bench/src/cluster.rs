@@ -578,10 +578,12 @@ mod tests {
         let s = spec(&[]);
         assert_eq!(s.mode_refusal(ReplicationMode::Log, 3), None);
         assert_eq!(s.mode_refusal(ReplicationMode::PrimaryBackup, 3), None);
-        let why = s
+        assert_eq!(s.mode_refusal(ReplicationMode::BackupMemory, 3), None);
+        // A store the mode cannot lay out is the mode's fault.
+        let why = spec(&["backup.slab_bytes=5000"])
             .mode_refusal(ReplicationMode::BackupMemory, 3)
-            .expect("the replicas do not know backup-memory yet");
-        assert!(why.contains("backup-memory"), "{why}");
+            .expect("a slab that is no power of two is refused");
+        assert!(why.contains("backup.slab_bytes"), "{why}");
         // A manifest wrong without the mode is not the mode's fault.
         let broken = spec(&["cluster.bogus=1"]);
         assert_eq!(broken.mode_refusal(ReplicationMode::BackupMemory, 3), None);
