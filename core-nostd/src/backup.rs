@@ -432,6 +432,7 @@ impl SessionRecord {
         }
         let entry = ((w[3] >> 8) & 0xFFFF_FFFF) as u32;
         let effect = match w[3] & 0xFF {
+            0 => Effect::None,
             1 => Effect::Put {
                 entry,
                 chunk: w[4] as u32,
@@ -662,9 +663,11 @@ impl<M: Memory> Store<M> {
 
     /// Counters for status.
     pub fn counters(&self) -> StoreCounters {
-        let mut used = 0;
+        // (A backup's descriptors are whatever its primary last wrote,
+        // torn while a copy runs: no arithmetic on them may panic.)
+        let mut used = 0u64;
         for c in 0..self.geo.class_count {
-            used += self.descriptor(c).used;
+            used = used.wrapping_add(self.descriptor(c).used);
         }
         StoreCounters {
             keys: self.keys,
@@ -1113,9 +1116,10 @@ impl<M: Memory> Store<M> {
     /// 0): the reply, the plan of WRITEs and the effect. `scratch` holds
     /// a value while INCR or CAS looks at it (value-limit bytes).
     ///
-    /// With `session` (client, request) and a session count above 0, a
-    /// write that changes the store also records the client's reply in
-    /// its session slot (in the plan, before the commit word).
+    /// With `session` (client, request) and a session count above 0, the
+    /// write records the client's reply in its session slot: in the plan
+    /// before the commit word, or as the whole plan of a write that
+    /// changes nothing.
     pub fn apply(
         &mut self,
         op: &KvOp<'_>,
@@ -1140,10 +1144,16 @@ impl<M: Memory> Store<M> {
             effect: Effect::None,
         };
         let reply = apply_write(&mut w, op);
-        let (plan, effect) = (w.plan, w.effect);
-        if let (Some((client_id, request_id)), Some(_), false) =
-            (session, session_at, effect == Effect::None)
-        {
+        let (mut plan, effect) = (w.plan, w.effect);
+        if let (Some((client_id, request_id)), Some(at)) = (session, session_at) {
+            if effect == Effect::None {
+                // A write that changes nothing (a CAS that fails, a DEL of
+                // an absent key, an error) records its reply too: the
+                // record is its whole plan. Else a copy of the request
+                // delivered again later would run anew, perhaps with
+                // another outcome (a CAS that fails now may succeed then).
+                plan.push(at, LINE_BYTES, false);
+            }
             self.write_session(&SessionRecord {
                 client_id,
                 request_id,
@@ -1480,7 +1490,9 @@ impl<M: Memory> Store<M> {
                     && self.load(self.geo.entry_offset(entry) + 16) == version
             }
             Effect::Delete { entry } => entry < count && self.entry_commit(entry) == 0,
-            Effect::None => false,
+            // The record was the write's whole plan (it changed nothing):
+            // whole, it committed.
+            Effect::None => true,
         };
         if !committed {
             for i in 0..8 {

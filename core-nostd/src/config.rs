@@ -228,6 +228,23 @@ pub enum Mutation {
     /// Backup-memory mode: the primary answers a write once its WRITEs
     /// are posted, not once they completed at every backup.
     BackupReplyBeforeCompletion,
+    /// Backup-memory mode: the primary copies a member whose copy is not
+    /// synced while a view still counts it (and asks no view to drop
+    /// it), so a member whose store is torn by the copy may take over.
+    BackupCopyInView,
+    /// Backup-memory mode: a backup replays a forwarded write whoever
+    /// forwarded it (an earlier primary, itself after stepping down), on
+    /// top of the copy its new primary made.
+    BackupReplayAnySender,
+    /// Backup-memory mode: a member takes over with a store no copy has
+    /// filled since its process started (a restarted member's empty store:
+    /// the log's catch-up says nothing of it in this mode).
+    BackupTakeOverUncopied,
+    /// Views (primary-backup modes): the leader does not decide its view
+    /// again while a restarted coordinator waits to rejoin, so in a group
+    /// whose views do not change it never counts again, and one more
+    /// failure leaves no majority of coordinators.
+    NoRefreshForRejoin,
 }
 
 /// Configuration of one member. Construct with [`Config::new`], adjust

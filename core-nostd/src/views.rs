@@ -109,6 +109,10 @@ const HURRY_LEARN_PERIOD_MIN_NS: u64 = 100_000;
 /// catches up over several calls).
 const SLOTS_PER_CALL: usize = 4;
 
+/// Views a leader decides again at its fastest so that a restarted
+/// coordinator can rejoin, before it backs off (`ViewEngine::refresh_pending`).
+const REFRESHES_BEFORE_BACKOFF: u32 = 8;
+
 /// One decided view.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct View {
@@ -277,6 +281,9 @@ pub struct ViewStatus {
     pub own_acceptor_excluded: bool,
     /// Times this member's own acceptor counted again after a restart.
     pub own_acceptor_rejoins: u64,
+    /// Views this member decided again unchanged so that a restarted
+    /// coordinator could rejoin (`ViewEngine::refresh_pending`).
+    pub refreshes: u64,
     /// The fabric refused this member's requests to its own memory (no
     /// loopback connection): it does not ask its own acceptor, which the
     /// others still count.
@@ -367,6 +374,14 @@ pub struct ViewEngine<M: Memory> {
     /// This member proposes no more views (its proposal numbers ran out
     /// for a slot, uKharon A.6, or the engine refused a proposal).
     exhausted: bool,
+    /// The leader decides its view again (the same view, a new epoch) no
+    /// earlier than this while a coordinator rejoins (`refresh_pending`).
+    refresh_due_ns: u64,
+    /// Views decided again since a coordinator last rejoined.
+    refreshes_in_a_row: u32,
+    /// A deliberately broken rule (simulator mutation tests).
+    #[cfg(feature = "mutation-testing")]
+    mutation: crate::config::Mutation,
     status: ViewStatus,
     actions: heapless::Deque<Action, { MAX_MEMBERS * 2 }>,
     events: heapless::Deque<ViewEvent, 16>,
@@ -424,6 +439,10 @@ impl<M: Memory + Clone> ViewEngine<M> {
             dead: [false; MAX_MEMBERS],
             latest_learnt_ns: 0,
             hurry_until_ns: 0,
+            refresh_due_ns: 0,
+            refreshes_in_a_row: 0,
+            #[cfg(feature = "mutation-testing")]
+            mutation: config.mutation,
             exhausted: false,
             status: ViewStatus::default(),
             actions: heapless::Deque::new(),
@@ -485,6 +504,9 @@ impl<M: Memory + Clone> ViewEngine<M> {
                     // Not counted until it has fenced what it may have
                     // promised before the restart (see the module docs).
                     self.consensus.rejoin_own_acceptor(now_ns);
+                    // It needs the views past its bound: learn now, and
+                    // quickly from here on (not after a learn period).
+                    self.learn_due_ns = self.now;
                 } else {
                     self.consensus.exclude_acceptor(now_ns, self.me);
                 }
@@ -602,14 +624,28 @@ impl<M: Memory + Clone> ViewEngine<M> {
                     self.on_decided(slot, &value, ours)
                 }
                 ConsensusEvent::Undecided { slot } => {
-                    if self.learning == Some(slot) {
+                    if self.learning == Some(slot)
+                        && self.consensus.decided_through().is_some_and(|f| slot <= f)
+                    {
+                        // Decided, as our rejoin scan saw, but not
+                        // learnable by reading (see `decided_through`):
+                        // on to the newest the scan saw, then past it.
+                        self.learning = None;
+                        let f = self.consensus.decided_through().unwrap_or(slot);
+                        self.next_slot = if slot < f { f } else { slot + 1 };
+                        self.status.slots_skipped += 1;
+                        self.learn_due_ns = self.now;
+                    } else if self.learning == Some(slot) {
                         self.learning = None;
                         // Caught up. A superseded leader looks again soon:
                         // the slot that stopped its renewal is being
                         // decided.
                         let again = if self.holds_lease_role() {
                             self.lease_ns / 4
-                        } else if self.now < self.hurry_until_ns {
+                        } else if self.now < self.hurry_until_ns || self.consensus.rejoining() {
+                            // (A rejoining acceptor counts again once the
+                            // slots past its bound are decided and it
+                            // knows them: the leader decides them now.)
                             self.hurry_learn_ns
                         } else {
                             self.learn_period_ns
@@ -716,6 +752,34 @@ impl<M: Memory + Clone> ViewEngine<M> {
         })
     }
 
+    /// Whether this member, the leader of the newest view and holding its
+    /// lease, wanting nothing else, should decide that view again: a
+    /// coordinator restarted (it is up, not counted yet). It counts again
+    /// only once the views up to a bound of the slots it may have touched
+    /// before its restart are decided without it, and a group whose views
+    /// do not change decides none: until then it does not count, and one
+    /// more failure leaves no majority of coordinators (the second
+    /// primary killed in a row found none). The same view again is
+    /// compatible with the one before: the lease goes on, nothing else
+    /// changes.
+    fn refresh_pending(&self) -> bool {
+        if !self.readmit || self.exhausted || !self.holds_lease_role() {
+            return false;
+        }
+        let current = match (self.want, self.latest) {
+            (Some(w), Some((e, v))) => w == v && self.want_base.is_none_or(|b| b == e),
+            _ => false,
+        };
+        #[cfg(feature = "mutation-testing")]
+        if self.mutation == crate::config::Mutation::NoRefreshForRejoin {
+            return false;
+        }
+        let own = self.consensus.own_acceptor();
+        current
+            && (0..self.acceptor_count)
+                .any(|a| Some(a) != own && self.gone[a] && !self.dead[self.acceptors[a].index()])
+    }
+
     /// A coordinator back after a restart counts again once it answers
     /// (it has rejoined: its words were invalid until then).
     fn readmit_answering(&mut self) {
@@ -735,6 +799,7 @@ impl<M: Memory + Clone> ViewEngine<M> {
             }
         }
         if changed {
+            self.refreshes_in_a_row = 0;
             self.note_lost();
         }
     }
@@ -775,9 +840,21 @@ impl<M: Memory + Clone> ViewEngine<M> {
             (Some(w), Some((_, v))) if w != v && w.log_term >= v.log_term => Some(w),
             _ => None,
         };
+        let refresh = wanted.is_none() && self.refresh_pending() && self.now >= self.refresh_due_ns;
+        let wanted = wanted.or(if refresh { self.want } else { None });
         if let Some(w) = wanted {
             match self.consensus.propose_now(self.now, slot, &w.encode()) {
                 Ok(()) => {
+                    if refresh {
+                        // Faster than the lease at first; a rejoin that
+                        // needs more (the member still learning its way
+                        // up) backs off, doubling.
+                        let period = self.lease_ns.max(self.hurry_learn_ns)
+                            << (self.refreshes_in_a_row / REFRESHES_BEFORE_BACKOFF).min(6);
+                        self.refreshes_in_a_row = self.refreshes_in_a_row.saturating_add(1);
+                        self.refresh_due_ns = self.now.saturating_add(period);
+                        self.status.refreshes += 1;
+                    }
                     self.proposing = Some(slot);
                     self.status.proposed += 1;
                     self.drain_consensus();
@@ -1111,6 +1188,9 @@ impl<M: Memory + Clone> Engine for ViewEngine<M> {
             if let Some(due) = self.lease.renewal_due_at() {
                 at = at.min(due.max(self.renew_retry_at_ns));
             }
+        }
+        if self.proposing.is_none() && self.learning.is_none() && self.refresh_pending() {
+            at = at.min(self.refresh_due_ns);
         }
         at
     }

@@ -10,10 +10,14 @@
 //!   its log to, which is granted the store too
 //!   ([`BackupEngine::follow_grant`]), and whether this member may
 //!   serve: the log engine leads in the view's term and the lease on
-//!   that view is active ([`BackupEngine::set_serving`]);
+//!   that view is active ([`BackupEngine::set_serving`]), and the
+//!   members the log engine counts in its commits (the view's and
+//!   those of a view asked for: [`BackupEngine::set_counted_members`]);
 //! * to the log engine, the members whose copy of the store is complete
 //!   ([`Node::set_copies_synced`](verbatim_core::Node::set_copies_synced)):
-//!   only those may come back into a view.
+//!   only those may come back into a view; and those of the view whose
+//!   copy must be redone, which a copy may overwrite only once no view
+//!   counts them ([`Node::set_copies_to_drop`](verbatim_core::Node::set_copies_to_drop)).
 //!
 //! Requests wait in arrival order: a write starts once the previous one
 //! is replicated (one write in flight: a WRITE's source must not change
@@ -27,7 +31,7 @@
 
 use super::{Answer, Driver, Host, Incoming, Refusal, HELD_REQUESTS_MAX};
 use verbatim_core::backup::engine::{
-    BackupConfig, BackupEngine, BackupLayout, BackupRole, StartError, Started,
+    BackupConfig, BackupEngine, BackupLayout, BackupRole, StartError, Started, StoreCopy,
 };
 use verbatim_core::engine::{Engine, EngineTag};
 use verbatim_core::fabric::Fabric;
@@ -113,7 +117,6 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
         fabric: &mut F,
         host: &mut H,
     ) -> bool {
-        let mut work = self.answer_backup_replies(host);
         let log = &mut self.engines.log;
         let (me, term, role) = (log.id(), log.term(), log.role());
         let b = self.engines.backup.as_mut().expect("called in backup mode");
@@ -128,9 +131,24 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
             b.set_serving(now_ns, serving);
         }
         b.follow_grant(now_ns, log.log_granted_to());
-        log.set_copies_synced(b.synced_members());
+        b.set_counted_members(now_ns, u64::from(log.pb_commit_members().0));
+        // A process that took a restarted member's place holds an empty
+        // store until a copy filled it.
+        let torn = match b.store_copy() {
+            StoreCopy::Whole => false,
+            StoreCopy::UnderWay => true,
+            StoreCopy::Never => log.known_new_process() == Some(false),
+        };
+        log.set_store_torn(torn);
+        log.set_copies_synced(b.report_synced_members());
         b.handle_timeout(now_ns);
         b.step(now_ns, &mut self.backup_scratch);
+        // After the step: a copy it began keeps a whole member in the view.
+        log.set_copies_to_drop(b.members_to_drop());
+        // Replies go out once the lease was looked at in this step (not
+        // before: see `BackupEngine::poll_reply`), and before the next
+        // write changes the store.
+        let mut work = self.answer_backup_replies(host);
         work |= self.serve_backup_queue(now_ns, host);
         let b = self.engines.backup.as_mut().expect("called in backup mode");
         work |= super::execute(
@@ -161,11 +179,17 @@ impl<M: Memory + Clone, S: StateMachine, R> Driver<M, S, R> {
         let limits = self.limits();
         let mut any = false;
         while let Some(r) = self.backup_queue.front() {
+            // The log engine follows the primary of the newest term it
+            // knows, from heartbeats too: a better hint than a view this
+            // member has not caught up with (a member that learns views
+            // slowly would send clients to a primary long gone).
+            let log = &self.engines.log;
+            let log_leader = log.leader().filter(|&l| l != log.id());
             let b = self.engines.backup.as_mut().expect("called in backup mode");
             if b.role() == BackupRole::Backup {
                 // Not the primary (a member named primary serves once its
                 // lease is active and it took over: its requests wait).
-                let hint = b.primary_hint();
+                let hint = log_leader.or_else(|| b.primary_hint());
                 if hint.is_none() && b.status().view.is_some() {
                     break;
                 }

@@ -25,14 +25,18 @@ use crate::memory::SimMemory;
 use crate::net::{Cuts, DelaySpike, LinkWindow, Net, NetEvent, Reordering, Schedule, Tearing};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use verbatim_core::backup::engine::{
+    BackupRole, BackupStatus, CopyState, STORE_LOCAL_REGION, STORE_REGION,
+};
 use verbatim_core::checksum::Checksum;
 use verbatim_core::config::Mutation;
 use verbatim_core::fabric::{
-    Access, Channel, Completion, Fabric, FabricError, Op, RegionId, WorkRequest,
+    Access, Addr, Channel, Completion, Fabric, FabricError, Op, RegionId, WorkRequest,
 };
 use verbatim_core::heartbeat::CounterEvent;
 use verbatim_core::kv::{KvError, KvLimits, KvOp, KvReply};
 use verbatim_core::log::Ring;
+use verbatim_core::mem::Memory;
 use verbatim_core::multicast::HaltCause;
 use verbatim_core::node::{Event, ReconfigOp, Role};
 use verbatim_core::rng::SplitMix64;
@@ -45,6 +49,13 @@ use verbatim_driver::{
     Answer, Driver, DriverEvent, Engines, Host, Incoming, McastDelivery, McastPersist,
     McastSendError, PersistMark, Refusal, RestartTail, SubgroupEngine,
 };
+
+/// Whether `wr` is a WRITE of the backup-memory engine (a write's plan or
+/// forward, or a bulk copy).
+fn is_backup_write(wr: &WorkRequest) -> bool {
+    verbatim_core::engine::EngineTag::split(wr.wr_id).0 == verbatim_core::engine::EngineTag::BACKUP
+        && matches!(wr.op, Op::Write { .. } | Op::WriteInline { .. })
+}
 
 /// With interleaving, one read by a member's CPU in this many lets a piece
 /// of a WRITE in flight into its memory land first (while there is one).
@@ -220,6 +231,34 @@ pub enum Fault {
         /// What.
         op: ReconfigFault,
     },
+    /// Backup-memory mode (MacR, issue 16): from `from_ns` on, the first
+    /// step in which the primary starts a client write that changes the
+    /// store, it crashes right after the fabric took `writes` of that
+    /// write's WRITEs (its plan, or its forward, to every backup in turn):
+    /// the rest are never posted. With `down_ns`, it comes back that much
+    /// later with empty memory.
+    CrashPrimaryMidWrite {
+        /// Armed from.
+        from_ns: u64,
+        /// WRITEs posted before it dies.
+        writes: u32,
+        /// Back after this long (`None`: for good).
+        down_ns: Option<u64>,
+    },
+    /// Backup-memory mode: from `from_ns` on, the first time the primary
+    /// is in the middle of copying its store to a member (a bulk copy,
+    /// after a take-over or to a member back with empty memory), that
+    /// member crashes and comes back `down_ns` later with empty memory;
+    /// with `kill_another`, a member that is neither the primary nor the
+    /// one copied crashes for good at the same instant.
+    RestartMidBulkCopy {
+        /// Armed from.
+        from_ns: u64,
+        /// The member copied is down this long.
+        down_ns: u64,
+        /// Another member crashes for good too.
+        kill_another: bool,
+    },
     /// Extra latency on one directed link.
     Delay {
         /// Source.
@@ -253,7 +292,14 @@ impl Fault {
     pub fn permanent(&self) -> bool {
         matches!(
             self,
-            Fault::Crash { .. } | Fault::CrashLeader { .. } | Fault::Zombie { .. }
+            Fault::Crash { .. }
+                | Fault::CrashLeader { .. }
+                | Fault::Zombie { .. }
+                | Fault::CrashPrimaryMidWrite { down_ns: None, .. }
+                | Fault::RestartMidBulkCopy {
+                    kill_another: true,
+                    ..
+                }
         )
     }
 
@@ -267,6 +313,8 @@ impl Fault {
                 Fault::Restart { .. }
                     | Fault::LoseAckedLog { .. }
                     | Fault::RestartLeaderWhileCopying { .. }
+                    | Fault::CrashPrimaryMidWrite { .. }
+                    | Fault::RestartMidBulkCopy { .. }
             )
     }
 
@@ -420,6 +468,63 @@ impl ClusterOptions {
         self.config.mutation = m;
         self
     }
+
+    /// MacR's backup-memory mode (issue 16) with a small store: 256
+    /// entries, 32 slabs of `slab_bytes`, bulk copies in 4 KiB WRITEs, and
+    /// a write forwarded to the backups' CPUs when its allocator changes
+    /// span more than two structures (it carves a slab), so that both
+    /// paths run. Call it once the workload is set: the store's key and
+    /// value limits are the workload's, and it carries no stream
+    /// operation (the store serves the key-value service alone). Views
+    /// decide the primary, so every member is a coordinator (no DARE
+    /// fallback), and neither DARE's reconfigurations nor zombie removal
+    /// run (the views list the members), as in primary-backup mode.
+    pub fn use_backup_memory(&mut self, slab_bytes: u32) {
+        let c = &mut self.config;
+        c.mode = verbatim_core::Mode::BackupMemory;
+        if c.lease_ns == 0 {
+            c.lease_ns = 100_000;
+        }
+        c.coordinator_count = c.member_count;
+        c.zombie_remove_ns = 0;
+        c.initial_members = c.member_count;
+        c.backup_entry_count = 256;
+        c.backup_slab_bytes = slab_bytes;
+        c.backup_slab_count = 32;
+        c.backup_sync_chunk_bytes = 4096;
+        c.backup_forward_threshold = 2;
+        let limits = workload_limits(self.value_bytes_max);
+        c.backup_key_bytes_max = limits.key_bytes_max;
+        c.backup_value_bytes_max = limits.value_bytes_max;
+        // The store keeps one session record per slot, the slot chosen by
+        // the client's id alone (no probing): two clients that share one
+        // evict each other's record, and a retry of either may be applied
+        // twice (`verbatim_core::backup::StoreParams::session_count`).
+        // The clients here get a slot each.
+        let clients = self.clients as u64;
+        for count in 64.. {
+            c.session_slot_count = count;
+            let geo = c.backup_store_params().geometry().expect("valid store");
+            let slots: std::collections::BTreeSet<u64> =
+                (1..=clients).map(|id| geo.session_offset(id)).collect();
+            if slots.len() as u64 == clients {
+                break;
+            }
+        }
+        self.stream_permille = 0;
+        self.faults
+            .retain(|f| !matches!(f, Fault::Reconfigure { .. }));
+    }
+}
+
+/// The key-value limits of the simulated workload (keys are a few bytes;
+/// values at most `value_bytes_max`, and never below 16 bytes: a client
+/// writes its id and request number).
+pub fn workload_limits(value_bytes_max: usize) -> KvLimits {
+    KvLimits {
+        key_bytes_max: 32,
+        value_bytes_max: (value_bytes_max as u32).max(16),
+    }
 }
 
 /// What a run produced.
@@ -549,6 +654,36 @@ pub struct RunReport {
     /// Restarted coordinators that counted again (rejoined behind a
     /// fence), summed over the members' last processes.
     pub coordinator_rejoins: u64,
+    /// Backup-memory mode: take-overs completed (each audited), copies
+    /// of the store completed, writes replicated by WRITEs alone and
+    /// forwarded to the backups' CPUs, and forwarded writes replayed
+    /// (summed over every process).
+    pub backup_takeovers: u64,
+    /// See `backup_takeovers`.
+    pub backup_copies: u64,
+    /// See `backup_takeovers`.
+    pub backup_zero_copy: u64,
+    /// See `backup_takeovers`.
+    pub backup_forwarded: u64,
+    /// See `backup_takeovers`.
+    pub backup_replays: u64,
+    /// Backup-memory mode: synced copies compared byte for byte with the
+    /// primary's store, and the bytes compared.
+    pub backup_copies_compared: u64,
+    /// See `backup_copies_compared`.
+    pub backup_bytes_compared: u64,
+    /// Backup-memory mode: primaries crashed in the middle of a write's
+    /// WRITEs, and members crashed in the middle of a copy to them (the
+    /// `CrashPrimaryMidWrite` and `RestartMidBulkCopy` faults, fired).
+    pub backup_crashes_mid_write: u64,
+    /// See `backup_crashes_mid_write`.
+    pub backup_crashes_mid_copy: u64,
+    /// The member that crashed in the middle of a copy to it, if one did.
+    pub backup_crashed_mid_copy: Option<usize>,
+    /// Backup-memory mode, at the end of the run: the running primary,
+    /// the members of the view it follows, and the members whose copy it
+    /// reports synced (itself included), a bit per member id.
+    pub backup_final: Option<(usize, u64, u64)>,
     /// When the run ended (virtual ns).
     pub end_ns: u64,
     /// Each member's apply index when the run ended (None: not running).
@@ -921,6 +1056,27 @@ pub struct Cluster {
     subgroups_judged_live: u64,
     /// When each member's process last started (virtual ns).
     started_at: Vec<u64>,
+    /// Backup-memory mode: the store's regions, and the checkers of
+    /// `check::backup`.
+    backup_layout: Option<verbatim_core::backup::engine::BackupLayout>,
+    backup_audit: crate::check::backup::TakeoverAudit,
+    backup_copies: crate::check::backup::CopyIdentity,
+    backup_replays: crate::check::backup::ReplayFailures,
+    backup_dormant: crate::check::backup::DormantBackups,
+    backup_outside_views: crate::check::backup::CopiesOutsideViews,
+    /// Each backup engine's counters as last seen, per process.
+    backup_counters: BTreeMap<(usize, u64), verbatim_core::backup::engine::BackupCounters>,
+    /// Armed by a `CrashPrimaryMidWrite` fault: WRITEs to let out, and
+    /// how long the primary stays down (`None`: for good).
+    crash_mid_write: Option<(u32, Option<u64>)>,
+    /// Armed by a `RestartMidBulkCopy` fault: how long the member copied
+    /// stays down, and whether another crashes for good.
+    restart_mid_copy: Option<(u64, bool)>,
+    /// Primaries crashed in the middle of a write's WRITEs, and members
+    /// crashed in the middle of their copy (the faults above, fired).
+    backup_crashes_mid_write: u64,
+    backup_crashes_mid_copy: u64,
+    backup_crashed_mid_copy: Option<usize>,
 }
 
 impl Cluster {
@@ -928,10 +1084,21 @@ impl Cluster {
     pub fn new(opts: ClusterOptions) -> Cluster {
         let n = usize::from(opts.members);
         let layout = Layout::new(&opts.config).expect("simulator configuration is valid");
-        let limits = KvLimits {
-            key_bytes_max: 32,
-            value_bytes_max: (opts.value_bytes_max as u32).max(16),
-        };
+        let limits = workload_limits(opts.value_bytes_max);
+        if opts.config.mode == verbatim_core::Mode::BackupMemory {
+            // The store serves every request: what the workload sends
+            // must fit it (`ClusterOptions::use_backup_memory`).
+            assert!(
+                opts.config.backup_key_bytes_max >= limits.key_bytes_max
+                    && opts.config.backup_value_bytes_max >= limits.value_bytes_max
+                    && opts.stream_permille == 0,
+                "backup-memory mode: the store's limits ({} B keys, {} B values) must cover the workload's ({} B, {} B), with no stream operation",
+                opts.config.backup_key_bytes_max,
+                opts.config.backup_value_bytes_max,
+                limits.key_bytes_max,
+                limits.value_bytes_max
+            );
+        }
         let mut memories = Vec::new();
         let mut nodes = Vec::new();
         for i in 0..n {
@@ -1053,6 +1220,7 @@ impl Cluster {
             .collect();
         let end_ns = opts.safety_ns + opts.liveness_ns;
         let seed = opts.seed;
+        let opts_config = opts.config.clone();
         let initial_members = opts.config.initial_members;
         let n_members = usize::from(opts.members);
         // The places in use (they come first), with the multicast on.
@@ -1143,6 +1311,18 @@ impl Cluster {
             subgroup_member_crashes: 0,
             subgroups_judged_live: 0,
             started_at: vec![0; n_members],
+            backup_layout: verbatim_core::backup::engine::BackupLayout::for_config(&opts_config),
+            backup_audit: Default::default(),
+            backup_copies: Default::default(),
+            backup_replays: Default::default(),
+            backup_dormant: Default::default(),
+            backup_outside_views: Default::default(),
+            backup_counters: BTreeMap::new(),
+            crash_mid_write: None,
+            restart_mid_copy: None,
+            backup_crashes_mid_write: 0,
+            backup_crashes_mid_copy: 0,
+            backup_crashed_mid_copy: None,
         }
     }
 
@@ -1214,6 +1394,8 @@ impl Cluster {
                 Fault::IsolateLeader { from_ns, .. } => (*from_ns, None),
                 Fault::LoseAckedLog { from_ns, .. } => (*from_ns, None),
                 Fault::RestartLeaderWhileCopying { from_ns, .. } => (*from_ns, None),
+                Fault::CrashPrimaryMidWrite { from_ns, .. }
+                | Fault::RestartMidBulkCopy { from_ns, .. } => (*from_ns, None),
                 Fault::Reconfigure { at_ns, .. } => (*at_ns, None),
                 Fault::Pause { from_ns, to_ns, .. }
                 | Fault::PauseLeader { from_ns, to_ns }
@@ -1445,6 +1627,14 @@ impl Cluster {
             Fault::RestartLeaderWhileCopying { down_ns, .. } => {
                 self.restart_leader_while_copying = Some(down_ns);
             }
+            Fault::CrashPrimaryMidWrite {
+                writes, down_ns, ..
+            } => self.crash_mid_write = Some((writes, down_ns)),
+            Fault::RestartMidBulkCopy {
+                down_ns,
+                kill_another,
+                ..
+            } => self.restart_mid_copy = Some((down_ns, kill_another)),
             Fault::McastTotalRestart { stagger_ns, .. } => self.mcast_total_crash(stagger_ns),
             Fault::Zombie { node, .. } => {
                 self.counters.stopped(usize::from(node), self.now);
@@ -2439,6 +2629,14 @@ impl Cluster {
             .map(|g| (g.index(), McastSeen::of_subgroup(g)))
             .collect();
         let counters_before = self.nodes[i].driver.counters();
+        // Backup-memory mode: the used part of this member's store each
+        // time it acknowledges a write (before the step goes on: the next
+        // write may start in the same step).
+        let mut acknowledged_stores = Vec::new();
+        let store_watch = self.backup_layout.map(|layout| StoreWatch {
+            mem: self.net.nic(i).mem.clone(),
+            layout,
+        });
         {
             let SimNode {
                 driver,
@@ -2474,6 +2672,8 @@ impl Cluster {
                 restart_delivered: &mut restart_delivered,
                 subgroup: &mut subgroup_delivered,
                 subgroup_posts: &mut subgroup_posts,
+                store_watch,
+                acknowledged_stores: &mut acknowledged_stores,
             };
             driver.step(local, &mut fabric, &mut host);
         }
@@ -2523,6 +2723,29 @@ impl Cluster {
         ) {
             self.violation(v);
         }
+        // Backup-memory mode: the engine's status after the step, and
+        // whether it started a client write that changes the store (its
+        // WRITEs are among this step's posts).
+        let backup_status = self.nodes[i]
+            .driver
+            .engines()
+            .backup
+            .as_ref()
+            .map(|b| b.status());
+        let process = (i, self.net.nic(i).incarnation);
+        let write_started = backup_status.is_some_and(|st| {
+            let before = self
+                .backup_counters
+                .get(&process)
+                .copied()
+                .unwrap_or_default();
+            st.counters.writes_zero_copy + st.counters.writes_forwarded
+                > before.writes_zero_copy + before.writes_forwarded
+        });
+        // An armed `CrashPrimaryMidWrite`: the WRITEs it lets out before
+        // the primary dies, and how long it stays down.
+        let dies_mid_write = self.crash_mid_write.filter(|_| write_started);
+        let mut let_out = dies_mid_write.map(|(writes, _)| writes);
         let mut depart = t + self.opts.net.poll_ns as u64;
         // The CPU time of the piece of a restore this step did.
         let recovery_after = self.nodes[i].driver.log().recovery_status();
@@ -2536,7 +2759,21 @@ impl Cluster {
         let restored = restored_to.saturating_sub(recovery_before.bytes_restored);
         depart += (restored as f64 * self.opts.restore_ns_per_byte) as u64;
         let mut stopped = false;
+        let mut died = false;
         for wr in posted {
+            if died {
+                // The process died before it got to these.
+                continue;
+            }
+            if let (Some(left), false) = (let_out.as_mut(), stopped) {
+                if is_backup_write(&wr) {
+                    if *left == 0 {
+                        died = true;
+                        continue;
+                    }
+                    *left -= 1;
+                }
+            }
             if stopped {
                 // The CPU stopped before it got to these.
                 self.nodes[i].deferred_posts.push(wr);
@@ -2546,7 +2783,8 @@ impl Cluster {
             let stop_here = self.nodes[i]
                 .stop_mid_copy_until
                 .is_some_and(|until| until > t)
-                && matches!(wr.op, Op::Write { remote, .. } | Op::WriteInline { remote, .. } if remote.region == RegionId::Log);
+                && matches!(wr.op, Op::Write { remote, .. } | Op::WriteInline { remote, .. }
+                    if remote.region == RegionId::Log || remote.region == STORE_REGION);
             if stop_here {
                 self.net.post_stuck(&mut self.queue, depart, i, wr);
                 stopped = true;
@@ -2555,7 +2793,7 @@ impl Cluster {
             }
         }
         if stopped {
-            self.log(|| format!("fault: node {i} stops in the middle of a log copy"));
+            self.log(|| format!("fault: node {i} stops in the middle of a log or store copy"));
             let n = &mut self.nodes[i];
             n.stop_mid_copy_until = None;
             n.paused_mid_copy = true;
@@ -2594,6 +2832,25 @@ impl Cluster {
             );
         }
         self.observe(i);
+        if let Some(st) = backup_status {
+            self.observe_backup(i, st, acknowledged_stores);
+        }
+        if let (Some((writes, down_ns)), false) = (dies_mid_write, stopped) {
+            // Its first `writes` WRITEs of the write are on the wire (at
+            // most); it dies now: the rest are never posted, and the write
+            // is never answered. (Stopped in the middle of a copy in this
+            // step instead, it stays armed for a later write.)
+            self.log(|| {
+                format!("fault: primary {i} crashes in the middle of a write, {writes} of its WRITEs posted")
+            });
+            self.crash_mid_write = None;
+            self.backup_crashes_mid_write += 1;
+            self.crash_node(i);
+            if let Some(d) = down_ns {
+                self.queue.push(self.now + d, Ev::Restart { node: i });
+            }
+            return;
+        }
         if let Some(down_ns) = self.restart_leader_while_copying {
             let copying = self.nodes[i].driver.log().recovery_status().bytes_total > 0;
             let leader = (0..self.nodes.len()).find(|&l| {
@@ -3151,6 +3408,208 @@ impl Cluster {
         }
     }
 
+    /// Backup-memory mode: member `i`'s backup engine after its step
+    /// (`st`, its status; `acknowledged`: the used part of its store each
+    /// time the step acknowledged a write): the checkers of
+    /// `check::backup`, and the `RestartMidBulkCopy` fault.
+    fn observe_backup(&mut self, i: usize, st: BackupStatus, acknowledged: Vec<Vec<u8>>) {
+        let Some(lay) = self.backup_layout else {
+            return;
+        };
+        let inc = self.net.nic(i).incarnation;
+        let c = st.counters;
+        let before = self.backup_counters.insert((i, inc), c).unwrap_or_default();
+        let mut found = Vec::new();
+        self.backup_dormant.forwarded(i, inc, c.writes_forwarded);
+        found.extend(self.backup_dormant.replayed(self.now, i, inc, c.replays));
+        found.extend(
+            self.backup_replays
+                .observe(self.now, i, inc, c.replay_failures, c.replays),
+        );
+        let mem = self.net.nic(i).mem.clone();
+        found.extend(
+            self.backup_audit
+                .observe(self.now, i, inc, c.takeovers, || audit_store(&mem, &lay)),
+        );
+        if c.takeovers > before.takeovers {
+            self.log(|| format!("node {i}: took over the store: {:?}", st.recovery));
+        }
+        if st.role == BackupRole::Primary {
+            let n = self.nodes.len();
+            let incarnations = self.incarnations();
+            self.backup_copies
+                .observe_copies((i, inc), &st.copies[..n], &incarnations);
+            let view = st.view.map_or(0, |(_, _, members)| members);
+            found.extend(self.backup_outside_views.observe(
+                self.now,
+                (i, inc),
+                view,
+                &st.copies[..n],
+            ));
+            if c.copies_done > before.copies_done {
+                self.log(|| format!("node {i}: copies {:?}", &st.copies[..n]));
+            }
+            // At each acknowledgement the primary was quiescent (the
+            // write answered was the only one in flight); the backups'
+            // regions have not changed since (the WRITEs of a write it
+            // started after are posted once its step is over).
+            for mine in acknowledged {
+                let view = st.view.map_or(0, |(_, _, members)| members);
+                found.extend(self.backup_copies.acknowledged(
+                    self.now,
+                    (i, inc),
+                    view,
+                    &st.copies[..n],
+                    &incarnations,
+                ));
+                found.extend(self.compare_backups(i, &st, Some(mine)));
+            }
+            self.restart_mid_copy(i, &st);
+        } else {
+            // Copies it began as a primary end with its role: the next
+            // ones (if it leads again) begin anew.
+            let none = vec![None; self.nodes.len()];
+            self.backup_copies.observe_copies((i, inc), &none, &[]);
+        }
+        for v in found {
+            self.violation(v);
+        }
+    }
+
+    /// Each member's running process (`None`: crashed).
+    fn incarnations(&self) -> Vec<Option<u64>> {
+        (0..self.nodes.len())
+            .map(|m| {
+                (self.nodes[m].state != NodeState::Crashed).then(|| self.net.nic(m).incarnation)
+            })
+            .collect()
+    }
+
+    /// Compares the used part of primary `p`'s store (status `st`; `mine`:
+    /// its used part as taken, or as it is now) with every synced copy, as
+    /// the NICs' mappings hold them (no piece of a WRITE in flight lands in
+    /// the middle).
+    fn compare_backups(
+        &mut self,
+        p: usize,
+        st: &BackupStatus,
+        mine: Option<Vec<u8>>,
+    ) -> Vec<Violation> {
+        let Some(lay) = self.backup_layout else {
+            return Vec::new();
+        };
+        let incarnations = self.incarnations();
+        let primary = (p, self.net.nic(p).incarnation);
+        let n = self.nodes.len();
+        let synced = self
+            .backup_copies
+            .synced_members(primary, &st.copies[..n], &incarnations);
+        let watch = |m: usize| StoreWatch {
+            mem: self.net.nic(m).mem.clone(),
+            layout: lay,
+        };
+        let mine = mine.unwrap_or_else(|| watch(p).used_part());
+        let mut found = Vec::new();
+        for m in synced {
+            let mut theirs = vec![0u8; mine.len()];
+            watch(m)
+                .mem
+                .read(Addr::new(STORE_REGION, lay.mailbox_bytes), &mut theirs);
+            let backup = (m, self.net.nic(m).incarnation);
+            found.extend(
+                self.backup_copies
+                    .compare(self.now, primary, backup, &lay, &mine, &theirs),
+            );
+        }
+        found
+    }
+
+    /// Backup-memory mode, at the end of a run: a serving primary with no
+    /// write in flight and none of its store's WRITEs on their way holds
+    /// what every synced copy holds (copies made after the last write
+    /// are judged here; the others at every write answered).
+    fn compare_backups_at_end(&mut self) {
+        for p in 0..self.nodes.len() {
+            let readable = self.nodes[p]
+                .driver
+                .engines()
+                .backup
+                .as_ref()
+                .is_some_and(|b| b.readable());
+            if self.nodes[p].state != NodeState::Running || !readable {
+                continue;
+            }
+            if !self.backup_quiet(p) {
+                self.log(|| {
+                    format!("end: primary {p}'s store WRITEs are on their way: copies not compared")
+                });
+                continue;
+            }
+            let st = self.nodes[p]
+                .driver
+                .engines()
+                .backup
+                .as_ref()
+                .expect("checked")
+                .status();
+            let found = self.with_settled_memory(|c| c.compare_backups(p, &st, None));
+            for v in found {
+                self.violation(v);
+            }
+        }
+    }
+
+    /// Whether none of member `p`'s backup-engine requests is on its way
+    /// (landing, or completing) and no piece of its store WRITEs is still
+    /// to land.
+    fn backup_quiet(&self, p: usize) -> bool {
+        let backup = |wr_id| {
+            verbatim_core::engine::EngineTag::split(wr_id).0
+                == verbatim_core::engine::EngineTag::BACKUP
+        };
+        !self.queue.heap.iter().any(|item| match &item.ev {
+            Ev::Net(NetEvent::Land { src, wr, .. }) => *src == p && backup(wr.wr_id),
+            Ev::Net(NetEvent::LandWord { src, at, .. }) => *src == p && at.region == STORE_REGION,
+            Ev::Net(NetEvent::Complete {
+                src, completion, ..
+            }) => *src == p && backup(completion.wr_id),
+            _ => false,
+        })
+    }
+
+    /// An armed `RestartMidBulkCopy`: primary `p` (status `st`) is in the
+    /// middle of copying its store to a member, which crashes now (and
+    /// another with it, if asked).
+    fn restart_mid_copy(&mut self, p: usize, st: &BackupStatus) {
+        let Some((down_ns, kill_another)) = self.restart_mid_copy else {
+            return;
+        };
+        let mailbox = self.backup_layout.map_or(0, |l| l.mailbox_bytes);
+        let Some(m) = (0..self.nodes.len()).find(|&m| {
+            self.nodes[m].state == NodeState::Running
+                && matches!(st.copies[m], Some(CopyState::Copying { next, end }) if next > mailbox && next < end)
+        }) else {
+            return;
+        };
+        self.restart_mid_copy = None;
+        self.backup_crashes_mid_copy += 1;
+        self.backup_crashed_mid_copy = Some(m);
+        self.log(|| format!("fault: node {m} crashes in the middle of primary {p}'s copy to it"));
+        self.crash_node(m);
+        self.queue.push(self.now + down_ns, Ev::Restart { node: m });
+        if kill_another {
+            let others: Vec<usize> = (0..self.nodes.len())
+                .filter(|&o| o != p && o != m && self.nodes[o].state == NodeState::Running)
+                .collect();
+            if !others.is_empty() {
+                let o =
+                    others[self.depose_rng.range_inclusive(0, others.len() as u64 - 1) as usize];
+                self.log(|| format!("fault: node {o} crashes for good during the copy"));
+                self.crash_node(o);
+            }
+        }
+    }
+
     /// The status of every member not crashed, taken before a checker
     /// places pending WRITE data: a status reads the member's own memory,
     /// where a piece in flight may land (`Net::place_pending_for_check`).
@@ -3219,8 +3678,10 @@ impl Cluster {
                 configuration: self.log_configurations[i],
             });
         }
-        if self.opts.config.mode == verbatim_core::Mode::PrimaryBackup {
-            // No election: any member of the newest view may take over.
+        if self.opts.config.mode.view_primary() {
+            // No election: any member of the newest view may take over
+            // (in backup-memory mode the log carries views' no-ops only,
+            // committed as in primary-backup mode).
             let newest = self.newest_view();
             let Some((_, view)) = newest else { return };
             for m in members.iter_mut() {
@@ -3531,6 +3992,7 @@ impl Cluster {
 
     fn finish(mut self) -> RunReport {
         self.snapshot();
+        self.compare_backups_at_end();
         if self.opts.trace {
             for c in 0..self.clients.len() {
                 if let Some(o) = &self.clients[c].outstanding {
@@ -3677,11 +4139,13 @@ impl Cluster {
             .map(|i| self.nodes[i].driver.log().configuration())
             .all(|c| c.is_quorum(running));
         let mut liveness_expected = committed.is_quorum(running) && in_effect && recoverable >= 1;
-        if self.opts.config.mode == verbatim_core::Mode::PrimaryBackup {
-            // Primary-backup: a majority of the coordinators (every member
-            // here) running, and a member of the newest view that may take
-            // over (or leads): when every member of it lost its memory, the
-            // entries only they held are gone, and the group rightly stops.
+        if self.opts.config.mode.view_primary() {
+            // Primary-backup (and backup-memory): a majority of the
+            // coordinators (every member here) running, and a member of
+            // the newest view that may take over (or leads): when every
+            // member of it lost its memory, the entries (or the store's
+            // copies) only they held are gone, and the group rightly
+            // stops.
             let newest = self.newest_view();
             let view_members = newest.map_or(u32::MAX, |(_, v)| u32::from(v.members));
             let can_lead = (0..self.nodes.len()).any(|i| {
@@ -3780,6 +4244,9 @@ impl Cluster {
                 .map(|n| f(n.driver.log().counters()))
                 .sum()
         };
+        let backup_sum = |f: fn(&verbatim_core::backup::engine::BackupCounters) -> u64| -> u64 {
+            self.backup_counters.values().map(f).sum()
+        };
         let view_slots_skipped = views_sum(|s| s.slots_skipped);
         let coordinator_rejoins = views_sum(|s| s.own_acceptor_rejoins);
         RunReport {
@@ -3856,6 +4323,34 @@ impl Cluster {
             view_slots_skipped,
             coordinator_rejoins,
             counter_suspicions: log_sum(|c| c.counter_suspicions),
+            backup_takeovers: self.backup_audit.audits,
+            backup_copies: backup_sum(|c| c.copies_done),
+            backup_zero_copy: backup_sum(|c| c.writes_zero_copy),
+            backup_forwarded: backup_sum(|c| c.writes_forwarded),
+            backup_replays: backup_sum(|c| c.replays),
+            backup_copies_compared: self.backup_copies.compared,
+            backup_bytes_compared: self.backup_copies.bytes_compared,
+            backup_crashes_mid_write: self.backup_crashes_mid_write,
+            backup_crashes_mid_copy: self.backup_crashes_mid_copy,
+            backup_crashed_mid_copy: self.backup_crashed_mid_copy,
+            backup_final: (0..self.nodes.len()).find_map(|i| {
+                let b = self.nodes[i].driver.engines().backup.as_ref()?;
+                (self.nodes[i].state == NodeState::Running && b.role() == BackupRole::Primary).then(
+                    || {
+                        let st = b.status();
+                        let view = st.view.map_or(0, |(_, _, m)| m);
+                        // Copies synced (a write may be in flight at the
+                        // end: `synced_members` leaves those out).
+                        let synced = st
+                            .copies
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, c)| **c == Some(CopyState::Synced))
+                            .fold(1u64 << i, |m, (j, _)| m | 1 << j);
+                        (i, view, synced)
+                    },
+                )
+            }),
             end_ns: self.now,
             first_ack_after_heal_ns: self.first_ack_after_heal,
             digest: self.digest.finish(),
@@ -3865,6 +4360,25 @@ impl Cluster {
             stream_history: self.stream_history,
         }
     }
+}
+
+/// A full scan of the store in `mem` (a member's registered memory, read
+/// through its NIC's mapping: the scan lets no piece of a WRITE in flight
+/// land; it writes only the store's scratch bitmaps in local memory,
+/// which recovery rebuilds before it uses them).
+fn audit_store(
+    mem: &SimMemory,
+    lay: &verbatim_core::backup::engine::BackupLayout,
+) -> verbatim_core::backup::Audit {
+    let store = verbatim_core::backup::Store::attach(
+        mem.clone(),
+        lay.geo,
+        Addr::new(STORE_REGION, lay.mailbox_bytes),
+        Addr::new(STORE_LOCAL_REGION, 0),
+    );
+    let p = lay.geo.params;
+    let mut scratch = vec![0u8; (p.key_bytes_max + p.value_bytes_max) as usize];
+    store.audit(&mut scratch)
 }
 
 /// Runs one simulation; a panic inside the core is reported as a violation
@@ -3961,6 +4475,34 @@ struct SimHost<'a> {
     subgroup: &'a mut Vec<(usize, McastDelivery, Vec<u8>)>,
     /// Work requests the step posted into subgroup regions.
     subgroup_posts: &'a mut Vec<verbatim_core::fabric::Action>,
+    /// Backup-memory mode: the member's store, and its used part each
+    /// time the step acknowledged a write.
+    store_watch: Option<StoreWatch>,
+    acknowledged_stores: &'a mut Vec<Vec<u8>>,
+}
+
+/// A member's store region, read through its NIC's mapping (no piece of
+/// a WRITE in flight lands in the middle of the read).
+struct StoreWatch {
+    mem: SimMemory,
+    layout: verbatim_core::backup::engine::BackupLayout,
+}
+
+impl StoreWatch {
+    /// The used part of the store (header to the last slab carved), from
+    /// the end of the mailbox.
+    fn used_part(&self) -> Vec<u8> {
+        let lay = &self.layout;
+        let control = self.mem.load_u64(Addr::new(
+            STORE_REGION,
+            lay.mailbox_bytes + lay.geo.control_offset(),
+        ));
+        let carved = (control as u32).min(lay.geo.params.slab_count);
+        let mut b = vec![0u8; lay.geo.used_bytes(carved) as usize];
+        self.mem
+            .read(Addr::new(STORE_REGION, lay.mailbox_bytes), &mut b);
+        b
+    }
 }
 
 /// Multicast deliveries of one step, with their payloads.
@@ -4003,6 +4545,9 @@ impl Host<SimMemory, RecordingKv> for SimHost<'_> {
     }
 
     fn answer(&mut self, route: SimRoute, answer: Answer<'_>) {
+        if let (Some(w), true, Answer::Ok(_)) = (&self.store_watch, route.write, &answer) {
+            self.acknowledged_stores.push(w.used_part());
+        }
         let a = match answer {
             Answer::Ok(b) => SentAnswer::Ok(b.to_vec()),
             Answer::NotLeader(h) => SentAnswer::NotLeader(h),

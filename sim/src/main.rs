@@ -40,14 +40,16 @@ fn usage() -> ExitCode {
          campaign-without-view, reply-on-speculation, keep-speculation-when-deposed,\n  \
          deliver-before-stable, trim-before-echo, ignore-suspicions, deliver-before-persisted,\n  \
          restart-at-common-prefix, rdmc-flag-with-chunk, large-ref-before-payload,\n  \
-         subgroup-ranks-as-ids, subgroup-ignores-parent-removals\n\
+         subgroup-ranks-as-ids, subgroup-ignores-parent-removals, backup-entry-before-item,\n  \
+         backup-reply-before-completion, backup-copy-in-view, backup-replay-any-sender,\n  \
+         backup-take-over-uncopied, no-refresh-for-rejoin\n\
          verbatim-sim --list-mutations prints them one per line"
     );
     ExitCode::from(2)
 }
 
 /// Every mutation's name (the soak script runs each).
-const MUTATIONS: [&str; 36] = [
+const MUTATIONS: [&str; 42] = [
     "commit-on-minority",
     "vote-without-log-check",
     "read-without-term-check",
@@ -84,6 +86,12 @@ const MUTATIONS: [&str; 36] = [
     "large-ref-before-payload",
     "subgroup-ranks-as-ids",
     "subgroup-ignores-parent-removals",
+    "backup-entry-before-item",
+    "backup-reply-before-completion",
+    "backup-copy-in-view",
+    "backup-replay-any-sender",
+    "backup-take-over-uncopied",
+    "no-refresh-for-rejoin",
 ];
 
 fn parse_mutation(s: &str) -> Option<Mutation> {
@@ -125,6 +133,12 @@ fn parse_mutation(s: &str) -> Option<Mutation> {
         "large-ref-before-payload" => Mutation::LargeRefBeforePayload,
         "subgroup-ranks-as-ids" => Mutation::SubgroupRanksAsIds,
         "subgroup-ignores-parent-removals" => Mutation::SubgroupIgnoresParentRemovals,
+        "backup-entry-before-item" => Mutation::BackupEntryBeforeItem,
+        "backup-reply-before-completion" => Mutation::BackupReplyBeforeCompletion,
+        "backup-copy-in-view" => Mutation::BackupCopyInView,
+        "backup-replay-any-sender" => Mutation::BackupReplayAnySender,
+        "backup-take-over-uncopied" => Mutation::BackupTakeOverUncopied,
+        "no-refresh-for-rejoin" => Mutation::NoRefreshForRejoin,
         _ => return None,
     })
 }
@@ -268,6 +282,22 @@ fn main() -> ExitCode {
                 r.report.mcast_large
             );
         }
+        if r.options.config.mode == verbatim_core::Mode::BackupMemory {
+            println!(
+                "backup-memory: {} take-overs audited, {} copies, {} writes by WRITEs alone, {} forwarded, \
+                 {} replays, {} copies compared byte for byte ({} bytes), {} primaries crashed mid-write, \
+                 {} members mid-copy",
+                r.report.backup_takeovers,
+                r.report.backup_copies,
+                r.report.backup_zero_copy,
+                r.report.backup_forwarded,
+                r.report.backup_replays,
+                r.report.backup_copies_compared,
+                r.report.backup_bytes_compared,
+                r.report.backup_crashes_mid_write,
+                r.report.backup_crashes_mid_copy
+            );
+        }
         if r.report.subgroup_sent > 0 {
             println!(
                 "subgroups: {} sent, {} deliveries checked, {} views installed, {} joins, \
@@ -306,7 +336,11 @@ fn main() -> ExitCode {
     // Then seeds that declared subgroups, subgroup deliveries checked,
     // seeds that changed a subgroup view, subgroup joins, seeds that
     // crashed a subgroup member, and final subgroup views judged live.
-    let by_view: Arc<[AtomicU64; 21]> = Arc::new(Default::default());
+    // Then seeds in backup-memory mode, and over them: take-overs, copies
+    // completed, writes replicated by WRITEs alone, writes forwarded,
+    // replays, copies compared with the primary's, primaries crashed in
+    // the middle of a write, members crashed in the middle of a copy.
+    let by_view: Arc<[AtomicU64; 30]> = Arc::new(Default::default());
     let workers: Vec<_> = (0..threads)
         .map(|_| {
             let (next, failed, undecided, most_steps, done, by_view) = (
@@ -363,6 +397,25 @@ fn main() -> ExitCode {
                     Ordering::Relaxed,
                 );
                 by_view[20].fetch_add(r.report.subgroups_judged_live, Ordering::Relaxed);
+                by_view[21].fetch_add(
+                    u64::from(r.options.config.mode == verbatim_core::Mode::BackupMemory),
+                    Ordering::Relaxed,
+                );
+                for (k, v) in [
+                    r.report.backup_takeovers,
+                    r.report.backup_copies,
+                    r.report.backup_zero_copy,
+                    r.report.backup_forwarded,
+                    r.report.backup_replays,
+                    r.report.backup_copies_compared,
+                    r.report.backup_crashes_mid_write,
+                    r.report.backup_crashes_mid_copy,
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    by_view[22 + k].fetch_add(v, Ordering::Relaxed);
+                }
                 if r.report.linearizability_unknown {
                     eprintln!(
                         "seed {s} UNDECIDED: the linearizability search ran out of budget ({})",
@@ -431,6 +484,20 @@ fn main() -> ExitCode {
         by_view[18].load(Ordering::Relaxed),
         by_view[19].load(Ordering::Relaxed),
         by_view[20].load(Ordering::Relaxed)
+    );
+    println!(
+        "seeds in backup-memory mode: {} ({} take-overs audited, {} copies of the store, {} writes \
+         replicated by WRITEs alone, {} forwarded, {} replays, {} copies compared byte for byte, \
+         {} primaries crashed in the middle of a write, {} members in the middle of a copy)",
+        by_view[21].load(Ordering::Relaxed),
+        by_view[22].load(Ordering::Relaxed),
+        by_view[23].load(Ordering::Relaxed),
+        by_view[24].load(Ordering::Relaxed),
+        by_view[25].load(Ordering::Relaxed),
+        by_view[26].load(Ordering::Relaxed),
+        by_view[27].load(Ordering::Relaxed),
+        by_view[28].load(Ordering::Relaxed),
+        by_view[29].load(Ordering::Relaxed)
     );
     if !failed.is_empty() {
         let list: Vec<String> = failed.iter().map(|(s, _)| s.to_string()).collect();

@@ -8,10 +8,16 @@ use verbatim_core::config::Mutation;
 use verbatim_sim::cluster::{run, ClusterOptions, Fault, RunReport};
 use verbatim_sim::swarm::{describe, options_for_seed, run_seed};
 
-/// The first `count` swarm seeds from `from` on that declare subgroups.
+/// The first `count` swarm seeds from `from` on that declare subgroups
+/// (but those in backup-memory mode, judged in `tests/backup.rs`: these are
+/// the seeds, with the scenarios, this test ran before that mode was
+/// drawn).
 fn subgroup_seeds(from: u64, count: usize) -> Vec<u64> {
     let seeds: Vec<u64> = (from..from + 2000)
-        .filter(|&s| options_for_seed(s).config.mcast_subgroups[0] != 0)
+        .filter(|&s| {
+            let o = options_for_seed(s);
+            o.config.mcast_subgroups[0] != 0 && o.config.mode != verbatim_core::Mode::BackupMemory
+        })
         .take(count)
         .collect();
     assert_eq!(seeds.len(), count, "too few swarm seeds with subgroups");

@@ -57,8 +57,6 @@ pub const STORE_LOCAL_REGION: RegionId = RegionId(17);
 
 /// Actions queued at most (a write's plan to every backup, forwards).
 const ACTION_QUEUE_CAP: usize = 128;
-/// Replies queued at most (one write at a time: a few).
-const REPLY_QUEUE_CAP: usize = 8;
 /// Copy WRITEs in flight per member at most.
 pub const SYNC_IN_FLIGHT_MAX: u32 = 4;
 
@@ -67,6 +65,19 @@ const DOMAIN_FORWARD: u64 = 0x4657_4452; // "FWDR"
 /// and value.
 const FORWARD_HEADER_WORDS: usize = 16;
 const FORWARD_BODY_OFFSET: u64 = 3 * LINE_BYTES;
+/// Mailbox word 2: where a copy into this member's store stands
+/// ([`StoreCopy`]), written by the copying primary: first "under way",
+/// last (after every chunk: a connection executes WRITEs in order)
+/// "whole".
+const WORD_COPY: u64 = 16;
+const COPY_UNDER_WAY: u64 = 2;
+const COPY_WHOLE: u64 = 1;
+/// Local words after the landing words: 0, 0, [`COPY_UNDER_WAY`] (a copy's
+/// first WRITE, to mailbox words 0 to 2), then [`COPY_WHOLE`] (its last).
+const COPY_MARKS_WORDS: u64 = 4;
+
+/// The header word naming the forwarding member (its id + 1).
+const WORD_SENDER: usize = 13;
 const KIND_PLAN: u64 = 0;
 const KIND_SYNC: u64 = 1;
 const KIND_FORWARD: u64 = 2;
@@ -88,6 +99,11 @@ pub struct BackupConfig {
     pub sync_chunk_bytes: u32,
     /// Wait before a broken connection is re-established.
     pub reconnect_backoff_ns: u64,
+    /// A member of the view that holds a forwarded write back this long
+    /// (its CPU does not replay: a zombie) is dropped from the view (the
+    /// log engine's `leader_quorum_timeout_ns`, its rule for members that
+    /// hold commits back).
+    pub hold_back_timeout_ns: u64,
     /// A deliberately broken rule (simulator mutation tests).
     #[cfg(feature = "mutation-testing")]
     pub mutation: crate::config::Mutation,
@@ -103,6 +119,7 @@ impl BackupConfig {
             forward_threshold: config.backup_forward_threshold,
             sync_chunk_bytes: config.backup_sync_chunk_bytes,
             reconnect_backoff_ns: config.reconnect_backoff_ns,
+            hold_back_timeout_ns: config.leader_quorum_timeout_ns,
             #[cfg(feature = "mutation-testing")]
             mutation: config.mutation,
         }
@@ -118,7 +135,8 @@ pub struct BackupLayout {
     pub mailbox_bytes: u64,
     /// Bytes of the replicated region.
     pub region_bytes: u64,
-    /// Offset of the READ landing words (one per member) in local memory.
+    /// Offset of the READ landing words (one per member) in local memory,
+    /// then a word that stays 0 (the source of a copy's first WRITE).
     pub landing_offset: u64,
     /// Bytes of local memory.
     pub local_bytes: u64,
@@ -170,10 +188,25 @@ impl BackupLayout {
             mailbox_bytes,
             region_bytes: mailbox_bytes + geo.region_bytes,
             landing_offset,
-            local_bytes: (landing_offset + 8 * MAX_MEMBERS as u64).div_ceil(LINE_BYTES)
+            local_bytes: (landing_offset + 8 * MAX_MEMBERS as u64 + 8 * COPY_MARKS_WORDS)
+                .div_ceil(LINE_BYTES)
                 * LINE_BYTES,
         }
     }
+}
+
+/// Where a copy into a member's own store stands (its mailbox's copy
+/// word, written by the primary that copies it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreCopy {
+    /// Never copied in this process: the store is what it was formatted
+    /// with and then written into (whole for a member of the group's first
+    /// view, empty for a process that took a restarted member's place).
+    Never,
+    /// A copy began and has not finished: the store is torn.
+    UnderWay,
+    /// The last copy finished: the store was whole then.
+    Whole,
 }
 
 /// What this member does.
@@ -215,6 +248,13 @@ struct Peer {
     retry_at_ns: u64,
     /// Forwarded write awaiting its replay: its sequence number.
     forward_waiting: Option<u64>,
+    /// When that forward was posted.
+    forward_posted_ns: u64,
+    /// Forwarded writes in a row it did not replay in time (its CPU may
+    /// have stopped), and when a copy to it may begin again (backed off,
+    /// so that a zombie is not copied over and over).
+    hold_backs: u32,
+    copy_after_ns: u64,
     /// An ack READ to post.
     ack_read_due: bool,
     /// When the copy began, and its bytes (status).
@@ -231,6 +271,9 @@ impl Peer {
             reconnect: false,
             retry_at_ns: 0,
             forward_waiting: None,
+            forward_posted_ns: 0,
+            hold_backs: 0,
+            copy_after_ns: 0,
             ack_read_due: false,
             copy_started_ns: 0,
         }
@@ -252,7 +295,8 @@ pub struct BackupCounters {
     pub writes_zero_copy: u64,
     /// Writes forwarded to the backups' CPUs.
     pub writes_forwarded: u64,
-    /// Writes that changed nothing (no replication).
+    /// Writes that changed nothing and carried no session (nothing to
+    /// replicate; with a session, the record of the reply is replicated).
     pub writes_unchanged: u64,
     /// Writes replicated (both paths) and answered.
     pub writes_answered: u64,
@@ -325,18 +369,27 @@ pub struct BackupEngine<M: Memory> {
     role: BackupRole,
     /// The view followed: epoch, primary, members (a bit per id).
     view: Option<(u64, MemberId, u64)>,
+    /// Members counted besides the view's (a bit per id): those of a
+    /// view the primary asked for and that may still be decided (the log
+    /// engine's commit members, through the driver).
+    counted_extra: u64,
+    /// Members last reported synced to the log engine, which may add
+    /// them to a view on that word ([`BackupEngine::report_synced_members`]).
+    reported_synced: u64,
     serving: bool,
     /// Backup: the member we granted access to.
     granted_to: Option<MemberId>,
     /// The term of the view that named this member primary last.
     reign_term: Option<u64>,
-    /// Take-over: revokes not yet executed (a bit per member).
+    /// Revokes not yet confirmed (a bit per member): a take-over's, or a
+    /// backup's of its previous grantee.
     revokes_due: u64,
+    /// Backup: the grant of `granted_to` waits for `revokes_due`.
+    grant_due: bool,
     /// Take-over: revokes that failed, posted again next step.
     revokes_retry: u64,
     peers: [Peer; MAX_MEMBERS],
     actions: Deque<Action, ACTION_QUEUE_CAP>,
-    replies: Deque<(u64, u64, KvReply), REPLY_QUEUE_CAP>,
     pending: Option<Pending>,
     /// Versions of writes (never 0; a take-over starts above the
     /// recovered maximum).
@@ -382,6 +435,10 @@ impl<M: Memory + Clone> BackupEngine<M> {
         for w in 0..lay.mailbox_bytes / 8 {
             mem.store_u64(Addr::new(STORE_REGION, 8 * w), 0);
         }
+        let marks = lay.landing_offset + 8 * MAX_MEMBERS as u64;
+        for (i, w) in [0, 0, COPY_UNDER_WAY, COPY_WHOLE].iter().enumerate() {
+            mem.store_u64(Addr::new(STORE_LOCAL_REGION, marks + 8 * i as u64), *w);
+        }
         #[cfg(feature = "mutation-testing")]
         let store = {
             let mut store = store;
@@ -397,14 +454,16 @@ impl<M: Memory + Clone> BackupEngine<M> {
             now: 0,
             role: BackupRole::Backup,
             view: None,
+            counted_extra: 0,
+            reported_synced: 0,
             serving: false,
             granted_to: None,
             reign_term: None,
             revokes_due: 0,
+            grant_due: false,
             revokes_retry: 0,
             peers: [Peer::new(); MAX_MEMBERS],
             actions: Deque::new(),
-            replies: Deque::new(),
             pending: None,
             next_version: 1,
             forward_seq: 0,
@@ -430,18 +489,33 @@ impl<M: Memory> BackupEngine<M> {
 
     /// Members whose copy holds every acknowledged write (bit per id; the
     /// primary's own included while it serves): only they may be added
-    /// to a view.
+    /// to a view. A member with WRITEs or a forwarded write of ours in
+    /// flight is not among them until they completed.
     pub fn synced_members(&self) -> u64 {
         if self.role != BackupRole::Primary {
             return 0;
         }
         let mut mask = 1 << self.cfg.me.0;
         for m in 0..usize::from(self.cfg.member_count) {
-            if self.peers[m].copy == CopyState::Synced && !self.peers[m].down {
+            let p = &self.peers[m];
+            if p.copy == CopyState::Synced
+                && !p.down
+                && p.in_flight == 0
+                && p.forward_waiting.is_none()
+            {
                 mask |= 1 << m;
             }
         }
         mask
+    }
+
+    /// [`BackupEngine::synced_members`], for the log engine, which may add
+    /// them to a view on this word: until the next report, a write is
+    /// answered only once every member reported holds it too (or was
+    /// found lacking it and is reported no more).
+    pub fn report_synced_members(&mut self) -> u64 {
+        self.reported_synced = self.synced_members() & !(1 << self.cfg.me.0);
+        self.reported_synced | (self.synced_members() & (1 << self.cfg.me.0))
     }
 
     /// A status snapshot.
@@ -462,7 +536,13 @@ impl<M: Memory> BackupEngine<M> {
             role: self.role,
             view: self.view,
             keys: self.store.counters().keys,
-            used_bytes: self.lay.mailbox_bytes + self.lay.geo.used_bytes(self.store.slabs_carved()),
+            // (A backup's control word is whatever its primary wrote last.)
+            used_bytes: self.lay.mailbox_bytes
+                + self.lay.geo.used_bytes(
+                    self.store
+                        .slabs_carved()
+                        .min(self.lay.geo.params.slab_count),
+                ),
             copies,
             recovery: self.recovery,
             audit: self.audit,
@@ -524,19 +604,17 @@ impl<M: Memory> BackupEngine<M> {
             return;
         }
         if let Some(old) = self.granted_to {
+            self.revokes_due |= 1 << old.0;
             self.push_action(Action::SetAccess {
                 peer: old,
                 region: STORE_REGION,
                 access: Access::Revoked,
             });
         }
-        if let Some(new) = grantee {
-            self.push_action(Action::SetAccess {
-                peer: new,
-                region: STORE_REGION,
-                access: Access::Granted,
-            });
-        }
+        // The new grant waits until the old grantee's revoke is confirmed
+        // (`step`): a copy WRITE it had started may still be landing (a
+        // stopped writer), and the new primary's copy must come after it.
+        self.grant_due = grantee.is_some();
         self.granted_to = grantee;
     }
 
@@ -552,15 +630,21 @@ impl<M: Memory> BackupEngine<M> {
         }
         self.serving = serving;
         if !serving {
-            // Lease gone: no reply for the write in flight (it may be
-            // lost; the client retries at the next primary).
-            self.pending = None;
+            // Lease gone: nothing is answered meanwhile. The write in
+            // flight stays in flight: it is applied to our store, so
+            // forgetting it would let its retry be answered from our own
+            // session record (and reads see it) while no backup may hold
+            // it. If the lease comes back in the same reign, its WRITEs
+            // completed or their failures were handled and it is
+            // answered; if another primary follows, we step down.
             return;
         }
+
         if self.role == BackupRole::Backup {
             self.role = BackupRole::TakingOver;
             self.revokes_due = 0;
             self.revokes_retry = 0;
+            self.grant_due = false;
             // Our own region is ours alone from now on.
             self.granted_to = None;
             for p in self
@@ -609,18 +693,111 @@ impl<M: Memory> BackupEngine<M> {
         self.push_action(Action::Post(wr));
     }
 
-    /// Whether a write may start now (see [`BackupEngine::start_write`]).
+    /// Whether a write may start now (see [`BackupEngine::start_write`]):
+    /// the serving primary, no write in flight, no copy WRITE in flight,
+    /// every WRITE to a synced member completed (the next write changes
+    /// the WRITEs' source) and every member counted holds a synced copy.
     pub fn ready(&self) -> bool {
+        self.readable()
+            && !self.copy_in_flight()
+            && self.others().all(|p| {
+                let peer = &self.peers[p.index()];
+                peer.copy != CopyState::Synced || peer.in_flight == 0
+            })
+    }
+
+    /// Whether a read (or a retry answered from its session record) may be
+    /// answered now: the primary, recovered, serving, with no write in
+    /// flight, and every member counted holding a synced copy. Right
+    /// after a take-over the recovered store may hold the last write of
+    /// the old primary, which the other members may lack: nothing of it
+    /// is shown before they hold it too.
+    pub fn readable(&self) -> bool {
         self.role == BackupRole::Primary
             && self.serving
             && self.pending.is_none()
-            && !self.copy_in_flight()
+            && self.counted_synced()
     }
 
-    /// Whether a read may be answered now: the primary, recovered, with
-    /// no write in flight.
-    pub fn readable(&self) -> bool {
-        self.role == BackupRole::Primary && self.serving && self.pending.is_none()
+    /// Members whose copy counts (a bit per id, this one excluded): the
+    /// followed view's and those of a view asked for.
+    pub fn counted(&self) -> u64 {
+        (self.view_members() | self.counted_extra) & !(1 << self.cfg.me.0)
+    }
+
+    /// Every member counted holds a synced copy.
+    fn counted_synced(&self) -> bool {
+        let counted = self.counted();
+        self.others().all(|p| {
+            let peer = &self.peers[p.index()];
+            counted & (1 << p.0) == 0 || (peer.copy == CopyState::Synced && !peer.down)
+        })
+    }
+
+    /// The driver: the members the log engine counts in its commits (the
+    /// decided view's and those of a view asked for, a bit per id). A
+    /// member among them is never copied (a copy tears its store while it
+    /// runs, and a member of a view may take over).
+    pub fn set_counted_members(&mut self, now_ns: u64, members: u64) {
+        self.now = now_ns;
+        self.counted_extra = members;
+    }
+
+    /// Primary: the members to drop from the view so that they can be
+    /// copied (a bit per id). A member whose copy is not synced may not
+    /// be copied while a view counts it (see
+    /// [`BackupEngine::set_counted_members`]), and nothing is answered
+    /// while one is counted, so it leaves the view, is copied, and comes
+    /// back once synced ([`BackupEngine::synced_members`]). While no
+    /// member of the view is synced (right after a take-over) and a copy
+    /// to another member is under way, the lowest one stays: its store
+    /// holds every acknowledged write, so a view always names a member
+    /// besides the primary that may take over.
+    pub fn members_to_drop(&self) -> u64 {
+        if self.role == BackupRole::Backup {
+            return 0;
+        }
+        let counted = self.counted();
+        let mut unsynced = 0u64;
+        let mut synced = 0u64;
+        let mut holding_back = 0u64;
+        let mut copying = false;
+        for p in self.others() {
+            let peer = &self.peers[p.index()];
+            let bit = 1u64 << p.0;
+            let whole = peer.copy == CopyState::Synced && !peer.down;
+            if peer.forward_waiting.is_some()
+                && self.now.saturating_sub(peer.forward_posted_ns) > self.cfg.hold_back_timeout_ns
+            {
+                // Its CPU does not replay (a zombie's memory takes our
+                // WRITEs, its CPU nothing): it holds every write back.
+                holding_back |= bit;
+            }
+            if counted & bit != 0 {
+                if whole {
+                    synced |= bit;
+                } else {
+                    unsynced |= bit;
+                }
+            } else if matches!(peer.copy, CopyState::Copying { .. }) && !peer.down {
+                copying = true;
+            }
+        }
+        #[cfg(feature = "mutation-testing")]
+        if self.cfg.mutation == crate::config::Mutation::BackupCopyInView {
+            return 0;
+        }
+        let holding_back = holding_back & counted;
+        if synced != 0 || unsynced == 0 {
+            return unsynced | holding_back;
+        }
+        let lowest = unsynced & unsynced.wrapping_neg();
+        holding_back
+            | if copying || unsynced != lowest {
+                unsynced & !lowest
+            } else {
+                unsynced
+            }
     }
 
     fn copy_in_flight(&self) -> bool {
@@ -675,7 +852,6 @@ impl<M: Memory> BackupEngine<M> {
         });
         if applied.plan.is_empty() {
             self.counters.writes_unchanged += 1;
-            self.finish_if_done();
             return Ok(Started::Applied);
         }
         let forward = applied.plan.alloc_ranges > self.cfg.forward_threshold
@@ -718,8 +894,10 @@ impl<M: Memory> BackupEngine<M> {
                         len: 8,
                     },
                 );
+                let now = self.now;
                 let peer = &mut self.peers[p.index()];
                 peer.forward_waiting = Some(seq);
+                peer.forward_posted_ns = now;
                 peer.ack_read_due = true;
                 continue;
             }
@@ -740,7 +918,6 @@ impl<M: Memory> BackupEngine<M> {
         } else {
             self.counters.writes_zero_copy += 1;
         }
-        self.finish_if_done();
         Ok(Started::Applied)
     }
 
@@ -797,6 +974,7 @@ impl<M: Memory> BackupEngine<M> {
             words[11] = u64::from_le_bytes(val);
             words[12] = r.version;
         }
+        words[WORD_SENDER] = u64::from(self.cfg.me.0) + 1;
         words[FORWARD_HEADER_WORDS - 1] = forward_checksum(&words, &scratch[..body]);
         let line = Addr::new(STORE_REGION, LINE_BYTES);
         for (i, w) in words.iter().enumerate() {
@@ -827,6 +1005,21 @@ impl<M: Memory> BackupEngine<M> {
         if wseq != seq || body > limit || key_len > body || body as usize > scratch.len() {
             // Not whole yet (placement may lag the sequence word), or
             // garbage: looked at again next step.
+            return;
+        }
+        // Only the member we grant our store to forwards to us: not an
+        // earlier primary whose forward we had not replayed when our
+        // grant moved on (its successor copies us; replayed on top of
+        // that copy it would make ours diverge), and not ourselves (a
+        // primary that steps down finds its own last forward staged in
+        // its mailbox).
+        let sender_ok = self
+            .granted_to
+            .is_some_and(|g| words[WORD_SENDER] == u64::from(g.0) + 1);
+        #[cfg(feature = "mutation-testing")]
+        let sender_ok =
+            sender_ok || self.cfg.mutation == crate::config::Mutation::BackupReplayAnySender;
+        if !sender_ok {
             return;
         }
         let body = body as usize;
@@ -880,19 +1073,31 @@ impl<M: Memory> BackupEngine<M> {
     /// and ack READs. Called by the driver every step.
     pub fn step(&mut self, now_ns: u64, scratch: &mut [u8]) {
         self.now = now_ns;
+        for m in 0..self.cfg.member_count {
+            if self.revokes_retry & (1 << m) != 0 {
+                self.revokes_retry &= !(1 << m);
+                self.push_action(Action::SetAccess {
+                    peer: MemberId(m),
+                    region: STORE_REGION,
+                    access: Access::Revoked,
+                });
+            }
+        }
         match self.role {
-            BackupRole::Backup => self.poll_mailbox(scratch),
-            BackupRole::TakingOver => {
-                for m in 0..self.cfg.member_count {
-                    if self.revokes_retry & (1 << m) != 0 {
-                        self.revokes_retry &= !(1 << m);
+            BackupRole::Backup => {
+                if self.grant_due && self.revokes_due == 0 && self.actions.is_empty() {
+                    if let Some(g) = self.granted_to {
                         self.push_action(Action::SetAccess {
-                            peer: MemberId(m),
+                            peer: g,
                             region: STORE_REGION,
-                            access: Access::Revoked,
+                            access: Access::Granted,
                         });
                     }
+                    self.grant_due = false;
                 }
+                self.poll_mailbox(scratch)
+            }
+            BackupRole::TakingOver => {
                 if self.revokes_due == 0 && self.actions.is_empty() && self.serving {
                     match self.store.recover(scratch) {
                         Ok(report) => {
@@ -920,7 +1125,6 @@ impl<M: Memory> BackupEngine<M> {
         if self.role == BackupRole::Primary {
             self.post_ack_reads();
             self.post_copies();
-            self.finish_if_done();
         }
     }
 
@@ -963,7 +1167,22 @@ impl<M: Memory> BackupEngine<M> {
             if self.peers[i].down || self.peers[i].reconnect {
                 continue;
             }
-            if self.peers[i].copy == CopyState::Needed && self.peers[i].in_flight == 0 {
+            #[cfg(feature = "mutation-testing")]
+            let counted = if self.cfg.mutation == crate::config::Mutation::BackupCopyInView {
+                0
+            } else {
+                self.counted()
+            };
+            #[cfg(not(feature = "mutation-testing"))]
+            let counted = self.counted();
+            if self.peers[i].copy == CopyState::Needed
+                && self.peers[i].in_flight == 0
+                && counted & (1 << p.0) == 0
+                && self.peers[i].copy_after_ns <= self.now
+            {
+                // (Never a member a view counts: its store would be torn
+                // while the copy runs, and it may take over. It leaves
+                // the view first, `members_to_drop`.)
                 // The store only: the mailbox stays the member's own (its
                 // replayed word must not go back).
                 self.peers[i].copy = CopyState::Copying {
@@ -972,6 +1191,19 @@ impl<M: Memory> BackupEngine<M> {
                 };
                 self.peers[i].failed = false;
                 self.peers[i].copy_started_ns = self.now;
+                // First its mailbox's sequence word goes to 0 (a forwarded
+                // write it has not replayed yet, its CPU stopped: that is
+                // why it is copied, must not be replayed on top of the copy
+                // once it runs again) and its copy word says "under way".
+                self.post(
+                    KIND_SYNC,
+                    p,
+                    Op::Write {
+                        local: Addr::new(STORE_LOCAL_REGION, self.copy_marks()),
+                        remote: Addr::new(STORE_REGION, 0),
+                        len: 24,
+                    },
+                );
             }
             while let CopyState::Copying { next, end } = self.peers[i].copy {
                 if next >= end || self.peers[i].in_flight >= SYNC_IN_FLIGHT_MAX {
@@ -992,7 +1224,34 @@ impl<M: Memory> BackupEngine<M> {
                     next: next + len,
                     end,
                 };
+                if next + len >= end {
+                    // Last, after every chunk: the copy word says "whole".
+                    self.post(
+                        KIND_SYNC,
+                        p,
+                        Op::Write {
+                            local: Addr::new(STORE_LOCAL_REGION, self.copy_marks() + 24),
+                            remote: Addr::new(STORE_REGION, WORD_COPY),
+                            len: 8,
+                        },
+                    );
+                }
             }
+        }
+    }
+
+    fn copy_marks(&self) -> u64 {
+        self.lay.landing_offset + 8 * MAX_MEMBERS as u64
+    }
+
+    /// Where a copy into this member's own store stands (a member that
+    /// restarted holds an empty store until one is whole: it may not take
+    /// over before; the driver tells the log engine).
+    pub fn store_copy(&self) -> StoreCopy {
+        match self.mem.load_u64(Addr::new(STORE_REGION, WORD_COPY)) {
+            0 => StoreCopy::Never,
+            COPY_WHOLE => StoreCopy::Whole,
+            _ => StoreCopy::UnderWay,
         }
     }
 
@@ -1006,39 +1265,91 @@ impl<M: Memory> BackupEngine<M> {
             })
     }
 
-    /// Answers the write in flight once every WRITE of it completed and
-    /// every backup of the view holds a copy with it.
-    fn finish_if_done(&mut self) {
-        if self.pending.is_none() || !self.serving || self.role != BackupRole::Primary {
-            return;
-        }
-        let members = self.view_members();
+    /// Whether the write in flight is held by every member that is
+    /// counted (a view's, or one asked for) or that the log engine may
+    /// still add to a view on our last report
+    /// ([`BackupEngine::report_synced_members`]): their WRITEs completed,
+    /// their forwarded write replayed, their copy synced. A synced member
+    /// not counted is waited for too, but not for ever: one whose
+    /// forwarded write is not replayed within the hold-back timeout (a
+    /// zombie's CPU never replays) is copied again before it counts, and,
+    /// if reported, the answer waits for the next report, which leaves it
+    /// out.
+    fn write_replicated(&mut self) -> bool {
+        let counted = self.counted();
+        let reported = self.reported_synced & !counted;
         let mut done = true;
         #[cfg(feature = "mutation-testing")]
         let early = self.cfg.mutation == crate::config::Mutation::BackupReplyBeforeCompletion;
         #[cfg(not(feature = "mutation-testing"))]
         let early = false;
-        for p in self.others() {
-            let peer = &self.peers[p.index()];
-            if (peer.in_flight > 0 || peer.forward_waiting.is_some()) && !early {
+        for p in self
+            .others()
+            .collect::<heapless::Vec<MemberId, MAX_MEMBERS>>()
+        {
+            let bit = 1u64 << p.0;
+            let peer = &mut self.peers[p.index()];
+            // (A WRITE to a member being copied is not waited for: the
+            // copy is synced only once it completed. Nor one to a member
+            // to copy again.)
+            let waited = counted & bit != 0 || peer.copy == CopyState::Synced;
+            if waited && peer.in_flight > 0 && !early {
                 done = false;
             }
-            if members & (1 << p.0) != 0 && peer.copy != CopyState::Synced {
+            if counted & bit != 0 {
+                if (peer.forward_waiting.is_some() && !early)
+                    || peer.copy != CopyState::Synced
+                    || peer.down
+                {
+                    done = false;
+                }
+                continue;
+            }
+            if peer.forward_waiting.is_some() && peer.copy == CopyState::Synced && !early {
+                if self.now.saturating_sub(peer.forward_posted_ns) <= self.cfg.hold_back_timeout_ns
+                {
+                    // A synced member on its way into the view replays
+                    // soon: waited for (copying it anew each time would
+                    // keep it out for good).
+                    done = false;
+                    continue;
+                }
+                // Not counted and its CPU does not replay: it is copied
+                // anew, later each time this repeats.
+                peer.copy = CopyState::Needed;
+                peer.forward_waiting = None;
+                peer.ack_read_due = false;
+                let backoff = self.cfg.hold_back_timeout_ns << peer.hold_backs.min(6);
+                peer.copy_after_ns = self.now.saturating_add(backoff);
+                peer.hold_backs = peer.hold_backs.saturating_add(1);
+            }
+            if reported & bit != 0 && (peer.copy != CopyState::Synced || peer.down) {
+                // Reported synced, and the log engine may be adding it
+                // on that word: wait until it is told otherwise.
                 done = false;
             }
         }
-        if done {
-            let p = self.pending.take().expect("checked");
-            self.counters.writes_answered += 1;
-            self.replies
-                .push_back((p.client_id, p.request_id, p.reply))
-                .expect("one write at a time");
-        }
+        done
     }
 
-    /// The next reply: (client, request, reply).
+    /// The reply to the write in flight once it is replicated
+    /// ([`BackupEngine::write_replicated`], judged now): (client, request,
+    /// reply). None while this member does not serve: a reply is given
+    /// only while the lease holds at the moment it is given (completions
+    /// may have made the write whole while our lease ran out unnoticed: a
+    /// stopped process, a late step; and a member may have failed since).
+    /// A replicated write is answered once the lease is back, or never if
+    /// another primary follows.
     pub fn poll_reply(&mut self) -> Option<(u64, u64, KvReply)> {
-        self.replies.pop_front()
+        if !self.serving || self.role != BackupRole::Primary || self.pending.is_none() {
+            return None;
+        }
+        if !self.write_replicated() {
+            return None;
+        }
+        let p = self.pending.take().expect("checked");
+        self.counters.writes_answered += 1;
+        Some((p.client_id, p.request_id, p.reply))
     }
 
     /// Answers a read at the primary ([`BackupEngine::readable`]): the
@@ -1079,40 +1390,35 @@ impl<M: Memory> Engine for BackupEngine<M> {
             if self.role == BackupRole::Primary {
                 self.member_failed(c.peer);
             }
-            self.finish_if_done();
             return;
         }
-        match wr_kind(c.wr_id) {
-            KIND_SYNC => {
-                let peer = &mut self.peers[i];
-                if let CopyState::Copying { next, end } = peer.copy {
-                    if next >= end && peer.in_flight == 0 && !peer.failed {
-                        peer.copy = CopyState::Synced;
-                        self.counters.copies_done += 1;
-                    }
-                }
+        // A copy is done once its last WRITE and every write's WRITE
+        // posted to it meanwhile completed, whichever completes last.
+        let peer = &mut self.peers[i];
+        if let CopyState::Copying { next, end } = peer.copy {
+            if next >= end && peer.in_flight == 0 && !peer.failed {
+                peer.copy = CopyState::Synced;
+                self.counters.copies_done += 1;
             }
-            KIND_ACK_READ => {
-                let word = self.mem.load_u64(Addr::new(
-                    STORE_LOCAL_REGION,
-                    self.lay.landing_offset + 8 * c.peer.0 as u64,
-                ));
-                let peer = &mut self.peers[i];
-                if let Some(seq) = peer.forward_waiting {
-                    if word == seq << 1 {
-                        peer.forward_waiting = None;
-                    } else if word == (seq << 1) | 1 {
-                        // Its replay refused: its copy differs.
-                        self.member_failed(c.peer);
-                    } else {
-                        peer.ack_read_due = true;
-                    }
-                }
-            }
-            KIND_PLAN | KIND_FORWARD => {}
-            _ => {}
         }
-        self.finish_if_done();
+        if wr_kind(c.wr_id) == KIND_ACK_READ {
+            let word = self.mem.load_u64(Addr::new(
+                STORE_LOCAL_REGION,
+                self.lay.landing_offset + 8 * c.peer.0 as u64,
+            ));
+            let peer = &mut self.peers[i];
+            if let Some(seq) = peer.forward_waiting {
+                if word == seq << 1 {
+                    peer.forward_waiting = None;
+                    peer.hold_backs = 0;
+                } else if word == (seq << 1) | 1 {
+                    // Its replay refused: its copy differs.
+                    self.member_failed(c.peer);
+                } else {
+                    peer.ack_read_due = true;
+                }
+            }
+        }
     }
 
     fn handle_timeout(&mut self, now_ns: u64) {
@@ -1128,7 +1434,6 @@ impl<M: Memory> Engine for BackupEngine<M> {
             p.forward_waiting = None;
             p.ack_read_due = false;
         }
-        self.finish_if_done();
     }
 
     fn handle_peer_up(&mut self, now_ns: u64, peer: MemberId) {
@@ -1138,14 +1443,17 @@ impl<M: Memory> Engine for BackupEngine<M> {
             p.copy = CopyState::Needed;
             p.reconnect = true;
             p.retry_at_ns = now_ns;
+            p.hold_backs = 0;
+            p.copy_after_ns = 0;
         }
         if self.granted_to == Some(peer) {
-            // A new process: grant it again (its channel is new).
-            self.push_action(Action::SetAccess {
-                peer,
-                region: STORE_REGION,
-                access: Access::Granted,
-            });
+            // A forwarded write of its predecessor that we have not
+            // replayed is never replayed now: the new process takes over
+            // anew and copies us.
+            self.replayed_seq = self.mem.load_u64(Addr::new(STORE_REGION, 0));
+            // A new process: grant it again (its channel is new), once no
+            // revoke waits.
+            self.grant_due = true;
         }
     }
 
@@ -1194,10 +1502,10 @@ impl<M: Memory> Engine for BackupEngine<M> {
                 peer,
                 access: Access::Revoked,
                 ..
-            } if self.role == BackupRole::TakingOver => {
+            } => {
                 // Not confirmed: tried again next step (a stopped writer
-                // must leave before our copy is ours), unless it is gone
-                // for good.
+                // must leave before our copy is ours, or before the next
+                // grantee's copy), unless it is gone for good.
                 if error != FabricError::PeerGone && error != FabricError::UnknownPeer {
                     self.revokes_due |= 1 << peer.0;
                     self.revokes_retry |= 1 << peer.0;
@@ -1214,10 +1522,24 @@ impl<M: Memory> Engine for BackupEngine<M> {
         // for a copy (due below) or a view (the view engine's deadline):
         // no spinning for it, which on a shared core would starve the
         // members whose heartbeats keep this primary in place.
-        if self.role == BackupRole::TakingOver {
+        if self.role == BackupRole::TakingOver
+            || self.revokes_retry != 0
+            || (self.role == BackupRole::Backup && self.grant_due)
+        {
             return self.now;
         }
         let mut next = u64::MAX;
+        if self.pending.is_some() {
+            let lacking = self.others().any(|p| {
+                let peer = &self.peers[p.index()];
+                self.reported_synced & (1 << p.0) != 0
+                    && (peer.copy != CopyState::Synced || peer.down)
+            });
+            if lacking {
+                // A write waits for the next report of the synced members.
+                next = self.now;
+            }
+        }
         for m in 0..usize::from(self.cfg.member_count) {
             let p = &self.peers[m];
             if p.reconnect && !p.down {
@@ -1227,6 +1549,12 @@ impl<M: Memory> Engine for BackupEngine<M> {
             // primary's only; a broken connection waits for its retry).
             let copy_due = match p.copy {
                 CopyState::Copying { .. } => true,
+                CopyState::Needed if p.copy_after_ns > self.now => {
+                    if self.role == BackupRole::Primary && !p.down {
+                        next = next.min(p.copy_after_ns);
+                    }
+                    false
+                }
                 CopyState::Needed => !p.down && !p.reconnect,
                 CopyState::Synced => false,
             };

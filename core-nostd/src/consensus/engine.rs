@@ -405,6 +405,9 @@ pub struct ConsensusEngine<M: Memory> {
     /// our first proposal again and meet our own promise forever).
     preprepare_floor: Option<(u32, u16)>,
     rejoin: Rejoin,
+    /// The highest slot the last rejoin scan saw decided at the others
+    /// (every slot up to it is decided).
+    scan_decided: Option<u32>,
     /// The last slot whose proposal space ran out: not pre-prepared again.
     exhausted_slot: Option<u32>,
     actions: Deque<Action, CONSENSUS_ACTION_QUEUE_CAP>,
@@ -456,6 +459,7 @@ impl<M: Memory> ConsensusEngine<M> {
             preprepare_retry_at_ns: 0,
             preprepare_floor: None,
             rejoin: Rejoin::Idle,
+            scan_decided: None,
             exhausted_slot: None,
             actions: Deque::new(),
             events: Deque::new(),
@@ -591,6 +595,16 @@ impl<M: Memory> ConsensusEngine<M> {
     /// restart.
     pub fn rejoining(&self) -> bool {
         self.rejoin != Rejoin::Idle
+    }
+
+    /// A slot every slot up to which is decided, as the rejoin scan of a
+    /// restarted acceptor saw the others' words (`None` before one). A
+    /// restarted member may be unable to learn such a slot by reading: its
+    /// old process's accept was one of the majority that decided it, and
+    /// the others hold it at fewer than a majority. Only the newest view
+    /// matters, so its learner moves past them.
+    pub fn decided_through(&self) -> Option<u32> {
+        self.scan_decided
     }
 
     /// Whether acceptor index `a` answered with a valid word since it was
@@ -1136,6 +1150,7 @@ impl<M: Memory> ConsensusEngine<M> {
                     // the others read here: it is seen, or a later lap is.
                     // (`touched` holds the highest slot seen decided.)
                     let bound = touched.map_or(1, |t| t.saturating_add(2));
+                    self.scan_decided = touched;
                     self.rejoin = Rejoin::Waiting { bound };
                     self.progress_rejoin();
                     return;
@@ -1238,16 +1253,22 @@ impl<M: Memory> ConsensusEngine<M> {
     }
 
     /// Slots below the frontier are decided (`bound` among them), and none
-    /// above `bound` was touched here before the restart: the lap of words
-    /// ending at the frontier is fenced, so this acceptor answers for no
-    /// slot up to the frontier (all decided but the frontier itself, the
-    /// next view's slot: a lease on the newest view is never renewed with
-    /// our help, since we may come back while the others count a majority
-    /// of coordinators lost and let DARE commit alone). A slot of an
-    /// earlier lap meets a word of a later one (at most the frontier: the
-    /// slot two before it is decided); one of a later lap recycles it
-    /// (above the frontier, so above `bound`). Words of the first lap past
-    /// the frontier (a young ring) stay empty.
+    /// above `bound` was touched here before the restart: in the lap of
+    /// words ending at the frontier, those of slots up to `bound` are
+    /// fenced (this acceptor answers for none of them: it may have
+    /// promised or accepted there before), the others are empty (slots it
+    /// never touched: it answers for them as a new acceptor would, and
+    /// any majority it is in meets, in another acceptor, the majority that
+    /// decided such a slot without it, so the decided value is adopted).
+    /// Fencing those too would leave a slot decided without us learnable
+    /// only from its deciding majority: with three coordinators, one of
+    /// them dead, the next view could never be decided (the second
+    /// primary killed in a row found no view). Rejoining happens in the
+    /// primary-backup modes only, where no DARE fallback commits without
+    /// a lease. A slot of an earlier lap meets a word of a later one (at
+    /// most the frontier: the slot two before it is decided); one of a
+    /// later lap recycles it (above the frontier, so above `bound`). Words
+    /// of the first lap past the frontier (a young ring) stay empty.
     fn fence(&mut self, me: usize, bound: u32) {
         let frontier = self.frontier;
         assert!(
@@ -1258,7 +1279,7 @@ impl<M: Memory> ConsensusEngine<M> {
         let first = frontier.saturating_sub(n - 1);
         for t in first..first.saturating_add(n) {
             #[allow(unused_mut)]
-            let mut word = if t <= frontier {
+            let mut word = if t <= bound {
                 SlotWord::fenced(self.layout.lap(t))
             } else {
                 SlotWord::empty(self.layout.lap(t))

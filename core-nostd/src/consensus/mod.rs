@@ -112,7 +112,10 @@
 //! 3. **Fence**: one lap of words, ending at the frontier, is written:
 //!    [`SlotWord::fenced`] where the slot is at most `bound` (every
 //!    proposal refused, nothing accepted: no answer for that slot, only
-//!    ever a decided one), empty beyond (slots nobody touched here). A
+//!    ever a decided one), empty beyond (slots never touched here: it
+//!    answers for them as a new acceptor, and a slot among them that the
+//!    others decided without it is adopted from the deciding majority's
+//!    member in any majority it is in). A
 //!    slot of an earlier lap meets a later lap's word there, whose slot is
 //!    at most the frontier, so two before it is decided; a slot of a
 //!    later lap recycles the word like any other. Then it counts again

@@ -102,6 +102,15 @@ pub(super) struct PrimaryBackup {
     /// acknowledged write (from the backup engine, through the driver);
     /// only they may be added back.
     pub copies_synced: u64,
+    /// Backup-memory mode: members of the view whose store copy must be
+    /// redone, which the backup engine copies only once no view counts
+    /// them (a copy tears a store while it runs).
+    pub copies_to_drop: u64,
+    /// Backup-memory mode: whether this member's own store holds every
+    /// acknowledged write it may be asked for (not a restarted process's
+    /// empty store before a copy filled it, nor a copy under way): only
+    /// then may it take over.
+    pub store_torn: bool,
 }
 
 impl<M: Memory, S: StateMachine> Node<M, S> {
@@ -221,6 +230,15 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             && self.can_vote()
             && self.state_intact()
             && !self.copying()
+            && !self.store_torn()
+    }
+
+    fn store_torn(&self) -> bool {
+        #[cfg(feature = "mutation-testing")]
+        if self.cfg.mutation == crate::config::Mutation::BackupTakeOverUncopied {
+            return false;
+        }
+        self.pb.store_torn
     }
 
     /// Backup-memory mode: the members whose store copy is complete (the
@@ -228,6 +246,23 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
     /// A member comes back into a view only once it is among them.
     pub fn set_copies_synced(&mut self, members: u64) {
         self.pb.copies_synced = members;
+    }
+
+    /// Backup-memory mode: the members of the view the backup engine must
+    /// copy anew ([`crate::backup::engine::BackupEngine::members_to_drop`]):
+    /// the primary asks for a view without them.
+    pub fn set_copies_to_drop(&mut self, members: u64) {
+        self.pb.copies_to_drop = members;
+    }
+
+    /// Backup-memory mode: whether this member's own store copy lacks
+    /// what the group acknowledged (a restarted process's store before a
+    /// copy filled it, or a copy into it under way): such a member may
+    /// not take over ([`Node::pb_may_take_over`]). In this mode the log
+    /// carries no operation, so the log's catch-up after a restart says
+    /// nothing of the store.
+    pub fn set_store_torn(&mut self, torn: bool) {
+        self.pb.store_torn = torn;
     }
 
     /// Recomputes the view this member asks for (after every step).
@@ -308,20 +343,24 @@ impl<M: Memory, S: StateMachine> Node<M, S> {
             let stalled =
                 self.pb.stalled_since[i].is_some_and(|t| self.now.saturating_sub(t) > silent_ns);
             let silent = self.now.saturating_sub(peer.last_ok_ns) > silent_ns;
+            let backup_memory = self.cfg.mode == crate::config::Mode::BackupMemory;
+            let to_copy = backup_memory && self.pb.copies_to_drop & (1 << p.0) != 0;
             if members.contains(p) {
-                if peer.down || stalled || silent {
+                if peer.down || stalled || silent || to_copy {
                     want = want.without(p);
                 }
             } else if !peer.down
                 && all.contains(p)
+                && !silent
                 && self.pb.stalled_since[i].is_none()
                 && self.now.saturating_sub(peer.row_changed_ns) <= self.cfg.prune_grace_ns
                 && peer.repl.acked_pos >= self.commit_pos
-                && (self.cfg.mode != crate::config::Mode::BackupMemory
-                    || self.pb.copies_synced & (1 << p.0) != 0)
+                && (!backup_memory || (self.pb.copies_synced & (1 << p.0) != 0 && !to_copy))
             {
-                // It holds every committed entry, its acknowledgements move
-                // and its CPU runs (its row changed lately: a zombie's
+                // It holds every committed entry, answers (a silent member
+                // added would be dropped at once, and added again: views
+                // flapping), its acknowledgements move and its CPU runs
+                // (its row changed lately: a zombie's
                 // memory acknowledges WRITEs until its ring is full, and
                 // would be added and dropped again and again). From now on
                 // every commit waits for it too (`extra`), so it still

@@ -3,6 +3,7 @@
 //! reports [`Violation`]s; each has tests that feed it a violating history.
 
 pub mod acknowledged;
+pub mod backup;
 pub mod committed;
 pub mod completeness;
 pub mod configurations;
