@@ -43,9 +43,10 @@ static CLUSTER_SEQ: AtomicU32 = AtomicU32::new(0);
 pub const PRIMARY_BACKUP_LEASE_US: u64 = 50;
 
 /// How a benchmark's group replicates (`workload --modes`). The bench's
-/// own list rather than the manifest's `ReplicationMode`: it names modes
-/// the replica may not implement yet (`backup-memory`), which a run
-/// skips, saying why, instead of failing to parse its own options.
+/// own list rather than the manifest's `ReplicationMode`: a replica binary
+/// older than this bench may not implement a mode (`backup-memory`
+/// before issue 16), and a run skips it, saying why, instead of failing
+/// to parse its own options.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReplicationMode {
     /// DARE's log (`cluster.mode = "log"`, the manifest's default).
@@ -53,8 +54,9 @@ pub enum ReplicationMode {
     /// uKharon-KV's primary-backup (`cluster.mode = "primary-backup"`,
     /// with views on).
     PrimaryBackup,
-    /// Backups that keep the state in memory only (issue 16; not in the
-    /// replica yet: its manifest refuses the mode).
+    /// MacR's backup-memory replication (issue 16, `cluster.mode =
+    /// "backup-memory"`, with views on): the store in registered memory,
+    /// WRITEn into the backups' copies.
     BackupMemory,
 }
 
@@ -92,9 +94,8 @@ impl ReplicationMode {
         let mode = vec![format!("cluster.mode={}", self.name())];
         match self {
             ReplicationMode::Log => (Vec::new(), mode),
-            // A backup-memory group would be decided by views like a
-            // primary-backup one; if the replica gains the mode, it starts
-            // with the same views.
+            // A backup-memory group is decided by views like a
+            // primary-backup one, and starts with the same lease.
             ReplicationMode::PrimaryBackup | ReplicationMode::BackupMemory => (
                 vec![format!("views.lease_us={PRIMARY_BACKUP_LEASE_US}")],
                 mode,
@@ -576,14 +577,22 @@ mod tests {
     #[test]
     fn only_a_mode_the_manifest_check_refuses_is_refused() {
         let s = spec(&[]);
-        assert_eq!(s.mode_refusal(ReplicationMode::Log, 3), None);
-        assert_eq!(s.mode_refusal(ReplicationMode::PrimaryBackup, 3), None);
-        assert_eq!(s.mode_refusal(ReplicationMode::BackupMemory, 3), None);
-        // A store the mode cannot lay out is the mode's fault.
-        let why = spec(&["backup.slab_bytes=5000"])
-            .mode_refusal(ReplicationMode::BackupMemory, 3)
-            .expect("a slab that is no power of two is refused");
-        assert!(why.contains("backup.slab_bytes"), "{why}");
+        for m in ReplicationMode::ALL {
+            assert_eq!(s.mode_refusal(m, 3), None, "{}", m.name());
+        }
+        // The user's lease wins over the mode's: without views, the modes
+        // that need them are refused, and the refusal says why.
+        let no_views = spec(&["views.lease_us=0"]);
+        assert_eq!(no_views.mode_refusal(ReplicationMode::Log, 3), None);
+        for m in [
+            ReplicationMode::PrimaryBackup,
+            ReplicationMode::BackupMemory,
+        ] {
+            let why = no_views
+                .mode_refusal(m, 3)
+                .unwrap_or_else(|| panic!("{} without views is refused", m.name()));
+            assert!(why.contains("views"), "{why}");
+        }
         // A manifest wrong without the mode is not the mode's fault.
         let broken = spec(&["cluster.bogus=1"]);
         assert_eq!(broken.mode_refusal(ReplicationMode::BackupMemory, 3), None);

@@ -10,14 +10,15 @@
 //!
 //! Layout: one module per benchmark ([`latency`], [`throughput`],
 //! [`workload`], [`failover`], [`compare`], [`floor`], [`reconfig`],
-//! [`recovery`], [`lease`], [`multicast`] and its large messages
-//! [`rdmc`]), the loops they share
+//! [`recovery`], [`bulk_sync`], [`lease`], [`multicast`] and its large
+//! messages [`rdmc`]), the loops they share
 //! ([`measure`]), statistics ([`stats`]), key choice ([`zipf`]), local
 //! clusters, cores and replication modes ([`cluster`]), the
 //! replicas' CPU time ([`cpu`]), Redis ([`redis`], [`resp`]), the
 //! result document and its tables ([`report`]), SVG plots ([`plot`]), and
 //! Ctrl-C handling ([`signals`]).
 
+pub mod bulk_sync;
 pub mod cluster;
 pub mod compare;
 pub mod cpu;

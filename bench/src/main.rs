@@ -5,6 +5,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
+use verbatim_bench::bulk_sync::BulkSyncOptions;
 use verbatim_bench::cluster::{self, ClusterSpec, ReplicationMode};
 use verbatim_bench::compare::CompareOptions;
 use verbatim_bench::failover::FailoverOptions;
@@ -356,6 +357,58 @@ struct RecoveryArgs {
     recovery_timeout_s: u64,
 }
 
+#[derive(Args, Debug, Clone)]
+struct BulkSyncArgs {
+    /// Group size.
+    #[arg(long, default_value_t = 3)]
+    replicas: u8,
+    /// Store to fill and copy (MiB of the primary's `used_bytes`:
+    /// metadata and carved slabs, what a bulk copy moves). Each replica
+    /// maps a region a little larger in /dev/shm.
+    #[arg(long, default_value_t = 1024)]
+    store_mib: u64,
+    /// Value size of the fill (bytes).
+    #[arg(long, default_value_t = 4096)]
+    value_bytes: usize,
+    /// `backup.slab_bytes` (a power of two, at least 4096).
+    #[arg(long, default_value_t = 1 << 20)]
+    slab_bytes: u32,
+    /// `backup.sync_chunk_bytes`: bytes of one copy WRITE (default: the
+    /// manifest's, 1 MiB).
+    #[arg(long)]
+    sync_chunk_bytes: Option<u32>,
+    /// Kill / restart / copy rounds to count (a round whose primary
+    /// changed meanwhile is run again).
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
+    /// Kill the backups in turn (default: the same backup every round).
+    #[arg(long)]
+    alternate_backups: bool,
+    /// Do not hold the killed member's old segment open during the copy:
+    /// the replica that unmaps it last then frees its pages in its poll
+    /// loop (see bench/README.md).
+    #[arg(long)]
+    no_hold_old_segment: bool,
+    /// Run the replicas with the manifest's failure detector (Δ 5 ms)
+    /// instead of the bench's 50 ms (see bench/README.md: with 5 ms the
+    /// primary is deposed during most copies here).
+    #[arg(long)]
+    manifest_timing: bool,
+    /// Do not read every key back after the fill.
+    #[arg(long)]
+    no_check: bool,
+    /// Period of the primary's status polls during a copy (ms).
+    #[arg(long, default_value_t = 5)]
+    poll_ms: u64,
+    /// How long restart → synced may take (s).
+    #[arg(long, default_value_t = 120)]
+    sync_timeout_s: u64,
+    /// Buffer of the memcpy measurement (MiB; default: the store's size;
+    /// smaller buffers are copied again up to the store's size).
+    #[arg(long)]
+    memcpy_buffer_mib: Option<u64>,
+}
+
 #[derive(Args, Debug)]
 struct FloorArgs {
     /// memcpy sizes in bytes.
@@ -462,6 +515,11 @@ enum Cmd {
     /// The leader's write latency while a follower restarts and copies a
     /// large snapshot (state transfer), against a baseline.
     Recovery(RecoveryArgs),
+    /// Backup-memory mode (issue 16): a backup SIGKILLed and restarted
+    /// empty is refilled by the primary's bulk copy; time and GiB/s from
+    /// the restart to synced, against this machine's memcpy and the write
+    /// path's rate.
+    BulkSync(BulkSyncArgs),
     /// The machine's floor: the cross-core round trip of one cache line
     /// and memcpy of entry sizes (latency and compare measure it too and
     /// show their latencies as multiples of it).
@@ -678,6 +736,7 @@ fn run() -> anyhow::Result<()> {
         Cmd::Compare(a) => vec![a.replicas],
         Cmd::Reconfig(a) => vec![a.initial_members, a.replicas],
         Cmd::Recovery(a) => vec![a.replicas],
+        Cmd::BulkSync(a) => vec![a.replicas],
         Cmd::Floor(_) | Cmd::Lease(_) => Vec::new(),
         Cmd::Multicast(a) => a.latency_members.clone(),
         Cmd::Report { .. } => unreachable!("handled above"),
@@ -998,6 +1057,41 @@ fn run() -> anyhow::Result<()> {
                 &progress,
             )?);
         }
+        Cmd::BulkSync(a) => {
+            setup.method = "one pipelined client fills the store (16 requests in flight); a \
+                            backup is SIGKILLed, its exit awaited through a pidfd, and restarted \
+                            once the primary marks its copy needed; the primary's status \
+                            (verbatim_status, over its socket) is polled every --poll-ms from the \
+                            restart until the member's copy is synced and back in the view; \
+                            times from the monotonic clock at each status reply; memcpy timed \
+                            before the cluster starts, on the client core"
+                .into();
+            let b = verbatim_bench::bulk_sync::run(
+                &spec,
+                &BulkSyncOptions {
+                    replicas: a.replicas,
+                    store_mib: a.store_mib,
+                    value_bytes: a.value_bytes,
+                    slab_bytes: a.slab_bytes,
+                    sync_chunk_bytes: a.sync_chunk_bytes,
+                    rounds: a.rounds,
+                    alternate_backups: a.alternate_backups,
+                    hold_old_segment: !a.no_hold_old_segment,
+                    manifest_timing: a.manifest_timing,
+                    check_fill: !a.no_check,
+                    poll: Duration::from_millis(a.poll_ms),
+                    sync_timeout: Duration::from_secs(a.sync_timeout_s),
+                    memcpy_buffer_bytes: a.memcpy_buffer_mib.map(|m| m.max(1) << 20),
+                    client_core,
+                    attempt_timeout: attempt(50_000),
+                },
+                &progress,
+            )?;
+            // The timing the replicas ran with (the bench's own overrides
+            // included), not only the user's.
+            setup.timing = cluster::timing_with(&b.replica_overrides);
+            report.bulk_sync = Some(b);
+        }
         Cmd::Report { .. } => unreachable!("handled above"),
         Cmd::Compare(a) => {
             report.compare = Some(verbatim_bench::compare::run(
@@ -1031,6 +1125,9 @@ fn run() -> anyhow::Result<()> {
         .as_ref()
         .and_then(|r| r.transfer.failure.as_ref())
     {
+        bail!("{f}");
+    }
+    if let Some(f) = report.bulk_sync.as_ref().and_then(|b| b.failure()) {
         bail!("{f}");
     }
     if let Some(m) = &report.multicast {

@@ -1,6 +1,7 @@
 //! SVG plots (plotters' SVG backend, text as `<text>` elements, so no
 //! system fonts are needed): latency vs value size, throughput vs
-//! clients, latency CDFs, and the failover timeline.
+//! clients, latency CDFs, the failover timeline, and a bulk copy's
+//! progress.
 
 use crate::compare::CompareReport;
 use crate::failover::{FailoverReport, KillRecord};
@@ -637,6 +638,95 @@ pub fn reconfig_timeline(r: &ReconfigReport, setup_line: &str) -> Result<String>
     Ok(svg)
 }
 
+/// Bytes copied over time during each bulk-sync round: MiB posted by the
+/// primary against ms since the member's restart, one line per round.
+pub fn bulk_sync_progress(
+    b: &crate::bulk_sync::BulkSyncReport,
+    setup_line: &str,
+) -> Result<String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(err("fill"))?;
+        let mib = |v: u64| v as f64 / (1u64 << 20) as f64;
+        let series: Vec<(String, Vec<(f64, f64)>)> = b
+            .rounds
+            .iter()
+            .map(|r| {
+                let pts = r
+                    .samples
+                    .iter()
+                    .map(|s| (s.ms, mib(s.done_bytes)))
+                    .collect();
+                (
+                    format!(
+                        "round {}: member {}{}",
+                        r.round,
+                        r.member,
+                        r.synced_ms
+                            .map_or(" (not synced)".to_string(), |ms| format!(
+                                ", synced at {ms:.0} ms"
+                            ))
+                    ),
+                    pts,
+                )
+            })
+            .collect();
+        let xmax = series
+            .iter()
+            .flat_map(|(_, p)| p.iter().map(|p| p.0))
+            .fold(1.0f64, f64::max)
+            * 1.05;
+        let ymax = series
+            .iter()
+            .flat_map(|(_, p)| p.iter().map(|p| p.1))
+            .fold(mib(b.fill.used_bytes), f64::max)
+            .max(1.0)
+            * 1.1;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!(
+                    "Bulk synchronisation of {:.0} MiB to a restarted member (backup-memory, {} B values)",
+                    mib(b.fill.used_bytes),
+                    b.value_bytes
+                ),
+                (FONT, 22),
+            )
+            .margin(12)
+            .x_label_area_size(50)
+            .y_label_area_size(80)
+            .build_cartesian_2d(0f64..xmax, 0f64..ymax)
+            .map_err(err("chart"))?;
+        chart
+            .configure_mesh()
+            .x_desc(format!("ms since the restart — {setup_line}"))
+            .y_desc("MiB copied (primary's done_bytes)")
+            .x_label_formatter(&|v| format!("{v:.0}"))
+            .y_label_formatter(&|v| format!("{v:.0}"))
+            .draw()
+            .map_err(err("mesh"))?;
+        for (i, (label, pts)) in series.into_iter().enumerate() {
+            let c = color(i);
+            chart
+                .draw_series(LineSeries::new(pts, c.stroke_width(2)))
+                .map_err(err("series"))?
+                .label(label)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()
+            .map_err(err("legend"))?;
+        root.present().map_err(err("present"))?;
+    }
+    Ok(svg)
+}
+
 fn compare_cdfs(c: &CompareReport, setup_line: &str) -> Result<Option<String>> {
     let size = c.series.first().map(|s| s.value_bytes).unwrap_or(64);
     let series: Vec<(String, &[CdfPoint])> = c
@@ -770,6 +860,14 @@ pub fn write_all(r: &Report, dir: &Path) -> Result<Vec<PathBuf>> {
         }
         if !m.rdmc.is_empty() {
             files.push(("multicast_rdmc.svg".into(), multicast_rdmc(m, &setup_line)?));
+        }
+    }
+    if let Some(b) = &r.bulk_sync {
+        if !b.rounds.is_empty() {
+            files.push((
+                "bulk_sync_progress.svg".into(),
+                bulk_sync_progress(b, &setup_line)?,
+            ));
         }
     }
     let mut written = Vec::new();

@@ -32,9 +32,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use verbatim_client::client::{Client, ClientError, Wait};
+use verbatim_client::client::{Client, ClientError, Outcome, Wait};
 use verbatim_client::process::ProcessWatch;
-use verbatim_core::kv::KvOp;
+use verbatim_core::kv::{KvOp, KvReply};
 
 /// How often the recovering replica's status is read.
 pub const POLL_PERIOD: Duration = Duration::from_millis(10);
@@ -235,7 +235,7 @@ impl RecoveryReport {
 }
 
 /// Bytes of memory available (MemAvailable in /proc/meminfo).
-fn mem_available_bytes() -> Option<u64> {
+pub(crate) fn mem_available_bytes() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
@@ -243,7 +243,7 @@ fn mem_available_bytes() -> Option<u64> {
 }
 
 /// Free bytes of the file system at `path` (the segments' tmpfs).
-fn fs_free_bytes(path: &std::path::Path) -> Option<u64> {
+pub(crate) fn fs_free_bytes(path: &std::path::Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
     // SAFETY: statvfs(3) fills a zeroed struct we own from a valid path.
@@ -255,7 +255,7 @@ fn fs_free_bytes(path: &std::path::Path) -> Option<u64> {
     Some(s.f_bavail.saturating_mul(s.f_frsize))
 }
 
-const MIB: u64 = 1 << 20;
+pub(crate) const MIB: u64 = 1 << 20;
 
 fn round_up(v: u64, to: u64) -> u64 {
     v.div_ceil(to) * to
@@ -284,26 +284,85 @@ fn memory_needed(replicas: u8, state_bytes: u64, snapshot: u64, ring: u64) -> u6
 /// Fills the store: `keys` values of `value_bytes`, `FILL_DEPTH` in
 /// flight.
 fn fill(cluster: &BenchCluster, o: &RecoveryOptions, keys: u64, progress: &Progress) -> Result<()> {
-    let mut pipe = cluster.shm_pipeline(Wait::Yield, o.attempt_timeout, FILL_DEPTH)?;
-    let mut value = vec![0u8; o.fill_value_bytes];
+    let refused = fill_pipelined(
+        cluster,
+        o.attempt_timeout,
+        "state:",
+        0..keys,
+        o.fill_value_bytes,
+        |completed| progress.set_fraction(completed as f64 / keys as f64),
+    )?;
+    // The state must be what it claims to be.
+    match refused.first_refusal {
+        Some(first) => Err(BenchError::Cluster(format!(
+            "{} SETs of the fill were refused (first: {first})",
+            refused.refused
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// How a fill went: SETs the replicas answered with an error instead of
+/// `Ok`, and the client's retries.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct FillOutcome {
+    /// SETs refused.
+    pub refused: u64,
+    /// The first: its key and the reply.
+    pub first_refusal: Option<String>,
+    /// Attempts that timed out or hit a replica that exited.
+    pub retries: u64,
+    /// Redirects followed (to a new leader or primary).
+    pub redirects: u64,
+}
+
+/// SETs the distinct keys `{prefix}{i:08}` for every `i` of `keys`, each a
+/// value of `value_bytes` (at least 8: it starts with `i`), [`FILL_DEPTH`]
+/// in flight from one pipelined client; `completed(n)` hears how many of
+/// them are done after each batch of completions. The fastest way this
+/// bench has to put bytes into a store (one thread: the leader batches
+/// what several lanes submit, and a second thread would only share its
+/// core on small machines). A SET answered with an error reply is
+/// counted, not retried.
+pub(crate) fn fill_pipelined(
+    cluster: &BenchCluster,
+    attempt_timeout: Duration,
+    prefix: &str,
+    keys: std::ops::Range<u64>,
+    value_bytes: usize,
+    mut completed: impl FnMut(u64),
+) -> Result<FillOutcome> {
+    let mut pipe = cluster.shm_pipeline(Wait::Yield, attempt_timeout, FILL_DEPTH)?;
+    // At least 8 bytes: each value starts with its key's number.
+    let mut value = vec![0u8; value_bytes.max(8)];
     // Not one repeated byte: a store or a page that deduplicates would
     // make the state smaller than it claims.
     for (i, b) in value.iter_mut().enumerate() {
         *b = (i % 251) as u8;
     }
+    let total = keys.end.saturating_sub(keys.start);
     let mut done = Vec::with_capacity(FILL_DEPTH);
-    let mut next = 0u64;
-    let mut completed = 0u64;
+    let mut next = keys.start;
+    let mut finished = 0u64;
     let mut idle = 0u32;
-    while completed < keys {
-        while next < keys && pipe.in_flight() < pipe.depth() {
-            let key = format!("state:{next:08}");
+    let mut key = String::with_capacity(prefix.len() + 8);
+    let mut outcome = FillOutcome::default();
+    // Which key each ticket wrote (for a refusal's message).
+    let mut tickets = std::collections::HashMap::with_capacity(FILL_DEPTH);
+    while finished < total {
+        while next < keys.end && pipe.in_flight() < pipe.depth() {
+            use std::fmt::Write as _;
+            key.clear();
+            let _ = write!(key, "{prefix}{next:08}");
             value[..8].copy_from_slice(&next.to_le_bytes());
             match pipe.submit(&KvOp::Set {
                 key: key.as_bytes(),
                 value: &value,
             })? {
-                Some(_) => next += 1,
+                Some(ticket) => {
+                    tickets.insert(ticket, next);
+                    next += 1;
+                }
                 None => break,
             }
         }
@@ -315,14 +374,61 @@ fn fill(cluster: &BenchCluster, o: &RecoveryOptions, keys: u64, progress: &Progr
             continue;
         }
         idle = 0;
-        for (_, outcome) in done.drain(..) {
-            outcome?;
-            completed += 1;
+        for (ticket, answer) in done.drain(..) {
+            let i = tickets.remove(&ticket);
+            match answer? {
+                Outcome::Write(KvReply::Ok) => {}
+                other => {
+                    outcome.refused += 1;
+                    outcome.first_refusal.get_or_insert_with(|| {
+                        format!(
+                            "SET {prefix}{:08} answered {other:?}",
+                            i.unwrap_or(u64::MAX)
+                        )
+                    });
+                }
+            }
+            finished += 1;
         }
         crate::signals::check()?;
-        progress.set_fraction(completed as f64 / keys as f64);
+        completed(finished);
+    }
+    let stats = pipe.stats();
+    outcome.retries = stats.retries;
+    outcome.redirects = stats.redirects;
+    Ok(outcome)
+}
+
+/// SIGKILLs member `victim` and waits (through a pidfd) until its process
+/// is gone: its memory must be freed before a new process maps the same
+/// segment names. `timeout` allows for the kernel freeing a large heap and
+/// segment, seconds for a GiB on a loaded machine.
+pub(crate) fn kill_and_wait_exit(
+    cluster: &mut BenchCluster,
+    victim: u8,
+    timeout: Duration,
+) -> Result<()> {
+    let pid = cluster
+        .local()
+        .pid(victim)
+        .ok_or_else(|| BenchError::Cluster(format!("member {victim} has no pid")))?;
+    let watch = ProcessWatch::open(pid as i32)
+        .ok_or_else(|| BenchError::Cluster(format!("cannot watch member {victim}")))?;
+    cluster
+        .local_mut()
+        .kill(victim)
+        .map_err(BenchError::Cluster)?;
+    if !watch.wait_exit(timeout) {
+        return Err(BenchError::Cluster(format!(
+            "member {victim} did not exit within {timeout:?} of SIGKILL"
+        )));
     }
     Ok(())
+}
+
+/// How long a SIGKILLed replica holding `state_mib` MiB may take to exit.
+pub(crate) fn exit_timeout(state_mib: u64) -> Duration {
+    crate::failover::FAILOVER_TIMEOUT + Duration::from_secs(state_mib / 32)
 }
 
 /// Waits until every replica has applied what the leader committed, and
@@ -670,30 +776,10 @@ pub fn run(spec: &ClusterSpec, o: &RecoveryOptions, progress: &Progress) -> Resu
         // changed on a loaded machine).
         let (leader, _) = cluster.wait_leader(0, crate::cluster::LEADER_TIMEOUT)?;
         victim = (leader + 1) % o.replicas;
-        let pid = cluster
-            .local()
-            .pid(victim)
-            .ok_or_else(|| BenchError::Cluster(format!("member {victim} has no pid")))?;
-        let watch = ProcessWatch::open(pid as i32)
-            .ok_or_else(|| BenchError::Cluster(format!("cannot watch member {victim}")))?;
         leaders[1] = leader_now(&cluster);
         marks[1] = Instant::now();
         phase.store(PHASE_DOWN, Ordering::Release);
-        cluster
-            .local_mut()
-            .kill(victim)
-            .map_err(BenchError::Cluster)?;
-        // Its memory must be gone before the new process maps the same
-        // segment names.
-        // The kernel frees a large heap and segment before the exit is
-        // seen (seconds for a GiB on a loaded machine).
-        let exit_timeout =
-            crate::failover::FAILOVER_TIMEOUT + Duration::from_secs(o.state_mib / 32);
-        if !watch.wait_exit(exit_timeout) {
-            return Err(BenchError::Cluster(format!(
-                "member {victim} did not exit within {exit_timeout:?} of SIGKILL"
-            )));
-        }
+        kill_and_wait_exit(&mut cluster, victim, exit_timeout(o.state_mib))?;
         sleep_checked(o.down, &probe)?;
         progress.stage(
             1000,

@@ -69,6 +69,10 @@ pub struct Report {
     /// `multicast`: Derecho's SMC and atomic multicast (issue 15).
     #[serde(default)]
     pub multicast: Option<crate::multicast::McastReport>,
+    /// `bulk-sync`: a backup-memory primary refilling a restarted member
+    /// by bulk copy, against memcpy and the write path (issue 16).
+    #[serde(default)]
+    pub bulk_sync: Option<crate::bulk_sync::BulkSyncReport>,
     /// Goals this run has figures for.
     pub goals: Vec<Goal>,
 }
@@ -96,6 +100,7 @@ impl Report {
         self.recovery = self.recovery.take().or(other.recovery);
         self.lease = self.lease.take().or(other.lease);
         self.multicast = self.multicast.take().or(other.multicast);
+        self.bulk_sync = self.bulk_sync.take().or(other.bulk_sync);
         for g in other.setup.group_sizes {
             if !self.setup.group_sizes.contains(&g) {
                 self.setup.group_sizes.push(g);
@@ -1147,6 +1152,188 @@ pub fn render_recovery(r: &RecoveryReport) -> String {
     out
 }
 
+/// `bulk-sync` tables.
+pub fn render_bulk_sync(b: &crate::bulk_sync::BulkSyncReport) -> String {
+    let mib = |bytes: u64| bytes as f64 / (1u64 << 20) as f64;
+    let gib = |v: Option<f64>| v.map_or("—".into(), |v| format!("{v:.2}"));
+    let s = &b.store;
+    let f = &b.fill;
+    let mut out = format!(
+        "\nBULK SYNC ({} replicas, mode {}; store: {:.1} MiB used of a {:.1} MiB region \
+         ({:.1} MiB asked), {} entries, {} slabs of {}, {} B values in {} B chunks; copy WRITEs \
+         of {}, {} in flight; view lease {} µs; primary's status polled every {:.0} ms, \
+         snapshots {})\n",
+        b.replicas,
+        b.mode,
+        mib(f.used_bytes),
+        mib(s.region_bytes),
+        mib(b.target_bytes),
+        s.entry_count,
+        s.slab_count,
+        bytes_label(u64::from(s.slab_bytes)),
+        b.value_bytes,
+        s.item_chunk_bytes,
+        bytes_label(u64::from(s.sync_chunk_bytes)),
+        s.sync_in_flight,
+        b.views_lease_us,
+        b.poll_ms,
+        b.status_snapshot_period_ms
+            .map_or("—".into(), |p| format!("every {p:.0} ms")),
+    );
+    let _ = writeln!(
+        out,
+        "fill: {} items ({} keys at the primary) in {:.2} s by {} pipelined client thread ({} in \
+         flight): {:.0} items/s, {:.1} MiB/s of store, {:.1} MB/s of values",
+        f.items,
+        f.keys,
+        f.seconds,
+        f.client_threads,
+        f.depth,
+        f.items_per_s,
+        f.used_mib_per_s,
+        f.values_mb_per_s
+    );
+    if f.items_per_s_by_part.len() > 1 {
+        let _ = writeln!(
+            out,
+            "fill rate by tenth of the items (items/s): {}",
+            f.items_per_s_by_part
+                .iter()
+                .map(|r| format!("{r:.0}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+    }
+    let mut t = Table::new(&[
+        "round",
+        "member",
+        "kill→exit ms",
+        "kill→noticed ms",
+        "restart→status ms",
+        "restart→copying ms",
+        "restart→synced ms",
+        "restart→in view ms",
+        "copy window ms",
+        "copied MiB",
+        "GiB/s",
+        "window GiB/s",
+        "progress GiB/s",
+    ]);
+    for r in &b.rounds {
+        t.row(vec![
+            format!(
+                "{}{}",
+                r.round,
+                if r.failure.is_some() {
+                    " FAILED"
+                } else if r.disturbed.is_some() {
+                    " not counted"
+                } else {
+                    ""
+                }
+            ),
+            format!("{} (from {})", r.member, r.primary),
+            format!("{:.1}", r.kill_to_exit_ms),
+            ms(r.kill_to_noticed_ms),
+            ms(r.status_up_ms),
+            ms(r.copying_seen_ms),
+            ms(r.synced_ms),
+            ms(r.in_view_ms),
+            ms(r.copy_window_ms),
+            format!("{:.1}", mib(r.bytes_copied)),
+            gib(r.gib_per_s),
+            gib(r.copy_window_gib_per_s),
+            gib(r.progress_gib_per_s),
+        ]);
+    }
+    if let Some(m) = &b.median {
+        t.row(vec![
+            format!("median of {}", m.rounds),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+            format!("{:.1}", m.synced_ms),
+            String::new(),
+            String::new(),
+            format!("{:.1}", mib(m.bytes_copied)),
+            format!("{:.2}", m.gib_per_s),
+            gib(m.copy_window_gib_per_s),
+            gib(m.progress_gib_per_s),
+        ]);
+    }
+    out.push_str(&t.render());
+    let _ = writeln!(
+        out,
+        "times: the primary's status snapshots' own time stamps (whole ms, one snapshot per \
+         publish period); GiB/s = copied / (restart → synced); window = copied / (last \
+         snapshot before the copy → first after it), a lower bound of the copy's own rate; \
+         progress = slope of the primary's done_bytes over the snapshots that saw the copy \
+         running"
+    );
+    for r in &b.rounds {
+        let at = |f: f64| ms(r.reached_ms(f));
+        let _ = writeln!(
+            out,
+            "round {} progress (ms after the restart): 25 % posted {}, 50 % {}, 75 % {}, synced \
+             {} ({} snapshots)",
+            r.round,
+            at(0.25),
+            at(0.5),
+            at(0.75),
+            ms(r.synced_ms),
+            r.samples.len()
+        );
+        if let Some(f) = &r.failure {
+            let _ = writeln!(out, "round {} FAILED: {f}", r.round);
+        }
+        if let Some(d) = &r.disturbed {
+            let _ = writeln!(out, "round {} not counted: {d}", r.round);
+        }
+    }
+    let c = &b.memcpy;
+    let _ = writeln!(
+        out,
+        "copies on this machine, same run ({} per repetition in {} pieces, {}):",
+        bytes_label(c.buffer_bytes),
+        bytes_label(c.piece_bytes),
+        c.core
+            .map_or("unpinned".to_string(), |k| format!("core {k}"))
+    );
+    let mut t = Table::new(&["copy", "reps", "GiB/s", "min", "max", "bulk sync / this"]);
+    let bulk = b.median.as_ref().map(|m| m.gib_per_s);
+    for x in &c.copies {
+        t.row(vec![
+            x.name.clone(),
+            x.repetitions.to_string(),
+            format!("{:.2}", x.gib_per_s),
+            format!("{:.2}", x.gib_per_s_min),
+            format!("{:.2}", x.gib_per_s_max),
+            bulk.filter(|_| x.gib_per_s > 0.0).map_or("—".into(), |g| {
+                format!("{:.0} %", 100.0 * g / x.gib_per_s)
+            }),
+        ]);
+    }
+    out.push_str(&t.render());
+    for x in &c.copies {
+        let _ = writeln!(out, "  {}: {}", x.name, x.what);
+    }
+    let r = &b.replay;
+    let _ = writeln!(
+        out,
+        "{}: {:.2} s{}",
+        r.label,
+        r.seconds,
+        r.vs_bulk_copy
+            .map_or(String::new(), |v| format!(" ({v:.1}× the bulk copy)"))
+    );
+    for n in &b.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    out
+}
+
 /// Goals table.
 pub fn render_goals(goals: &[Goal]) -> String {
     if goals.is_empty() {
@@ -1203,6 +1390,9 @@ pub fn render(r: &Report) -> String {
     }
     if let Some(m) = &r.multicast {
         out.push_str(&render_multicast(m));
+    }
+    if let Some(b) = &r.bulk_sync {
+        out.push_str(&render_bulk_sync(b));
     }
     out.push_str(&render_goals(&r.goals));
     out

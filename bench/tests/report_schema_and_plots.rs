@@ -1,6 +1,10 @@
 //! The JSON document round-trips through serde, and every SVG plot is
 //! well-formed XML with text in it (no cluster needed).
 
+use verbatim_bench::bulk_sync::{
+    BulkSyncReport, CopyBandwidth, FillRecord, MemcpyReport, ReplayEstimate, StoreSizing,
+    SyncMedian, SyncRound, SyncSample,
+};
 use verbatim_bench::compare::{ratios, CompareReport, CompareSeries};
 use verbatim_bench::failover::{FailoverReport, KillRecord, PhaseDists};
 use verbatim_bench::latency::{LatencyPoint, LatencyReport};
@@ -358,8 +362,131 @@ fn sample() -> Report {
         },
         notes: Vec::new(),
     });
+    r.bulk_sync = Some(bulk_sync_sample());
     r.evaluate_goals();
     r
+}
+
+/// A `bulk-sync` section: one round copying 1 GiB in 1.1 s, the progress
+/// every 50 ms.
+fn bulk_sync_sample() -> BulkSyncReport {
+    let total = 1u64 << 30;
+    let samples: Vec<SyncSample> = (0..24)
+        .map(|i| {
+            let ms = 50.0 * i as f64;
+            let (state, done) = match i {
+                0 => ("needed", 0),
+                23 => ("synced", total),
+                _ => ("copying", (total / 22) * (i as u64 - 1)),
+            };
+            SyncSample {
+                ms,
+                seen_ms: ms + 2.0,
+                state: state.into(),
+                done_bytes: done,
+                total_bytes: if i == 0 { 0 } else { total },
+            }
+        })
+        .collect();
+    let round = SyncRound {
+        round: 1,
+        member: 0,
+        primary: 2,
+        kill_to_exit_ms: 1.2,
+        kill_to_noticed_ms: Some(3.0),
+        status_up_ms: Some(27.0),
+        copying_seen_ms: Some(50.0),
+        synced_ms: Some(1150.0),
+        in_view_ms: Some(1150.0),
+        copy_window_ms: Some(1150.0),
+        bytes_copied: total,
+        copies_done: 1,
+        gib_per_s: Some(0.87),
+        copy_window_gib_per_s: Some(0.87),
+        progress_gib_per_s: Some(0.95),
+        samples,
+        disturbed: None,
+        failure: None,
+    };
+    let copy = |name: &str, g: f64| CopyBandwidth {
+        name: name.into(),
+        what: format!("{name}, synthetic"),
+        buffer_bytes: total,
+        repetitions: 3,
+        gib_per_s: g,
+        gib_per_s_min: g * 0.9,
+        gib_per_s_max: g * 1.1,
+    };
+    BulkSyncReport {
+        replicas: 3,
+        mode: "backup-memory".into(),
+        store_mib: 1024,
+        target_bytes: total,
+        value_bytes: 4096,
+        key_bytes: 13,
+        store: StoreSizing {
+            entry_count: 148_480,
+            slab_bytes: 1 << 20,
+            slab_count: 1088,
+            sync_chunk_bytes: 1 << 20,
+            sync_in_flight: 4,
+            forward_threshold: 2,
+            value_bytes_max: 4096,
+            region_bytes: 1_150_000_000,
+            mailbox_bytes: 4544,
+            metadata_bytes: 9_600_000,
+            item_chunk_bytes: 8192,
+        },
+        fill: FillRecord {
+            items: 129_793,
+            value_bytes_total: 129_793 * 4096,
+            used_bytes: total,
+            keys: 129_793,
+            seconds: 20.0,
+            items_per_s: 6_490.0,
+            used_mib_per_s: 51.2,
+            values_mb_per_s: 26.6,
+            items_per_s_by_part: vec![9_000.0, 6_000.0],
+            client_threads: 1,
+            depth: 16,
+            ..FillRecord::default()
+        },
+        primary: 2,
+        poll_ms: 5.0,
+        status_snapshot_period_ms: Some(50.0),
+        replica_overrides: vec!["cluster.mode=backup-memory".into()],
+        views_lease_us: 50,
+        rounds: vec![round],
+        median: Some(SyncMedian {
+            rounds: 1,
+            bytes_copied: total,
+            synced_ms: 1150.0,
+            gib_per_s: 0.87,
+            copy_window_gib_per_s: Some(0.87),
+            progress_gib_per_s: Some(0.95),
+        }),
+        memcpy: MemcpyReport {
+            buffer_bytes: total,
+            piece_bytes: 1 << 20,
+            core: Some(0),
+            copies: vec![
+                copy("private memcpy", 9.0),
+                copy("shm memcpy", 8.0),
+                copy("shm word copy", 6.0),
+                copy("shm memcpy, fresh pages", 1.3),
+                copy("shm word copy, fresh pages", 1.2),
+            ],
+            shm_error: None,
+        },
+        replay: ReplayEstimate {
+            label: "write path replay estimate: 129793 items at the measured write rate".into(),
+            items: 129_793,
+            items_per_s: 6_490.0,
+            seconds: 20.0,
+            vs_bulk_copy: Some(17.4),
+        },
+        notes: vec!["a note".into()],
+    }
 }
 
 #[test]
@@ -397,6 +524,24 @@ fn the_json_document_round_trips() {
     map.remove("recovery");
     let back: Report = serde_json::from_value(old).unwrap();
     assert!(back.reconfig.is_none() && back.recovery.is_none());
+    // The bulk-sync section, where bench/README.md says.
+    let b = &v["bulk_sync"];
+    assert_eq!(b["mode"], "backup-memory");
+    assert_eq!(b["rounds"][0]["bytes_copied"], 1u64 << 30);
+    assert_eq!(b["rounds"][0]["samples"][23]["state"], "synced");
+    assert!(b["median"]["gib_per_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(
+        b["memcpy"]["copies"][4]["name"],
+        "shm word copy, fresh pages"
+    );
+    assert!(b["replay"]["label"]
+        .as_str()
+        .unwrap()
+        .starts_with("write path replay estimate"));
+    let mut old = v.clone();
+    old.as_object_mut().unwrap().remove("bulk_sync");
+    let back: Report = serde_json::from_value(old).unwrap();
+    assert!(back.bulk_sync.is_none());
     // Workload points per mode, with the CPU split.
     assert_eq!(v["workload"]["points"][1]["mode"], "primary-backup");
     assert_eq!(v["workload"]["points"][1]["backups_cpu_us_per_op"], 20.0);
@@ -449,6 +594,11 @@ fn the_terminal_report_has_every_section_and_the_setup() {
         "recovering / baseline: p99",
         "GOALS",
         "p98 µs",
+        "BULK SYNC",
+        "median of 1",
+        "write path replay estimate",
+        "shm word copy, fresh pages",
+        "25 % posted",
     ] {
         assert!(text.contains(needle), "missing {needle:?} in\n{text}");
     }
@@ -471,7 +621,8 @@ fn every_plot_is_well_formed_svg_with_text() {
             "failover_timeline.svg",
             "compare_cdf.svg",
             "reconfig_throughput.svg",
-            "recovery_cdf.svg"
+            "recovery_cdf.svg",
+            "bulk_sync_progress.svg"
         ]
     );
     for f in &files {
@@ -506,4 +657,6 @@ fn every_plot_is_well_formed_svg_with_text() {
     }
     let recovery = std::fs::read_to_string(dir.path().join("recovery_cdf.svg")).unwrap();
     assert!(recovery.contains("recovering (p99") && recovery.contains("baseline (p99"));
+    let bulk = std::fs::read_to_string(dir.path().join("bulk_sync_progress.svg")).unwrap();
+    assert!(bulk.contains("round 1: member 0, synced at 1150 ms"));
 }
